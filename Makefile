@@ -1,0 +1,155 @@
+# kubefence Makefile: kubebuilder's target names, grouped by `make help`.
+
+# Kubernetes version of the control plane the tests run against (kube-apiserver, etcd, kubectl).
+ENVTEST_K8S_VERSION ?= 1.37.2
+IMG ?= ghcr.io/kubefence/kubefence:latest
+CONTAINER_TOOL ?= docker
+
+# Go settings
+GOBIN ?= $(shell go env GOPATH)/bin
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: build setup-envtest ## Run the seeds' story on an embedded control plane (see README).
+	@KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./hack/demo $(DEMO_ARGS)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs, RBAC and webhook configuration into config/.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: fmt
+fmt: ## Run go fmt against code.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet against code.
+	go vet ./...
+
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail when committed generated files differ from what the generators write.
+	@if [ -n "$$(git status --porcelain -- config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml api)" ]; then \
+		echo "generated files are out of date; run 'make manifests generate' and commit:"; \
+		git status --porcelain -- config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml api; \
+		git --no-pager diff -- config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml api | head -50; \
+		exit 1; \
+	fi
+
+.PHONY: verify-fmt
+verify-fmt: ## Fail when gofmt would change a file.
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: test
+test: verify-generated verify-fmt vet setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd.
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./... -count=1 -timeout 30m $(TEST_ARGS)
+
+.PHONY: bench
+bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and print tables.
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./test/bench $(BENCH_ARGS)
+
+##@ Build
+
+.PHONY: build
+build: manifests generate fmt vet ## Build the manager binary and the kubectl plugin.
+	go build -o bin/manager cmd/main.go
+
+.PHONY: run
+run: manifests generate fmt vet ## Run the controller from your host against the current kubeconfig.
+	go run ./cmd/main.go
+
+.PHONY: docker-build
+docker-build: ## Build the manager image.
+	$(CONTAINER_TOOL) build -t ${IMG} .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image.
+	$(CONTAINER_TOOL) push ${IMG}
+
+.PHONY: build-installer
+build-installer: manifests generate kustomize ## Write a single install manifest to dist/install.yaml.
+	mkdir -p dist
+	cd config/manager && $(KUSTOMIZE) edit set image controller=${IMG}
+	$(KUSTOMIZE) build config/default > dist/install.yaml
+
+##@ Deployment
+
+ifndef ignore-not-found
+  ignore-not-found = false
+endif
+
+.PHONY: install
+install: manifests kustomize ## Install the CRDs into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize ## Uninstall the CRDs. Call with ignore-not-found=true to ignore missing resources.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=${IMG}
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Undeploy the operator. Call with ignore-not-found=true to ignore missing resources.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+##@ Dependencies
+
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+KUBECTL ?= kubectl
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+SETUP_ENVTEST ?= $(LOCALBIN)/setup-envtest
+
+KUSTOMIZE_VERSION ?= v5.8.2
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+SETUP_ENVTEST_VERSION ?= v0.25.1
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Install kustomize into ./bin.
+$(KUSTOMIZE): | $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Install controller-gen into ./bin.
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: setup-envtest
+setup-envtest: $(SETUP_ENVTEST) ## Install setup-envtest and supply kube-apiserver, etcd and kubectl (builds them offline if needed).
+	@./hack/setup-envtest.sh >/dev/null
+
+$(SETUP_ENVTEST): | $(LOCALBIN)
+	$(call go-install-tool,$(SETUP_ENVTEST),sigs.k8s.io/controller-runtime/tools/setup-envtest,$(SETUP_ENVTEST_VERSION))
+
+# go-install-tool installs a Go tool at a pinned version into ./bin, as name-version with a symlink.
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$$(realpath -- "$(1)-$(3)")" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Downloading $${package}" ;\
+rm -f "$(1)" ;\
+GOBIN="$(LOCALBIN)" go install $${package} ;\
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+} ;\
+ln -sf "$$(realpath -- "$(1)-$(3)")" "$(1)"
+endef

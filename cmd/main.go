@@ -1,0 +1,186 @@
+// Command manager runs the kubefence operator: the FencedLease controller and
+// the admission webhooks.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/webhooks"
+)
+
+var (
+	scheme   = runtime.NewScheme()
+	setupLog = ctrl.Log.WithName("setup")
+)
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(coordv1alpha1.AddToScheme(scheme))
+}
+
+func main() {
+	var (
+		metricsAddr, probeAddr                          string
+		metricsCertPath, metricsCertName, metricsKey    string
+		webhookCertPath, webhookCertName, webhookKey    string
+		enableLeaderElection, secureMetrics, enableHTTP2 bool
+		namespace, serviceAccount                       string
+		controllerUsers                                 stringList
+		driftRatio                                      float64
+		minDrift                                        time.Duration
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
+		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
+		"Enable leader election for the controller manager, so that only one replica grants and expires leases.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"If set, the metrics endpoint is served securely via HTTPS, behind authentication and authorization.")
+	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
+	flag.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "The name of the webhook certificate file.")
+	flag.StringVar(&webhookKey, "webhook-cert-key", "tls.key", "The name of the webhook key file.")
+	flag.StringVar(&metricsCertPath, "metrics-cert-path", "", "The directory that contains the metrics server certificate.")
+	flag.StringVar(&metricsCertName, "metrics-cert-name", "tls.crt", "The name of the metrics server certificate file.")
+	flag.StringVar(&metricsKey, "metrics-cert-key", "tls.key", "The name of the metrics server key file.")
+	flag.BoolVar(&enableHTTP2, "enable-http2", false,
+		"If set, HTTP/2 will be enabled for the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
+	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubefence-system"),
+		"The operator's namespace: it holds the epoch store ConfigMap.")
+	flag.StringVar(&serviceAccount, "service-account", envOr("POD_SERVICE_ACCOUNT", "kubefence-controller-manager"),
+		"The operator's service account; its username is trusted by the FencedLease webhook as the controller.")
+	flag.Var(&controllerUsers, "controller-user",
+		"An additional username trusted as the controller by the FencedLease webhook (repeatable).")
+	flag.Float64Var(&driftRatio, "drift-ratio", controllers.DefaultTiming().DriftRatio,
+		"Clock-drift allowance added to every lease, as a fraction of its duration.")
+	flag.DurationVar(&minDrift, "min-drift", controllers.DefaultTiming().MinDrift,
+		"Smallest clock-drift allowance added to every lease.")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+
+	timing := controllers.Timing{DriftRatio: driftRatio, MinDrift: minDrift}
+	if err := timing.Validate(); err != nil {
+		setupLog.Error(err, "Invalid drift settings")
+		os.Exit(1)
+	}
+
+	var tlsOpts []func(*tls.Config)
+	if !enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+
+	webhookTLSOpts := tlsOpts
+	var webhookCertWatcher, metricsCertWatcher *certwatcher.CertWatcher
+	if len(webhookCertPath) > 0 {
+		var err error
+		webhookCertWatcher, err = certwatcher.New(filepath.Join(webhookCertPath, webhookCertName), filepath.Join(webhookCertPath, webhookKey))
+		if err != nil {
+			setupLog.Error(err, "Failed to initialize webhook certificate watcher")
+			os.Exit(1)
+		}
+		webhookTLSOpts = append(webhookTLSOpts, func(c *tls.Config) { c.GetCertificate = webhookCertWatcher.GetCertificate })
+	}
+
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	if len(metricsCertPath) > 0 {
+		var err error
+		metricsCertWatcher, err = certwatcher.New(filepath.Join(metricsCertPath, metricsCertName), filepath.Join(metricsCertPath, metricsKey))
+		if err != nil {
+			setupLog.Error(err, "Failed to initialize metrics certificate watcher")
+			os.Exit(1)
+		}
+		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.GetCertificate = metricsCertWatcher.GetCertificate })
+	}
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		WebhookServer:                 webhook.NewServer(webhook.Options{TLSOpts: webhookTLSOpts}),
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                enableLeaderElection,
+		LeaderElectionID:              "controller.coordination.kubefence.io",
+		LeaderElectionNamespace:       namespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		setupLog.Error(err, "Failed to create manager")
+		os.Exit(1)
+	}
+
+	if err := (&controllers.FencedLeaseReconciler{
+		Client:   mgr.GetClient(),
+		Clock:    clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("kubefence-controller"),
+		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Namespace: namespace, Name: controllers.DefaultEpochStoreName},
+		Timing: timing,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Failed to create controller", "controller", "FencedLease")
+		os.Exit(1)
+	}
+	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
+		os.Exit(1)
+	}
+
+	for _, w := range []*certwatcher.CertWatcher{webhookCertWatcher, metricsCertWatcher} {
+		if w != nil {
+			if err := mgr.Add(w); err != nil {
+				setupLog.Error(err, "Failed to add certificate watcher to manager")
+				os.Exit(1)
+			}
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		setupLog.Error(err, "Failed to set up health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		setupLog.Error(err, "Failed to set up ready check")
+		os.Exit(1)
+	}
+
+	setupLog.Info("Starting manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "Failed to run manager")
+		os.Exit(1)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return fmt.Sprint(*s) }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

@@ -1,0 +1,280 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// ExpiredAnnotation is written by the controller, in the same write that
+// removes an expired holder's request, as "<holderIdentity>/<token>". It lets
+// any controller (this one after a crash, or a successor) tell an expiry from a
+// release when it finds the holder's request gone.
+const ExpiredAnnotation = "coordination.kubefence.io/expired"
+
+// observation is what this controller process has seen of the current tenure.
+// It is kept in memory only: a controller that restarts or takes over starts
+// counting from its own first observation, so it never expires a holder earlier
+// than its predecessor would have.
+type observation struct {
+	holder        string
+	token         int64
+	renewSequence int64
+	at            time.Time
+}
+
+// Transition is a change of holder that the reconciler reports as an event and a metric.
+type Transition struct {
+	// Kind is one of the condition reasons: Granted, HandedOver, TakenOver,
+	// Expired, Released.
+	Kind     string
+	Holder   string
+	Token    int64
+	Previous string
+	// PreviousToken is the token of the tenure that ended, if one did.
+	PreviousToken int64
+	// Tenure is how long the ended tenure lasted, on the controller's clock.
+	Tenure time.Duration
+}
+
+// decision is the next single write the reconciler must make, or none.
+type decision struct {
+	// removeRequest, when set, names the expired holder whose request must be
+	// removed from spec (a write that also raises metadata.generation, so that the
+	// next grant's token is larger than the expired one).
+	removeRequest string
+	// status, when set, is the status to write.
+	status *coordv1alpha1.FencedLeaseStatus
+	// observation to remember once the write succeeds (nil: forget).
+	observation *observation
+	// renewed is true when status records a newly observed renewal.
+	renewed     bool
+	transitions []Transition
+	// requeueAfter is when the lease must be looked at again if nothing changes.
+	requeueAfter time.Duration
+}
+
+// decide computes the controller's next step for one FencedLease. It is a pure
+// function of the object, what this controller has observed, the epoch carried
+// over from earlier incarnations of the lease name (used only when the status
+// is still empty) and the controller's clock.
+func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int64, now time.Time, timing Timing) (decision, error) {
+	var d decision
+	old := &lease.Status
+	st := old.DeepCopy()
+
+	base := st.TokenBase
+	if old.ObservedGeneration == 0 && storedEpoch > base {
+		base = storedEpoch
+	}
+	if lease.Spec.MinFencingToken > base {
+		base = lease.Spec.MinFencingToken
+	}
+	st.TokenBase = base
+	st.ObservedGeneration = lease.Generation
+	reqs := lease.Spec.Requests
+	nowMicro := micro(now)
+
+	if st.HolderIdentity != "" {
+		holder := st.HolderIdentity
+		idx := requestIndex(reqs, holder)
+		switch {
+		case idx < 0 || reqs[idx].RenewSequence < st.RenewSequence:
+			// The holder's request is gone (or was withdrawn and made anew, which
+			// resets renewSequence): the tenure is over.
+			reason := coordv1alpha1.EndReasonReleased
+			if lease.Annotations[ExpiredAnnotation] == fmt.Sprintf("%s/%d", holder, st.FencingToken) {
+				reason = coordv1alpha1.EndReasonExpired
+			}
+			tr := endTenure(st, reason, now)
+			if reason == coordv1alpha1.EndReasonExpired && lease.Spec.LockDelaySeconds > 0 {
+				until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
+				st.LockDelayUntil = &until
+			}
+			d.transitions = append(d.transitions, tr)
+			obs = nil
+		default:
+			renewSeq := reqs[idx].RenewSequence
+			switch {
+			case obs == nil || obs.holder != holder || obs.token != st.FencingToken:
+				// First time this controller sees this tenure: count from now.
+				obs = &observation{holder: holder, token: st.FencingToken, renewSequence: renewSeq, at: now}
+			case renewSeq > obs.renewSequence:
+				obs = &observation{holder: holder, token: st.FencingToken, renewSequence: renewSeq, at: now}
+				d.renewed = true
+			}
+			l := time.Duration(st.LeaseDurationSeconds) * time.Second
+			expire := obs.at.Add(l + timing.Allowance(l))
+			if !now.Before(expire) {
+				d.removeRequest = holder
+				d.observation = obs
+				return d, nil
+			}
+			renewAt := micro(obs.at)
+			expireAt := micro(expire)
+			st.RenewSequence = obs.renewSequence
+			st.RenewTime = &renewAt
+			st.ExpireTime = &expireAt
+			d.observation = obs
+			d.requeueAfter = expire.Sub(now)
+		}
+	}
+
+	if st.HolderIdentity == "" {
+		obs = nil
+		switch {
+		case len(reqs) == 0:
+			setHeld(st, lease.Generation, now, metav1.ConditionFalse, idleReason(st), idleMessage(st))
+		case st.LockDelayUntil != nil && now.Before(st.LockDelayUntil.Time):
+			d.requeueAfter = st.LockDelayUntil.Sub(now)
+			setHeld(st, lease.Generation, now, metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay,
+				fmt.Sprintf("previous holder expired; no grant before %s", st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
+		default:
+			next := &reqs[0]
+			token := base + lease.Generation
+			if token <= st.FencingToken {
+				// Cannot happen while every tenure ends with a spec write; refuse
+				// rather than issue a token that does not increase (I1).
+				return d, fmt.Errorf("refusing to grant %q: token %d would not exceed the last token %d", next.HolderIdentity, token, st.FencingToken)
+			}
+			tr := grant(st, lease, next, token, len(d.transitions) > 0, now, timing)
+			d.transitions = append(d.transitions, tr)
+			obs = &observation{holder: next.HolderIdentity, token: token, renewSequence: next.RenewSequence, at: now}
+			d.observation = obs
+			l := time.Duration(st.LeaseDurationSeconds) * time.Second
+			d.requeueAfter = l + timing.Allowance(l)
+		}
+	}
+
+	st.Waiting = waiting(reqs, st.HolderIdentity, old.Waiting, nowMicro)
+	if !equality.Semantic.DeepEqual(old, st) {
+		d.status = st
+	}
+	return d, nil
+}
+
+func requestIndex(reqs []coordv1alpha1.LeaseRequest, identity string) int {
+	for i := range reqs {
+		if reqs[i].HolderIdentity == identity {
+			return i
+		}
+	}
+	return -1
+}
+
+func endTenure(st *coordv1alpha1.FencedLeaseStatus, reason coordv1alpha1.EndReason, now time.Time) Transition {
+	tr := Transition{Kind: string(reason), Previous: st.HolderIdentity, PreviousToken: st.FencingToken}
+	if st.AcquireTime != nil {
+		tr.Tenure = now.Sub(st.AcquireTime.Time)
+	}
+	st.PreviousHolder = &coordv1alpha1.PreviousHolder{
+		HolderIdentity: st.HolderIdentity,
+		FencingToken:   st.FencingToken,
+		EndTime:        micro(now),
+		Reason:         reason,
+	}
+	st.HolderIdentity = ""
+	st.AcquireTime = nil
+	st.RenewTime = nil
+	st.ExpireTime = nil
+	st.RenewSequence = 0
+	return tr
+}
+
+func grant(st *coordv1alpha1.FencedLeaseStatus, lease *coordv1alpha1.FencedLease, next *coordv1alpha1.LeaseRequest, token int64, endedNow bool, now time.Time, timing Timing) Transition {
+	kind := coordv1alpha1.ReasonGranted
+	tr := Transition{Holder: next.HolderIdentity, Token: token}
+	if p := st.PreviousHolder; p != nil && (endedNow || p.Reason == coordv1alpha1.EndReasonExpired) {
+		tr.Previous, tr.PreviousToken = p.HolderIdentity, p.FencingToken
+		if p.Reason == coordv1alpha1.EndReasonReleased {
+			kind = coordv1alpha1.ReasonHandedOver
+		} else {
+			kind = coordv1alpha1.ReasonTakenOver
+			// "Expired, nobody took over" becomes "superseded by a new holder".
+			p.Reason = coordv1alpha1.EndReasonSuperseded
+		}
+	}
+	tr.Kind = kind
+	if st.PreviousHolder == nil || st.PreviousHolder.HolderIdentity != next.HolderIdentity {
+		st.LeaseTransitions++
+	}
+	l := time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second
+	acquire := micro(now)
+	expire := micro(now.Add(l + timing.Allowance(l)))
+	st.HolderIdentity = next.HolderIdentity
+	st.FencingToken = token
+	st.LeaseDurationSeconds = lease.Spec.LeaseDurationSeconds
+	st.AcquireTime = &acquire
+	st.RenewTime = &acquire
+	st.ExpireTime = &expire
+	st.RenewSequence = next.RenewSequence
+	st.LockDelayUntil = nil
+	setHeld(st, lease.Generation, now, metav1.ConditionTrue, kind,
+		fmt.Sprintf("granted to %s with fencing token %d", next.HolderIdentity, token))
+	return tr
+}
+
+func idleReason(st *coordv1alpha1.FencedLeaseStatus) string {
+	switch {
+	case st.PreviousHolder == nil:
+		return coordv1alpha1.ReasonUnclaimed
+	case st.PreviousHolder.Reason == coordv1alpha1.EndReasonReleased:
+		return coordv1alpha1.ReasonReleased
+	default:
+		return coordv1alpha1.ReasonExpired
+	}
+}
+
+func idleMessage(st *coordv1alpha1.FencedLeaseStatus) string {
+	p := st.PreviousHolder
+	switch {
+	case p == nil:
+		return "nobody has requested the lease"
+	case p.Reason == coordv1alpha1.EndReasonReleased:
+		return fmt.Sprintf("%s released token %d; nobody else is waiting", p.HolderIdentity, p.FencingToken)
+	default:
+		return fmt.Sprintf("%s stopped renewing and expired with token %d; nobody else is waiting", p.HolderIdentity, p.FencingToken)
+	}
+}
+
+func setHeld(st *coordv1alpha1.FencedLeaseStatus, generation int64, now time.Time, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               coordv1alpha1.ConditionHeld,
+		LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: generation,
+	})
+}
+
+// waiting lists the requests other than the holder's in grant order, keeping
+// the time the controller first saw each.
+func waiting(reqs []coordv1alpha1.LeaseRequest, holder string, prev []coordv1alpha1.WaitingRequest, now metav1.MicroTime) []coordv1alpha1.WaitingRequest {
+	since := make(map[string]metav1.MicroTime, len(prev))
+	for _, w := range prev {
+		since[w.HolderIdentity] = w.Since
+	}
+	var out []coordv1alpha1.WaitingRequest
+	for _, r := range reqs {
+		if r.HolderIdentity == holder {
+			continue
+		}
+		s, ok := since[r.HolderIdentity]
+		if !ok {
+			s = now
+		}
+		out = append(out, coordv1alpha1.WaitingRequest{HolderIdentity: r.HolderIdentity, Since: s})
+	}
+	return out
+}
+
+// micro is t as the API stores it: wall clock, microseconds, no monotonic reading.
+func micro(t time.Time) metav1.MicroTime {
+	return metav1.NewMicroTime(t.Round(0).Truncate(time.Microsecond))
+}

@@ -1,0 +1,253 @@
+// Package controllers holds the FencedLease reconciler: it grants, renews,
+// expires and hands over leases on its own clock.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/metrics"
+)
+
+// EpochFinalizer keeps a FencedLease until its highest token is recorded in the
+// epoch store, so that the lease name's tokens keep rising after delete-then-recreate.
+const EpochFinalizer = "coordination.kubefence.io/epoch"
+
+// Event reasons.
+const (
+	EventGranted    = "Granted"
+	EventHandedOver = "HandedOver"
+	EventTakenOver  = "TakenOver"
+	EventExpired    = "Expired"
+	EventReleased   = "Released"
+	EventRenewFail  = "RenewalMissed"
+)
+
+// FencedLeaseReconciler grants, renews, expires and hands over FencedLeases.
+type FencedLeaseReconciler struct {
+	client.Client
+	// Clock is the controller's clock: the only one that decides expiry.
+	Clock clock.Clock
+	// Recorder emits events.k8s.io/v1 Events.
+	Recorder events.EventRecorder
+	// Epochs carries tokens across delete-then-recreate.
+	Epochs *EpochStore
+	// Timing is the expiry arithmetic.
+	Timing Timing
+	// MaxConcurrentReconciles bounds parallel reconciles (default 4).
+	MaxConcurrentReconciles int
+
+	mu           sync.Mutex
+	observations map[types.UID]*observation
+}
+
+// +kubebuilder:rbac:groups=coordination.kubefence.io,resources=fencedleases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=coordination.kubefence.io,resources=fencedleases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.kubefence.io,resources=fencedleases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile moves one FencedLease one or more steps forward: record a renewal,
+// expire a silent holder, record a release, grant the next request.
+func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var lease coordv1alpha1.FencedLease
+	if err := r.Get(ctx, req.NamespacedName, &lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.Forget(req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !lease.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &lease)
+	}
+	if !controllerutil.ContainsFinalizer(&lease, EpochFinalizer) {
+		controllerutil.AddFinalizer(&lease, EpochFinalizer)
+		if err := r.Update(ctx, &lease); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+	}
+
+	var stored int64
+	if lease.Status.ObservedGeneration == 0 {
+		var err error
+		if stored, err = r.Epochs.Get(ctx, lease.Namespace, lease.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	// At most: remove an expired request, then write the take-over status.
+	for range 3 {
+		now := r.Clock.Now()
+		d, err := decide(&lease, r.observation(lease.UID), stored, now, r.Timing)
+		if err != nil {
+			log.Error(err, "Refusing to grant", "lease", req.NamespacedName)
+			return ctrl.Result{}, err
+		}
+		switch {
+		case d.removeRequest != "":
+			if err := r.removeExpired(ctx, &lease, d.removeRequest); err != nil {
+				return ctrl.Result{}, ignoreConflict(err)
+			}
+			metrics.RenewalsMissed.WithLabelValues(lease.Namespace, lease.Name).Inc()
+			r.Recorder.Eventf(&lease, nil, corev1.EventTypeWarning, EventRenewFail, "Expire",
+				"%s did not renew token %d within %ds", d.removeRequest, lease.Status.FencingToken, lease.Status.LeaseDurationSeconds)
+			continue
+		case d.status != nil:
+			updated := lease.DeepCopy()
+			updated.Status = *d.status
+			if err := r.Status().Update(ctx, updated); err != nil {
+				return ctrl.Result{}, ignoreConflict(err)
+			}
+			lease = *updated
+		}
+		r.setObservation(lease.UID, d.observation)
+		r.report(ctx, &lease, d)
+		return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+	}
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// removeExpired removes the expired holder's request and marks the removal as
+// an expiry, in one optimistic-locked write: if the holder renewed meanwhile
+// the write conflicts and the next reconcile sees the renewal.
+func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv1alpha1.FencedLease, holder string) error {
+	updated := lease.DeepCopy()
+	reqs := updated.Spec.Requests[:0:0]
+	for _, q := range lease.Spec.Requests {
+		if q.HolderIdentity != holder {
+			reqs = append(reqs, q)
+		}
+	}
+	updated.Spec.Requests = reqs
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	updated.Annotations[ExpiredAnnotation] = fmt.Sprintf("%s/%d", holder, lease.Status.FencingToken)
+	if err := r.Update(ctx, updated); err != nil {
+		return fmt.Errorf("removing expired request of %s: %w", holder, err)
+	}
+	*lease = *updated
+	return nil
+}
+
+// finalize records the lease's highest token in the epoch store, then lets the
+// deletion proceed. The finalizer is removed with an optimistic lock, so a grant
+// written after the token was read makes the removal conflict and repeat.
+func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	if !controllerutil.ContainsFinalizer(lease, EpochFinalizer) {
+		return nil
+	}
+	high := max(lease.Status.FencingToken, lease.Spec.MinFencingToken, lease.Status.TokenBase)
+	if err := r.Epochs.Record(ctx, lease.Namespace, lease.Name, high); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(lease, EpochFinalizer)
+	if err := r.Update(ctx, lease); err != nil {
+		return ignoreConflict(err)
+	}
+	r.setObservation(lease.UID, nil)
+	logf.FromContext(ctx).Info("Recorded epoch of deleted lease", "lease", client.ObjectKeyFromObject(lease), "token", high)
+	return nil
+}
+
+func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1.FencedLease, d decision) {
+	log := logf.FromContext(ctx)
+	ns, name := lease.Namespace, lease.Name
+	if d.renewed {
+		metrics.Renewals.WithLabelValues(ns, name).Inc()
+	}
+	metrics.CurrentToken.WithLabelValues(ns, name).Set(float64(lease.Status.FencingToken))
+	if lease.Status.AcquireTime != nil {
+		metrics.HolderAge.WithLabelValues(ns, name).Set(r.Clock.Since(lease.Status.AcquireTime.Time).Seconds())
+	} else {
+		metrics.HolderAge.WithLabelValues(ns, name).Set(0)
+	}
+	for _, tr := range d.transitions {
+		switch tr.Kind {
+		case string(coordv1alpha1.EndReasonExpired):
+			metrics.Expiries.WithLabelValues(ns, name).Inc()
+			metrics.TenureSeconds.WithLabelValues(tr.Kind).Observe(tr.Tenure.Seconds())
+			log.Info("Lease expired", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventExpired, "Expire",
+				"%s stopped renewing; token %d expired", tr.Previous, tr.PreviousToken)
+		case string(coordv1alpha1.EndReasonReleased):
+			metrics.Releases.WithLabelValues(ns, name).Inc()
+			metrics.TenureSeconds.WithLabelValues(tr.Kind).Observe(tr.Tenure.Seconds())
+			log.Info("Lease released", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeNormal, EventReleased, "Release",
+				"%s released token %d", tr.Previous, tr.PreviousToken)
+		default:
+			metrics.Acquisitions.WithLabelValues(ns, name, tr.Kind).Inc()
+			metrics.TokensIssued.WithLabelValues(ns, name).Inc()
+			if tr.Kind == coordv1alpha1.ReasonTakenOver {
+				metrics.Takeovers.WithLabelValues(ns, name).Inc()
+			}
+			log.Info("Lease granted", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Holder, "token", tr.Token,
+				"kind", tr.Kind, "previousHolder", tr.Previous, "previousToken", tr.PreviousToken)
+			note := fmt.Sprintf("granted to %s with fencing token %d", tr.Holder, tr.Token)
+			if tr.Previous != "" {
+				note = fmt.Sprintf("%s (previous holder %s, token %d)", note, tr.Previous, tr.PreviousToken)
+			}
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeNormal, tr.Kind, "Grant", "%s", note)
+		}
+	}
+}
+
+func (r *FencedLeaseReconciler) observation(uid types.UID) *observation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observations[uid]
+}
+
+func (r *FencedLeaseReconciler) setObservation(uid types.UID, o *observation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.observations == nil {
+		r.observations = map[types.UID]*observation{}
+	}
+	if o == nil {
+		delete(r.observations, uid)
+		return
+	}
+	r.observations[uid] = o
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		// The watch delivers the newer version and triggers another reconcile.
+		return nil
+	}
+	return err
+}
+
+// SetupWithManager registers the reconciler.
+func (r *FencedLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if err := r.Timing.Validate(); err != nil {
+		return err
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&coordv1alpha1.FencedLease{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("fencedlease").
+		Complete(r)
+}

@@ -1,0 +1,105 @@
+// Package metrics registers every kubefence Prometheus metric in one place.
+// Labels are bounded: lease namespace and name, and fixed reason strings; never
+// object names, UIDs or holder identities.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+const namespace = "kubefence"
+
+var (
+	// Acquisitions counts grants, by how the lease was obtained (Granted,
+	// HandedOver, TakenOver).
+	Acquisitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_acquisitions_total",
+		Help: "Grants of a lease to a holder, by kind (Granted, HandedOver, TakenOver).",
+	}, []string{"lease_namespace", "lease", "kind"})
+
+	// Renewals counts renewals the controller observed.
+	Renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_renewals_total",
+		Help: "Renewals observed by the controller.",
+	}, []string{"lease_namespace", "lease"})
+
+	// RenewalsMissed counts tenures that ended because the holder stopped renewing.
+	RenewalsMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "renewals_missed_total",
+		Help: "Holders that did not renew within the lease duration (each leads to an expiry).",
+	}, []string{"lease_namespace", "lease"})
+
+	// Expiries counts involuntary ends of tenure.
+	Expiries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_expiries_total",
+		Help: "Tenures ended by the controller because the holder stopped renewing.",
+	}, []string{"lease_namespace", "lease"})
+
+	// Releases counts voluntary ends of tenure.
+	Releases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_releases_total",
+		Help: "Tenures ended by the holder releasing the lease.",
+	}, []string{"lease_namespace", "lease"})
+
+	// Takeovers counts grants that followed an expiry.
+	Takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_takeovers_total",
+		Help: "Grants to a new holder after the previous one expired.",
+	}, []string{"lease_namespace", "lease"})
+
+	// TokensIssued counts fencing tokens issued (one per grant).
+	TokensIssued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "tokens_issued_total",
+		Help: "Fencing tokens issued.",
+	}, []string{"lease_namespace", "lease"})
+
+	// CurrentToken is the current fencing token of each lease.
+	CurrentToken = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "lease_fencing_token",
+		Help: "Current (or last) fencing token of the lease.",
+	}, []string{"lease_namespace", "lease"})
+
+	// HolderAge is how long the current holder has held the lease.
+	HolderAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "lease_holder_age_seconds",
+		Help: "Age of the active tenure, 0 when nobody holds the lease.",
+	}, []string{"lease_namespace", "lease"})
+
+	// TenureSeconds observes the length of ended tenures.
+	TenureSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "lease_tenure_seconds",
+		Help:    "Length of tenures that ended, by end reason.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+	}, []string{"reason"})
+
+	// StaleWritesRejected counts writes to guarded objects refused as stale.
+	StaleWritesRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "stale_writes_rejected_total",
+		Help: "Writes to guarded objects refused because their fencing token was stale.",
+	}, []string{"lease_namespace", "lease", "operation"})
+
+	// LeaseWritesRefused counts writes to FencedLeases refused by the webhook (I6).
+	LeaseWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "lease_writes_refused_total",
+		Help: "Writes to FencedLease objects refused by the admission webhook, by reason.",
+	}, []string{"reason"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(Acquisitions, Renewals, RenewalsMissed, Expiries, Releases,
+		Takeovers, TokensIssued, CurrentToken, HolderAge, TenureSeconds, StaleWritesRejected,
+		LeaseWritesRefused)
+}
+
+// Forget drops the per-lease series of a deleted lease.
+func Forget(leaseNamespace, lease string) {
+	l := map[string]string{"lease_namespace": leaseNamespace, "lease": lease}
+	for _, v := range []*prometheus.CounterVec{Renewals, RenewalsMissed, Expiries, Releases, Takeovers, TokensIssued} {
+		v.Delete(l)
+	}
+	Acquisitions.DeletePartialMatch(l)
+	StaleWritesRejected.DeletePartialMatch(l)
+	CurrentToken.Delete(l)
+	HolderAge.Delete(l)
+}

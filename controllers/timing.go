@@ -1,0 +1,49 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+)
+
+// Timing holds the controller's expiry arithmetic. A holder is expired at
+//
+//	(time this controller first observed its latest renewal) + L + Allowance(L)
+//
+// where L is the tenure's lease duration. The allowance covers clock-rate drift
+// between the holder and the controller: the holder's own deadline is counted
+// from when it sent the renewal, which is never later than when the controller
+// observed it, so the delivery delay needs no term of its own (see
+// docs/design.md, I3).
+type Timing struct {
+	// DriftRatio is the largest relative clock-rate difference tolerated between a
+	// holder and the controller, as a fraction of the lease duration.
+	DriftRatio float64
+	// MinDrift is the smallest allowance, whatever the lease duration.
+	MinDrift time.Duration
+}
+
+// DefaultTiming allows 0.5% of the lease duration (5000 ppm, fifty times a
+// generous bound for an undisciplined quartz clock) and at least 10 ms.
+func DefaultTiming() Timing {
+	return Timing{DriftRatio: 0.005, MinDrift: 10 * time.Millisecond}
+}
+
+// Validate reports a setting that would break the expiry arithmetic.
+func (t Timing) Validate() error {
+	if t.DriftRatio < 0 || t.DriftRatio >= 1 {
+		return fmt.Errorf("drift ratio %v is out of range: expected 0 <= ratio < 1", t.DriftRatio)
+	}
+	if t.MinDrift < 0 {
+		return fmt.Errorf("minimum drift allowance %v is negative: expected >= 0", t.MinDrift)
+	}
+	return nil
+}
+
+// Allowance is the drift allowance added to a lease of duration l.
+func (t Timing) Allowance(l time.Duration) time.Duration {
+	a := time.Duration(float64(l) * t.DriftRatio)
+	if a < t.MinDrift {
+		a = t.MinDrift
+	}
+	return a
+}

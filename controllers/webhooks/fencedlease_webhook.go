@@ -1,0 +1,184 @@
+// Package webhooks holds the admission webhooks the kubefence manager serves.
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/metrics"
+)
+
+// PodNameExtraKey is the user-info extra that projected service-account tokens
+// carry with the name of the pod they were issued to.
+const PodNameExtraKey = "authentication.kubernetes.io/pod-name"
+
+// FencedLeaseValidator guards FencedLease objects (I6): only the controller
+// grants, expires and writes status; a client may add, renew and withdraw only
+// its own request.
+type FencedLeaseValidator struct {
+	// ControllerUsers are the usernames the kubefence controller runs as. They may
+	// write status, remove expired requests and manage the epoch finalizer.
+	ControllerUsers []string
+}
+
+// +kubebuilder:webhook:path=/validate-coordination-kubefence-io-v1alpha1-fencedlease,mutating=false,failurePolicy=fail,sideEffects=None,groups=coordination.kubefence.io,resources=fencedleases;fencedleases/status,verbs=create;update,versions=v1alpha1,name=vfencedlease-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=3
+
+// SetupWithManager registers the webhook.
+func (v *FencedLeaseValidator) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &coordv1alpha1.FencedLease{}).WithValidator(v).Complete()
+}
+
+var _ admission.Validator[*coordv1alpha1.FencedLease] = &FencedLeaseValidator{}
+
+// ValidateCreate lets a client create a lease with no requests or with its own.
+func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+	user, sub, err := requester(ctx)
+	if err != nil || v.isController(user) {
+		return nil, err
+	}
+	if sub != "" {
+		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller")
+	}
+	if _, ok := lease.Annotations[controllers.ExpiredAnnotation]; ok {
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+	}
+	for i, r := range lease.Spec.Requests {
+		if err := checkOwnRequest(lease, i, r, user); err != nil {
+			return nil, v.refuse(lease, "foreign-request", err.Error())
+		}
+	}
+	return nil, nil
+}
+
+// ValidateUpdate enforces who may change what.
+func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lease *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+	user, sub, err := requester(ctx)
+	if err != nil || v.isController(user) {
+		return nil, err
+	}
+	if sub == "status" {
+		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller: a client cannot grant, renew, expire or change the fencing token through status")
+	}
+	if sub != "" {
+		return nil, v.refuse(lease, "subresource", fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
+	}
+	if slices.Contains(oldLease.Finalizers, controllers.EpochFinalizer) && !slices.Contains(lease.Finalizers, controllers.EpochFinalizer) {
+		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", controllers.EpochFinalizer))
+	}
+	if oldLease.Annotations[controllers.ExpiredAnnotation] != lease.Annotations[controllers.ExpiredAnnotation] {
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+	}
+	if err := checkRequestChanges(oldLease, lease, user); err != nil {
+		return nil, v.refuse(lease, "foreign-request", err.Error())
+	}
+	return nil, nil
+}
+
+// ValidateDelete allows deletion: RBAC decides who may delete a lease, and the
+// epoch finalizer carries its tokens forward.
+func (v *FencedLeaseValidator) ValidateDelete(context.Context, *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v *FencedLeaseValidator) isController(user authenticationv1.UserInfo) bool {
+	return slices.Contains(v.ControllerUsers, user.Username)
+}
+
+func (v *FencedLeaseValidator) refuse(lease *coordv1alpha1.FencedLease, reason, msg string) error {
+	metrics.LeaseWritesRefused.WithLabelValues(reason).Inc()
+	return apierrors.NewForbidden(coordv1alpha1.GroupVersion.WithResource("fencedleases").GroupResource(), lease.Name, fmt.Errorf("%s", msg))
+}
+
+func requester(ctx context.Context) (authenticationv1.UserInfo, string, error) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return authenticationv1.UserInfo{}, "", fmt.Errorf("reading admission request: %w", err)
+	}
+	logf.FromContext(ctx).V(1).Info("Validating FencedLease write", "user", req.UserInfo.Username, "subResource", req.SubResource, "operation", req.Operation)
+	return req.UserInfo, req.SubResource, nil
+}
+
+// checkOwnRequest checks that request i was made by user, and that its
+// holderIdentity satisfies the lease's identity binding.
+func checkOwnRequest(lease *coordv1alpha1.FencedLease, i int, r coordv1alpha1.LeaseRequest, user authenticationv1.UserInfo) error {
+	if r.User != user.Username {
+		return fmt.Errorf("spec.requests[%d] (holderIdentity %q) names user %q, but the request comes from %q: a client can request the lease only for itself, so user must equal its own username",
+			i, r.HolderIdentity, r.User, user.Username)
+	}
+	switch lease.Spec.IdentityBinding {
+	case coordv1alpha1.IdentityBindingServiceAccount:
+		if r.HolderIdentity != user.Username {
+			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's username %q (identityBinding ServiceAccount)", i, r.HolderIdentity, user.Username)
+		}
+	case coordv1alpha1.IdentityBindingPod:
+		pods := user.Extra[PodNameExtraKey]
+		if len(pods) != 1 || pods[0] == "" {
+			return fmt.Errorf("spec.requests[%d]: identityBinding Pod needs a requester authenticated with a pod-bound service-account token (user info extra %q), but user %q carries none", i, PodNameExtraKey, user.Username)
+		}
+		if r.HolderIdentity != pods[0] {
+			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's pod name %q (identityBinding Pod)", i, r.HolderIdentity, pods[0])
+		}
+	}
+	return nil
+}
+
+// checkRequestChanges lets a client append its own requests, renew (raise the
+// renewSequence of) its own requests and withdraw its own requests; it may not
+// touch anyone else's, nor change the order of the queue.
+func checkRequestChanges(oldLease, lease *coordv1alpha1.FencedLease, user authenticationv1.UserInfo) error {
+	oldIdx := map[string]int{}
+	for i, r := range oldLease.Spec.Requests {
+		oldIdx[r.HolderIdentity] = i
+	}
+	newIdx := map[string]int{}
+	for i, r := range lease.Spec.Requests {
+		newIdx[r.HolderIdentity] = i
+	}
+	for _, r := range oldLease.Spec.Requests {
+		if _, kept := newIdx[r.HolderIdentity]; !kept && r.User != user.Username {
+			return fmt.Errorf("cannot remove the request of holderIdentity %q: it belongs to user %q, not %q; only the requester can withdraw or release it",
+				r.HolderIdentity, r.User, user.Username)
+		}
+	}
+	var kept []string
+	seenNew := false
+	for i, r := range lease.Spec.Requests {
+		j, existed := oldIdx[r.HolderIdentity]
+		if !existed {
+			if err := checkOwnRequest(lease, i, r, user); err != nil {
+				return err
+			}
+			seenNew = true
+			continue
+		}
+		if seenNew {
+			return fmt.Errorf("spec.requests[%d] (holderIdentity %q) was moved behind a new request: new requests are appended at the end of the queue", i, r.HolderIdentity)
+		}
+		kept = append(kept, r.HolderIdentity)
+		if o := oldLease.Spec.Requests[j]; o != r && o.User != user.Username {
+			return fmt.Errorf("cannot change the request of holderIdentity %q: it belongs to user %q, not %q; only the holder can renew it",
+				r.HolderIdentity, o.User, user.Username)
+		}
+	}
+	var oldKept []string
+	for _, r := range oldLease.Spec.Requests {
+		if _, ok := newIdx[r.HolderIdentity]; ok {
+			oldKept = append(oldKept, r.HolderIdentity)
+		}
+	}
+	if !slices.Equal(kept, oldKept) {
+		return fmt.Errorf("the order of spec.requests changed from [%s] to [%s]: requests are granted in arrival order, which a client cannot change",
+			strings.Join(oldKept, ", "), strings.Join(kept, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"fmt"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// holderPattern is the holderIdentity pattern as the API server quotes it.
+const holderPattern = `should match '^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$'`
+
+var _ = Describe("FencedLease schema validation on create", func() {
+	DescribeTable("refuses an invalid field, naming the field and the rule",
+		func(spec map[string]any, field, rule string) {
+			err := k8sClient.Create(ctx, newUnstructuredLease("invalid", spec))
+			expectInvalid(err, field, rule)
+
+			// Nothing was stored.
+			got := newUnstructuredLease("invalid", nil)
+			err = k8sClient.Get(ctx, types.NamespacedName{Namespace: namespace, Name: "invalid"}, got)
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "want NotFound, got %v", err)
+		},
+
+		Entry("leaseDurationSeconds 0",
+			map[string]any{"leaseDurationSeconds": int64(0)},
+			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
+		Entry("leaseDurationSeconds -1",
+			map[string]any{"leaseDurationSeconds": int64(-1)},
+			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
+		Entry("leaseDurationSeconds 3601",
+			map[string]any{"leaseDurationSeconds": int64(3601)},
+			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
+		Entry("leaseDurationSeconds 99999999999 (overflows int32)",
+			map[string]any{"leaseDurationSeconds": int64(99999999999)},
+			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
+		Entry("leaseDurationSeconds as a string",
+			map[string]any{"leaseDurationSeconds": "15s"},
+			"spec.leaseDurationSeconds", `must be of type integer`),
+
+		Entry("lockDelaySeconds -1",
+			map[string]any{"lockDelaySeconds": int64(-1)},
+			"spec.lockDelaySeconds", "should be greater than or equal to 0"),
+		Entry("lockDelaySeconds 3601",
+			map[string]any{"lockDelaySeconds": int64(3601)},
+			"spec.lockDelaySeconds", "should be less than or equal to 3600"),
+
+		Entry("identityBinding Bogus",
+			map[string]any{"identityBinding": "Bogus"},
+			"spec.identityBinding", `Unsupported value: "Bogus": supported values: "None", "ServiceAccount", "Pod"`),
+		Entry("identityBinding in the wrong case",
+			map[string]any{"identityBinding": "pod"},
+			"spec.identityBinding", `Unsupported value: "pod"`),
+
+		Entry("minFencingToken -1",
+			map[string]any{"minFencingToken": int64(-1)},
+			"spec.minFencingToken", "should be greater than or equal to 0"),
+
+		Entry("requests: holderIdentity empty",
+			map[string]any{"requests": []any{request("", "alice", 0)}},
+			"spec.requests[0].holderIdentity", "should be at least 1 chars long"),
+		Entry("requests: holderIdentity missing",
+			map[string]any{"requests": []any{map[string]any{"user": "alice"}}},
+			"spec.requests[0].holderIdentity", "Required value"),
+		Entry("requests: holderIdentity 129 characters",
+			map[string]any{"requests": []any{request(strings.Repeat("a", 129), "alice", 0)}},
+			"spec.requests[0].holderIdentity", "may not be more than 128"),
+		Entry("requests: holderIdentity with uppercase",
+			map[string]any{"requests": []any{request("Worker-A", "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern),
+		Entry("requests: holderIdentity with a space",
+			map[string]any{"requests": []any{request("worker a", "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern),
+		Entry("requests: holderIdentity starting with '-'",
+			map[string]any{"requests": []any{request("-worker", "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern),
+		Entry("requests: holderIdentity ending with '.'",
+			map[string]any{"requests": []any{request("worker.", "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern),
+		Entry("requests: holderIdentity with '/'",
+			map[string]any{"requests": []any{request("jobs/worker", "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern),
+		Entry("requests: user empty",
+			map[string]any{"requests": []any{request("worker-a", "", 0)}},
+			"spec.requests[0].user", "should be at least 1 chars long"),
+		Entry("requests: user missing",
+			map[string]any{"requests": []any{map[string]any{"holderIdentity": "worker-a"}}},
+			"spec.requests[0].user", "Required value"),
+		Entry("requests: user 513 characters",
+			map[string]any{"requests": []any{request("worker-a", strings.Repeat("u", 513), 0)}},
+			"spec.requests[0].user", "may not be more than 512"),
+		Entry("requests: renewSequence -1",
+			map[string]any{"requests": []any{request("worker-a", "alice", -1)}},
+			"spec.requests[0].renewSequence", "should be greater than or equal to 0"),
+		Entry("requests: the second item is checked too",
+			map[string]any{"requests": []any{request("worker-a", "alice", 0), request("Worker-B", "bob", 0)}},
+			"spec.requests[1].holderIdentity", holderPattern),
+		Entry("requests: 65 items (more than 64)",
+			map[string]any{"requests": manyRequests(65)},
+			"spec.requests", "must have at most 64 items"),
+		Entry("requests: duplicate holderIdentity (list-map key)",
+			map[string]any{"requests": []any{request("worker-a", "alice", 0), request("worker-a", "mallory", 0)}},
+			"spec.requests[1]", "Duplicate value"),
+	)
+})
+
+// manyRequests returns n valid, distinct requests.
+func manyRequests(n int) []any {
+	out := make([]any, 0, n)
+	for i := range n {
+		out = append(out, request(fmt.Sprintf("worker-%d", i), "alice", 0))
+	}
+	return out
+}

@@ -71,6 +71,7 @@ type FencedLeaseSpec struct {
 }
 
 // LeaseRequest is one client's request for the lease.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewSequence) || (has(self.renewSequence) && self.renewSequence >= oldSelf.renewSequence)",message="renewSequence may only increase",fieldPath=".renewSequence"
 type LeaseRequest struct {
 	// holderIdentity names the requesting client, as it will appear in
 	// status.holderIdentity once granted. Lowercase letters, digits, '-', '.', '_' and
@@ -94,7 +95,6 @@ type LeaseRequest struct {
 	// the lease duration from when it observes a higher value. It may only increase.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="renewSequence may only increase"
 	RenewSequence int64 `json:"renewSequence,omitempty"`
 }
 
@@ -264,6 +264,7 @@ type FencedLease struct {
 
 	// spec holds what users and clients ask for.
 	// +optional
+	// +kubebuilder:default={}
 	Spec FencedLeaseSpec `json:"spec,omitempty"`
 
 	// status holds what the controller decided.

@@ -110,6 +110,27 @@ var _ = Describe("FencedLease defaults", func() {
 		Expect(getLease("at-lower-limits").Spec.LeaseDurationSeconds).To(Equal(int32(1)))
 	})
 
+	// API GAP, pending until the CRD is fixed: spec is optional and has no default
+	// of its own, and structural defaulting only fills fields of objects that
+	// exist. A FencedLease sent without a spec (e.g. a manifest with metadata only)
+	// is stored with no spec at all: no leaseDurationSeconds, lockDelaySeconds or
+	// identityBinding. Worse, the spec-level transition rules need oldSelf, so the
+	// first update that adds a spec may set identityBinding to anything (the
+	// effective None becomes Pod, unchecked). Fix: +kubebuilder:default={} on
+	// FencedLease.Spec (checked: this spec passes with that default in the CRD).
+	It("defaults a FencedLease sent without any spec, and keeps its identityBinding immutable", func() {
+		Expect(k8sClient.Create(ctx, newUnstructuredLease("no-spec", nil))).To(Succeed())
+		Expect(getUnstructuredLease("no-spec").Object["spec"]).To(Equal(map[string]any{
+			"leaseDurationSeconds": int64(15),
+			"lockDelaySeconds":     int64(0),
+			"identityBinding":      "None",
+		}))
+
+		u := getUnstructuredLease("no-spec")
+		u.Object["spec"] = map[string]any{"identityBinding": "Pod"}
+		expectInvalid(k8sClient.Update(ctx, u), "spec", "identityBinding is immutable")
+	})
+
 	It("prunes fields the schema does not know", func() {
 		u := newUnstructuredLease("unknown-field", map[string]any{"tokenOverride": int64(7)})
 		Expect(k8sClient.Create(ctx, u)).To(Succeed())

@@ -70,6 +70,7 @@ func expectInvalid(err error, fragments ...string) {
 	GinkgoHelper()
 	Expect(err).To(HaveOccurred(), "the API server accepted the object")
 	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want an Invalid (422) error, got %T: %v", err, err)
+	GinkgoWriter.Printf("refused: %v\n", err)
 	for _, f := range fragments {
 		Expect(err.Error()).To(ContainSubstring(f))
 	}

@@ -16,9 +16,9 @@ const holderPattern = `should match '^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$'`
 
 var _ = Describe("FencedLease schema validation on create", func() {
 	DescribeTable("refuses an invalid field, naming the field and the rule",
-		func(spec map[string]any, field, rule string) {
+		func(spec map[string]any, field string, rules ...string) {
 			err := k8sClient.Create(ctx, newUnstructuredLease("invalid", spec))
-			expectInvalid(err, field, rule)
+			expectInvalid(err, append([]string{field}, rules...)...)
 
 			// Nothing was stored.
 			got := newUnstructuredLease("invalid", nil)
@@ -37,7 +37,7 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
 		Entry("leaseDurationSeconds 99999999999 (overflows int32)",
 			map[string]any{"leaseDurationSeconds": int64(99999999999)},
-			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
+			"spec.leaseDurationSeconds", "should be less than or equal to 3600", "must be of type integer with format int32"),
 		Entry("leaseDurationSeconds as a string",
 			map[string]any{"leaseDurationSeconds": "15s"},
 			"spec.leaseDurationSeconds", `must be of type integer`),

@@ -1,0 +1,293 @@
+package controllers
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// sim drives decide() the way the reconciler does, against an in-memory lease
+// and a fake clock, applying spec removals (which raise generation) and status writes.
+type sim struct {
+	t      *testing.T
+	lease  *coordv1alpha1.FencedLease
+	obs    *observation
+	clock  *clocktesting.FakeClock
+	timing Timing
+	stored int64
+	trs    []Transition
+}
+
+func newSim(t *testing.T, durationSeconds, lockDelaySeconds int32) *sim {
+	return &sim{
+		t: t,
+		lease: &coordv1alpha1.FencedLease{
+			ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: "ns", Generation: 1},
+			Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds, LockDelaySeconds: lockDelaySeconds},
+		},
+		clock:  clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		timing: DefaultTiming(),
+	}
+}
+
+// specWrite mimics a client's spec change: generation goes up.
+func (s *sim) specWrite(f func(*coordv1alpha1.FencedLeaseSpec)) {
+	f(&s.lease.Spec)
+	s.lease.Generation++
+}
+
+func (s *sim) join(id string) {
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+		sp.Requests = append(sp.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: id, User: id})
+	})
+}
+
+func (s *sim) renew(id string) {
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+		sp.Requests[requestIndex(sp.Requests, id)].RenewSequence++
+	})
+}
+
+func (s *sim) withdraw(id string) {
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+		i := requestIndex(sp.Requests, id)
+		sp.Requests = append(sp.Requests[:i:i], sp.Requests[i+1:]...)
+	})
+}
+
+// reconcile runs decide until it has nothing to write; it returns the requeue.
+func (s *sim) reconcile() time.Duration {
+	s.t.Helper()
+	for range 3 {
+		d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
+		if err != nil {
+			s.t.Fatalf("decide: %v", err)
+		}
+		if d.removeRequest != "" {
+			s.withdraw(d.removeRequest)
+			if s.lease.Annotations == nil {
+				s.lease.Annotations = map[string]string{}
+			}
+			s.lease.Annotations[ExpiredAnnotation] = d.removeRequest + "/" + itoa(s.lease.Status.FencingToken)
+			continue
+		}
+		if d.status != nil {
+			s.lease.Status = *d.status
+		}
+		s.obs = d.observation
+		s.trs = append(s.trs, d.transitions...)
+		return d.requeueAfter
+	}
+	s.t.Fatal("decide did not settle in 3 steps")
+	return 0
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func (s *sim) holder() (string, int64) {
+	return s.lease.Status.HolderIdentity, s.lease.Status.FencingToken
+}
+
+func heldReason(l *coordv1alpha1.FencedLease) string {
+	for _, c := range l.Status.Conditions {
+		if c.Type == coordv1alpha1.ConditionHeld {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+func TestGrantsInArrivalOrderWithIncreasingTokens(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.reconcile()
+	if got := heldReason(s.lease); got != coordv1alpha1.ReasonUnclaimed {
+		t.Fatalf("empty lease: Held reason %q, want Unclaimed", got)
+	}
+	s.join("a")
+	s.join("b")
+	s.join("c")
+	s.reconcile()
+	var last int64
+	for _, want := range []string{"a", "b", "c"} {
+		h, tok := s.holder()
+		if h != want {
+			t.Fatalf("holder %q, want %q (FIFO)", h, want)
+		}
+		if tok <= last {
+			t.Fatalf("token %d after %d: tokens must increase", tok, last)
+		}
+		last = tok
+		s.withdraw(want)
+		s.reconcile()
+	}
+	if h, _ := s.holder(); h != "" || heldReason(s.lease) != coordv1alpha1.ReasonReleased {
+		t.Fatalf("after all released: holder %q reason %q, want none/Released", h, heldReason(s.lease))
+	}
+	if s.lease.Status.LeaseTransitions != 3 {
+		t.Fatalf("leaseTransitions %d, want 3", s.lease.Status.LeaseTransitions)
+	}
+}
+
+func TestRenewalKeepsTokenAndExtendsExpiry(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.reconcile()
+	_, tok := s.holder()
+	for range 5 {
+		s.clock.Step(9 * time.Second)
+		s.renew("a")
+		s.reconcile()
+		if h, got := s.holder(); h != "a" || got != tok {
+			t.Fatalf("after renewal: holder %q token %d, want a/%d (I2)", h, got, tok)
+		}
+	}
+	want := s.clock.Now().Add(10*time.Second + s.timing.Allowance(10*time.Second))
+	if !s.lease.Status.ExpireTime.Time.Equal(want) {
+		t.Fatalf("expireTime %v, want %v", s.lease.Status.ExpireTime.Time, want)
+	}
+}
+
+func TestExpiryExactlyAtDurationPlusAllowance(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.reconcile()
+	s.join("b")
+	requeue := s.reconcile()
+	total := 10*time.Second + s.timing.Allowance(10*time.Second)
+	if requeue != total {
+		t.Fatalf("requeueAfter %v, want exactly %v", requeue, total)
+	}
+	s.clock.Step(total - time.Microsecond)
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("expired early: holder %q 1µs before expiry", h)
+	}
+	_, tokA := s.holder()
+	s.clock.Step(time.Microsecond)
+	s.reconcile()
+	h, tokB := s.holder()
+	if h != "b" || tokB <= tokA {
+		t.Fatalf("at expiry: holder %q token %d, want b with token > %d", h, tokB, tokA)
+	}
+	if heldReason(s.lease) != coordv1alpha1.ReasonTakenOver || s.lease.Status.PreviousHolder.Reason != coordv1alpha1.EndReasonSuperseded {
+		t.Fatalf("reason %q previous %+v, want TakenOver/Superseded", heldReason(s.lease), s.lease.Status.PreviousHolder)
+	}
+}
+
+func TestExpiredWithNobodyWaitingIsToldApartFromSuperseded(t *testing.T) {
+	s := newSim(t, 5, 0)
+	s.join("a")
+	s.reconcile()
+	s.clock.Step(time.Minute)
+	s.reconcile()
+	if h, _ := s.holder(); h != "" {
+		t.Fatalf("holder %q after expiry, want none", h)
+	}
+	if heldReason(s.lease) != coordv1alpha1.ReasonExpired || s.lease.Status.PreviousHolder.Reason != coordv1alpha1.EndReasonExpired {
+		t.Fatalf("reason %q previous %+v, want Expired/Expired", heldReason(s.lease), s.lease.Status.PreviousHolder)
+	}
+	s.join("b")
+	s.reconcile()
+	if heldReason(s.lease) != coordv1alpha1.ReasonTakenOver || s.lease.Status.PreviousHolder.Reason != coordv1alpha1.EndReasonSuperseded {
+		t.Fatalf("reason %q previous %+v, want TakenOver/Superseded", heldReason(s.lease), s.lease.Status.PreviousHolder)
+	}
+}
+
+func TestRestartedControllerCountsFromItsOwnObservation(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	s.clock.Step(8 * time.Second)
+	s.obs = nil // a new controller process: nothing in memory
+	s.reconcile()
+	s.clock.Step(8 * time.Second) // 16 s after the grant, 8 s after the new controller first saw it
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("new controller expired %q early (holder now %q)", "a", h)
+	}
+}
+
+func TestLockDelayAfterExpiryButNotAfterRelease(t *testing.T) {
+	s := newSim(t, 5, 30)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	s.clock.Step(6 * time.Second)
+	requeue := s.reconcile()
+	if h, _ := s.holder(); h != "" || heldReason(s.lease) != coordv1alpha1.ReasonLockDelay {
+		t.Fatalf("holder %q reason %q during lock-delay, want none/LockDelay", h, heldReason(s.lease))
+	}
+	if requeue != 30*time.Second {
+		t.Fatalf("requeueAfter %v, want 30s (end of lock-delay)", requeue)
+	}
+	s.clock.Step(30 * time.Second)
+	s.reconcile()
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q after lock-delay, want b", h)
+	}
+	s.join("c")
+	s.withdraw("b")
+	s.reconcile()
+	if h, _ := s.holder(); h != "c" || heldReason(s.lease) != coordv1alpha1.ReasonHandedOver {
+		t.Fatalf("after release: holder %q reason %q, want c/HandedOver with no lock-delay", h, heldReason(s.lease))
+	}
+}
+
+func TestTokensContinueAboveStoredEpochAndFloor(t *testing.T) {
+	s := newSim(t, 5, 0)
+	s.stored = 1000
+	s.join("a")
+	s.reconcile()
+	if _, tok := s.holder(); tok <= 1000 {
+		t.Fatalf("token %d after recreate with stored epoch 1000, want > 1000", tok)
+	}
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) { sp.MinFencingToken = 5000 })
+	s.reconcile()
+	if _, tok := s.holder(); tok > 1100 {
+		t.Fatalf("raising minFencingToken changed the current token to %d (I2)", tok)
+	}
+	s.join("b")
+	s.withdraw("a")
+	s.reconcile()
+	if h, tok := s.holder(); h != "b" || tok <= 5000 {
+		t.Fatalf("holder %q token %d after floor 5000, want b with token > 5000", h, tok)
+	}
+}
+
+func TestReleaseAndRequeueIsANewTenure(t *testing.T) {
+	s := newSim(t, 5, 0)
+	s.join("a")
+	s.reconcile()
+	s.renew("a")
+	s.reconcile()
+	_, first := s.holder()
+	s.withdraw("a")
+	s.join("a")
+	s.reconcile()
+	if h, tok := s.holder(); h != "a" || tok <= first {
+		t.Fatalf("re-queued after release: holder %q token %d, want a with token > %d", h, tok, first)
+	}
+}
+
+func TestTimingAllowance(t *testing.T) {
+	tm := DefaultTiming()
+	for _, c := range []struct {
+		l, want time.Duration
+	}{{time.Second, 10 * time.Millisecond}, {2 * time.Second, 10 * time.Millisecond}, {15 * time.Second, 75 * time.Millisecond}} {
+		if got := tm.Allowance(c.l); got != c.want {
+			t.Errorf("Allowance(%v) = %v, want %v", c.l, got, c.want)
+		}
+	}
+	if err := (Timing{DriftRatio: 1}).Validate(); err == nil {
+		t.Error("DriftRatio 1 accepted, want an error")
+	}
+	if err := (Timing{MinDrift: -1}).Validate(); err == nil {
+		t.Error("negative MinDrift accepted, want an error")
+	}
+}

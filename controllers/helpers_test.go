@@ -1,0 +1,145 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+var nsCounter int
+
+// newNamespace creates a namespace of its own for one test.
+func newNamespace() string {
+	nsCounter++
+	name := fmt.Sprintf("t%d-%d", GinkgoParallelProcess(), nsCounter)
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+func newLease(ns, name string, durationSeconds, lockDelaySeconds int32) *coordv1alpha1.FencedLease {
+	l := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds, LockDelaySeconds: lockDelaySeconds},
+	}
+	Expect(k8sClient.Create(suiteCtx, l)).To(Succeed())
+	return l
+}
+
+func getLease(ns, name string) *coordv1alpha1.FencedLease {
+	var l coordv1alpha1.FencedLease
+	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
+	return &l
+}
+
+// grant is one tenure as the holder saw it.
+type grant struct {
+	identity string
+	token    int64
+	start    time.Time
+	stop     time.Time // when the holder's context was cancelled
+}
+
+// journal collects the tenures of several electors.
+type journal struct {
+	mu     sync.Mutex
+	grants []grant
+}
+
+func (j *journal) started(id string, token int64) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.grants = append(j.grants, grant{identity: id, token: token, start: time.Now()})
+	return len(j.grants) - 1
+}
+
+func (j *journal) stopped(i int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.grants[i].stop = time.Now()
+}
+
+func (j *journal) snapshot() []grant {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]grant(nil), j.grants...)
+}
+
+func (j *journal) identities() []string {
+	var ids []string
+	for _, g := range j.snapshot() {
+		ids = append(ids, g.identity)
+	}
+	return ids
+}
+
+// runningElector is a fence.Elector running in the background for one user.
+type runningElector struct {
+	*fence.Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startElector runs an elector as user (a client with the editor role) that
+// records its tenures in j.
+func startElector(user, ns, lease, identity string, j *journal, mutate ...func(*fence.Config)) *runningElector {
+	return startElectorWithClient(users[user], ns, lease, identity, j, mutate...)
+}
+
+func startElectorWithClient(cl client.WithWatch, ns, lease, identity string, j *journal, mutate ...func(*fence.Config)) *runningElector {
+	cfg := fence.Config{
+		Client: cl, Namespace: ns, Name: lease, Identity: identity,
+		Callbacks: fence.Callbacks{
+			OnStartedLeading: func(ctx context.Context, token int64) {
+				i := j.started(identity, token)
+				<-ctx.Done()
+				j.stopped(i)
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	e, err := fence.New(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancelRun := context.WithCancel(suiteCtx)
+	r := &runningElector{Elector: e, cancel: cancelRun, done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(r.done)
+		Expect(e.Run(ctx)).To(Succeed())
+	}()
+	return r
+}
+
+func (r *runningElector) stop() {
+	r.cancel()
+	Eventually(r.done, 10*time.Second).Should(BeClosed())
+}
+
+// waitQueued waits until identity's request is in the lease's spec.
+func waitQueued(ns, lease, identity string) {
+	Eventually(func() []string {
+		var ids []string
+		for _, r := range getLease(ns, lease).Spec.Requests {
+			ids = append(ids, r.HolderIdentity)
+		}
+		return ids
+	}, 10*time.Second, 20*time.Millisecond).Should(ContainElement(identity))
+}
+
+// holderOf returns the lease's current holder and token.
+func holderOf(ns, lease string) (string, int64) {
+	l := getLease(ns, lease)
+	return l.Status.HolderIdentity, l.Status.FencingToken
+}

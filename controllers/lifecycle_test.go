@@ -1,0 +1,381 @@
+package controllers_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+var _ = Describe("FencedLease lifecycle", func() {
+	var ns string
+	var ctrlProc *controllerProcess
+
+	BeforeEach(func() {
+		ns = newNamespace()
+		ctrlProc = startController(false)
+		DeferCleanup(func() {
+			if ctrlProc != nil {
+				ctrlProc.stop()
+			}
+		})
+	})
+
+	It("grants in arrival order (FIFO), each grant with a larger token", func() {
+		newLease(ns, "fifo", 10, 0)
+		j := &journal{}
+		var electors []*runningElector
+		for _, u := range []string{"alice", "bob", "carol"} {
+			e := startElector(u, ns, "fifo", u, j)
+			DeferCleanup(e.stop)
+			waitQueued(ns, "fifo", u)
+			electors = append(electors, e)
+		}
+		for i, want := range []string{"alice", "bob", "carol"} {
+			Eventually(j.identities, 10*time.Second).Should(HaveLen(i + 1))
+			Expect(j.identities()[i]).To(Equal(want))
+			Expect(electors[i].Release(suiteCtx)).To(Succeed())
+		}
+		g := j.snapshot()
+		Expect(g[0].token).To(BeNumerically("<", g[1].token))
+		Expect(g[1].token).To(BeNumerically("<", g[2].token))
+	})
+
+	It("keeps the token on renewal (I2) with one API write per renewal", func() {
+		newLease(ns, "renew", 1, 0)
+		j := &journal{}
+		counting := &countingClient{WithWatch: users["alice"]}
+		e := startElectorWithClient(counting, ns, "renew", "alice", j)
+		DeferCleanup(e.stop)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		token := j.snapshot()[0].token
+		before := counting.patches()
+		time.Sleep(3 * time.Second) // three lease durations: about nine renewals
+		renewals := counting.patches() - before
+		Expect(renewals).To(BeNumerically(">=", 6))
+		Expect(counting.writesOtherThanPatch()).To(Equal(1), "only the join is an Update")
+		h, tok := holderOf(ns, "renew")
+		Expect(h).To(Equal("alice"))
+		Expect(tok).To(Equal(token))
+		Expect(j.snapshot()).To(HaveLen(1), "the tenure never broke")
+		Expect(getLease(ns, "renew").Status.RenewSequence).To(BeNumerically(">=", renewals))
+	})
+
+	It("hands over at once on release", func() {
+		newLease(ns, "handover", 30, 0)
+		j := &journal{}
+		a := startElector("alice", ns, "handover", "alice", j)
+		DeferCleanup(a.stop)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		b := startElector("bob", ns, "handover", "bob", j)
+		DeferCleanup(b.stop)
+		waitQueued(ns, "handover", "bob")
+		released := time.Now()
+		Expect(a.Release(suiteCtx)).To(Succeed())
+		Eventually(j.identities, 5*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := j.snapshot()
+		Expect(g[0].stop).NotTo(BeZero())
+		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped before bob started")
+		// Far below the 30 s lease: the release, not an expiry, moved the lease.
+		Expect(g[1].start.Sub(released)).To(BeNumerically("<", 5*time.Second))
+		l := getLease(ns, "handover")
+		Expect(heldCondition(l).Reason).To(Equal(coordv1alpha1.ReasonHandedOver))
+		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonReleased))
+	})
+
+	It("expires a silent holder on the controller's clock, then grants the next (TakenOver, Superseded)", func() {
+		newLease(ns, "expiry", 2, 0)
+		joinRaw("alice", ns, "expiry", "alice")
+		Eventually(func() string { h, _ := holderOf(ns, "expiry"); return h }, 10*time.Second).Should(Equal("alice"))
+		granted := getLease(ns, "expiry").Status.AcquireTime.Time
+		_, tokA := holderOf(ns, "expiry")
+		joinRaw("bob", ns, "expiry", "bob")
+		Eventually(func() string { h, _ := holderOf(ns, "expiry"); return h }, 10*time.Second).Should(Equal("bob"))
+		l := getLease(ns, "expiry")
+		Expect(l.Status.FencingToken).To(BeNumerically(">", tokA))
+		Expect(l.Status.AcquireTime.Time.Sub(granted)).To(BeNumerically(">=", 2*time.Second), "not before lease duration")
+		Expect(heldCondition(l).Reason).To(Equal(coordv1alpha1.ReasonTakenOver))
+		Expect(l.Status.PreviousHolder.HolderIdentity).To(Equal("alice"))
+		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonSuperseded))
+		Expect(l.Spec.Requests).To(HaveLen(1), "alice's expired request was removed")
+	})
+
+	It("says 'expired, nobody waiting' apart from 'superseded'", func() {
+		newLease(ns, "lonely", 1, 0)
+		joinRaw("alice", ns, "lonely", "alice")
+		Eventually(func() string {
+			return heldCondition(getLease(ns, "lonely")).Reason
+		}, 10*time.Second).Should(Equal(coordv1alpha1.ReasonExpired))
+		l := getLease(ns, "lonely")
+		Expect(l.Status.HolderIdentity).To(BeEmpty())
+		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonExpired))
+	})
+
+	It("keeps a lease ungranted during the lock-delay after an expiry", func() {
+		newLease(ns, "delay", 1, 3)
+		joinRaw("alice", ns, "delay", "alice")
+		Eventually(func() string { h, _ := holderOf(ns, "delay"); return h }, 10*time.Second).Should(Equal("alice"))
+		joinRaw("bob", ns, "delay", "bob")
+		Eventually(func() string { return heldCondition(getLease(ns, "delay")).Reason }, 10*time.Second).
+			Should(Equal(coordv1alpha1.ReasonLockDelay))
+		expiredAt := getLease(ns, "delay").Status.PreviousHolder.EndTime.Time
+		Eventually(func() string { h, _ := holderOf(ns, "delay"); return h }, 10*time.Second).Should(Equal("bob"))
+		Expect(getLease(ns, "delay").Status.AcquireTime.Time.Sub(expiredAt)).To(BeNumerically(">=", 3*time.Second))
+	})
+
+	It("keeps tokens increasing across a controller restart, and the holder keeps its token", func() {
+		newLease(ns, "restart", 2, 0)
+		j := &journal{}
+		a := startElector("alice", ns, "restart", "alice", j)
+		DeferCleanup(a.stop)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		tokA := j.snapshot()[0].token
+		ctrlProc.stop()
+		ctrlProc = startController(false)
+		time.Sleep(3 * time.Second) // longer than the lease: alice must keep it by renewing
+		h, tok := holderOf(ns, "restart")
+		Expect(h).To(Equal("alice"))
+		Expect(tok).To(Equal(tokA))
+		b := startElector("bob", ns, "restart", "bob", j)
+		DeferCleanup(b.stop)
+		waitQueued(ns, "restart", "bob")
+		Expect(a.Release(suiteCtx)).To(Succeed())
+		Eventually(j.identities, 10*time.Second).Should(Equal([]string{"alice", "bob"}))
+		Expect(j.snapshot()[1].token).To(BeNumerically(">", tokA))
+	})
+
+	It("issues larger tokens after the lease is deleted and created again (I1)", func() {
+		newLease(ns, "phoenix", 5, 0)
+		j := &journal{}
+		a := startElector("alice", ns, "phoenix", "alice", j)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		old := j.snapshot()[0].token
+		// Push the token up a little so that generation alone would not beat it.
+		time.Sleep(2 * time.Second)
+		_, old = holderOf(ns, "phoenix")
+		a.stop()
+		Expect(k8sClient.Delete(suiteCtx, getLease(ns, "phoenix"))).To(Succeed())
+		Eventually(func() bool {
+			err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{})
+			return apierrors.IsNotFound(err)
+		}, 10*time.Second).Should(BeTrue(), "the epoch finalizer is removed once the token is recorded")
+		newLease(ns, "phoenix", 5, 0)
+		b := startElector("bob", ns, "phoenix", "bob", j)
+		DeferCleanup(b.stop)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(2))
+		Expect(j.snapshot()[1].token).To(BeNumerically(">", old))
+		Expect(getLease(ns, "phoenix").Status.TokenBase).To(BeNumerically(">=", old))
+	})
+
+	It("never shows two holders or a token going down with two controllers running at once", func() {
+		extra := startController(false)
+		DeferCleanup(extra.stop)
+		newLease(ns, "split", 1, 0)
+		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, &client.ListOptions{
+			Namespace: ns, FieldSelector: fields.OneTermEqualSelector("metadata.name", "split")})
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+		type seen struct {
+			holder string
+			token  int64
+		}
+		var mu sync.Mutex
+		var history []seen
+		go func() {
+			for ev := range w.ResultChan() {
+				if ev.Type != watch.Modified && ev.Type != watch.Added {
+					continue
+				}
+				l := ev.Object.(*coordv1alpha1.FencedLease)
+				mu.Lock()
+				history = append(history, seen{l.Status.HolderIdentity, l.Status.FencingToken})
+				mu.Unlock()
+			}
+		}()
+		j := &journal{}
+		var es []*runningElector
+		for _, u := range []string{"alice", "bob", "carol"} {
+			e := startElector(u, ns, "split", u, j)
+			DeferCleanup(e.stop)
+			es = append(es, e)
+		}
+		deadline := time.Now().Add(8 * time.Second)
+		for i := 0; time.Now().Before(deadline); i++ {
+			_ = es[i%3].Release(suiteCtx)
+			time.Sleep(150 * time.Millisecond)
+		}
+		Expect(len(j.snapshot())).To(BeNumerically(">=", 5))
+		mu.Lock()
+		defer mu.Unlock()
+		holderOfToken := map[int64]string{}
+		var last int64
+		for _, s := range history {
+			Expect(s.token).To(BeNumerically(">=", last), "token went down: %v", history)
+			last = s.token
+			if s.holder == "" {
+				continue
+			}
+			if prev, ok := holderOfToken[s.token]; ok {
+				Expect(prev).To(Equal(s.holder), "token %d granted to two holders", s.token)
+			}
+			holderOfToken[s.token] = s.holder
+		}
+		// Holders' own view: tenures never overlap in token order.
+		g := j.snapshot()
+		for i := 1; i < len(g); i++ {
+			Expect(g[i].token).To(BeNumerically(">", g[i-1].token))
+		}
+	})
+
+	It("cancels the holder's context before anyone else is granted, under a client pause (I3)", func() {
+		newLease(ns, "pause", 2, 0)
+		j := &journal{}
+		paused := &pausableClient{WithWatch: users["alice"]}
+		a := startElectorWithClient(paused, ns, "pause", "alice", j)
+		DeferCleanup(a.stop)
+		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		b := startElector("bob", ns, "pause", "bob", j)
+		DeferCleanup(b.stop)
+		waitQueued(ns, "pause", "bob")
+		paused.pause() // alice's renewals now hang, as if the network or the process stalled
+		DeferCleanup(paused.resume)
+		Eventually(j.identities, 15*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := j.snapshot()
+		Expect(g[0].stop).NotTo(BeZero(), "alice's context was cancelled")
+		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].stop, g[1].start)
+		granted := getLease(ns, "pause").Status.AcquireTime.Time
+		Expect(g[0].stop.Before(granted)).To(BeTrue(), "alice stopped (%v) before the controller granted bob (%v)", g[0].stop, granted)
+		Expect(g[1].token).To(BeNumerically(">", g[0].token))
+	})
+})
+
+var _ = Describe("Controller high availability", func() {
+	It("grants with only the leader-elected replica acting, and fails over without reissuing a token", func() {
+		ns := newNamespace()
+		first := startController(true)
+		second := startController(true)
+		DeferCleanup(second.stop)
+		newLease(ns, "ha", 2, 0)
+		j := &journal{}
+		a := startElector("alice", ns, "ha", "alice", j)
+		DeferCleanup(a.stop)
+		Eventually(j.identities, 20*time.Second).Should(HaveLen(1))
+		tokA := j.snapshot()[0].token
+		first.stop() // the leader (or the standby) goes away; the other takes over
+		b := startElector("bob", ns, "ha", "bob", j)
+		DeferCleanup(b.stop)
+		waitQueued(ns, "ha", "bob")
+		Expect(a.Release(suiteCtx)).To(Succeed())
+		Eventually(j.identities, 30*time.Second).Should(Equal([]string{"alice", "bob"}))
+		Expect(j.snapshot()[1].token).To(BeNumerically(">", tokA))
+	})
+})
+
+func heldCondition(l *coordv1alpha1.FencedLease) metav1.Condition {
+	for _, c := range l.Status.Conditions {
+		if c.Type == coordv1alpha1.ConditionHeld {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// joinRaw queues a request without the helper: the client never renews.
+func joinRaw(user, ns, lease, identity string) {
+	Eventually(func() error {
+		var l coordv1alpha1.FencedLease
+		if err := users[user].Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: lease}, &l); err != nil {
+			return err
+		}
+		l.Spec.Requests = append(l.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: user})
+		return users[user].Update(suiteCtx, &l)
+	}, 10*time.Second).Should(Succeed())
+}
+
+// countingClient counts writes.
+type countingClient struct {
+	client.WithWatch
+	mu             sync.Mutex
+	patchCount     int
+	otherWriteSeen int
+}
+
+func (c *countingClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	c.mu.Lock()
+	c.patchCount++
+	c.mu.Unlock()
+	return c.WithWatch.Patch(ctx, obj, p, opts...)
+}
+
+func (c *countingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.mu.Lock()
+	c.otherWriteSeen++
+	c.mu.Unlock()
+	return c.WithWatch.Update(ctx, obj, opts...)
+}
+
+func (c *countingClient) patches() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.patchCount
+}
+
+func (c *countingClient) writesOtherThanPatch() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.otherWriteSeen
+}
+
+// pausableClient blocks writes while paused, like a stalled network path.
+type pausableClient struct {
+	client.WithWatch
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (c *pausableClient) pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate == nil {
+		c.gate = make(chan struct{})
+	}
+}
+
+func (c *pausableClient) resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate != nil {
+		close(c.gate)
+		c.gate = nil
+	}
+}
+
+func (c *pausableClient) wait(ctx context.Context) {
+	c.mu.Lock()
+	g := c.gate
+	c.mu.Unlock()
+	if g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (c *pausableClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	c.wait(ctx)
+	return c.WithWatch.Patch(ctx, obj, p, opts...)
+}
+
+var _ fence.Config // the helper under test

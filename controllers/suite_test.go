@@ -1,0 +1,177 @@
+package controllers_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/webhooks"
+)
+
+const operatorNamespace = "kubefence-system"
+
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.WithWatch
+	scheme    = runtime.NewScheme()
+	suiteCtx  context.Context
+	cancel    context.CancelFunc
+	// users are clients with only the rights the editor role gives them.
+	users = map[string]client.WithWatch{}
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "FencedLease controller suite (real kube-apiserver + etcd)")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
+		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
+	suiteCtx, cancel = context.WithCancel(context.Background())
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join("..", "config", "webhook", "manifests.yaml")},
+		},
+	}
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	// The admin identity the test manager runs as is trusted as "the controller".
+	review := &authenticationv1.SelfSubjectReview{}
+	Expect(k8sClient.Create(suiteCtx, review)).To(Succeed())
+	adminUser := review.Status.UserInfo.Username
+	Expect(adminUser).NotTo(BeEmpty())
+
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	grantClientRole()
+	for _, name := range []string{"alice", "bob", "carol", "dave"} {
+		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		users[name] = c
+	}
+
+	// The webhook runs in its own manager for the whole suite, so that controller
+	// managers can be stopped and started (restart, fail-over) underneath it.
+	wopts := testEnv.WebhookInstallOptions
+	whMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+		}),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(whMgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(whMgr.Start(suiteCtx)).To(Succeed())
+	}()
+	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	cancel()
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// grantClientRole gives group kubefence:clients what config/rbac's editor role
+// gives a lease client: read and update FencedLeases, nothing on status.
+func grantClientRole() {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		},
+	}
+	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
+	})).To(Succeed())
+}
+
+// controllerProcess is one running kubefence controller (a manager with the
+// FencedLease reconciler), which tests stop and start.
+type controllerProcess struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startController starts a controller manager; with leaderElection it competes
+// for the manager lease like the deployed operator's replicas do.
+func startController(leaderElection bool) *controllerProcess {
+	ctx, cancelMgr := context.WithCancel(suiteCtx)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                leaderElection,
+		LeaderElectionID:              "controller.coordination.kubefence.io",
+		LeaderElectionNamespace:       operatorNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&controllers.FencedLeaseReconciler{
+		Client:   mgr.GetClient(),
+		Clock:    clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("kubefence-controller"),
+		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
+		Timing: controllers.DefaultTiming(),
+	}).SetupWithManager(mgr)).To(Succeed())
+	p := &controllerProcess{cancel: cancelMgr, done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(p.done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	return p
+}
+
+func (p *controllerProcess) stop() {
+	p.cancel()
+	Eventually(p.done, 30*time.Second).Should(BeClosed())
+}

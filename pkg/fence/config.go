@@ -1,0 +1,113 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Config configures an Elector. Zero values take the documented defaults.
+type Config struct {
+	// Client talks to the API server; it must know the coordination.kubefence.io
+	// scheme and support Watch (client.NewWithWatch). Required.
+	Client client.WithWatch
+
+	// Namespace and Name locate the FencedLease. Required. The lease must exist:
+	// platform teams create it (its duration and lock-delay are theirs to choose).
+	Namespace, Name string
+
+	// Identity is this candidate's holderIdentity: lowercase letters, digits, '-',
+	// '.', '_' and ':', at most 128 characters. Required. Typically the pod name.
+	Identity string
+
+	// User is this client's Kubernetes username, recorded in its request so that
+	// nobody else can renew or withdraw it. Empty: asked from the API server
+	// (SelfSubjectReview) when Run starts.
+	User string
+
+	// RenewInterval is how often the holder renews. Default: a third of the lease
+	// duration. Every renewal is one API write.
+	RenewInterval time.Duration
+
+	// RetryInterval is how long the holder waits after a failed renewal before it
+	// tries again. Default: RenewInterval / 4.
+	RetryInterval time.Duration
+
+	// SafetyMargin is subtracted from the lease duration when the holder computes
+	// its own deadline, so that it stops that much before the controller can
+	// expire it (on top of the controller's drift allowance). Default: a tenth of
+	// the lease duration.
+	SafetyMargin time.Duration
+
+	// ReleaseOnCancel withdraws the request (and so releases a held lease, handing
+	// it to the next candidate at once) when Run's context is cancelled. Default
+	// true; set DisableReleaseOnCancel to keep the request.
+	DisableReleaseOnCancel bool
+
+	// Callbacks are called on leadership changes. OnStartedLeading is required.
+	Callbacks Callbacks
+
+	// Clock measures deadlines; it must be monotonic. Default: the real clock.
+	Clock clock.Clock
+}
+
+// Callbacks are called by Run.
+type Callbacks struct {
+	// OnStartedLeading runs in its own goroutine when this identity is granted
+	// the lease. ctx is cancelled when leadership ends, and always before the
+	// controller could expire the lease. token is the fencing token of the grant.
+	OnStartedLeading func(ctx context.Context, token int64)
+	// OnStoppedLeading runs once leadership ended (always, if OnStartedLeading ran).
+	OnStoppedLeading func(token int64)
+	// OnNewHolder runs when the lease's holder or token changes; identity is empty
+	// when nobody holds the lease. Optional.
+	OnNewHolder func(identity string, token int64)
+}
+
+var identityPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$`)
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("Client is required"))
+	}
+	if c.Namespace == "" || c.Name == "" {
+		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", c.Namespace, c.Name))
+	}
+	if len(c.Identity) == 0 || len(c.Identity) > 128 || !identityPattern.MatchString(c.Identity) {
+		errs = append(errs, fmt.Errorf("Identity %q is invalid: expected 1 to 128 lowercase letters, digits, '-', '.', '_' or ':', starting and ending with a letter or digit", c.Identity))
+	}
+	if c.Callbacks.OnStartedLeading == nil {
+		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))
+	}
+	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v: expected a positive duration, or 0 for the default", name, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// timings returns the renewal timings for a lease of duration l, checking
+// that they leave the holder time to renew.
+func (c *Config) timings(l time.Duration) (renew, retry, margin time.Duration, err error) {
+	renew, retry, margin = c.RenewInterval, c.RetryInterval, c.SafetyMargin
+	if renew == 0 {
+		renew = l / 3
+	}
+	if retry == 0 {
+		retry = renew / 4
+	}
+	if margin == 0 {
+		margin = l / 10
+	}
+	if renew+margin >= l {
+		return 0, 0, 0, fmt.Errorf("RenewInterval %v plus SafetyMargin %v must be shorter than the lease duration %v", renew, margin, l)
+	}
+	return renew, retry, margin, nil
+}

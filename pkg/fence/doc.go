@@ -1,0 +1,37 @@
+// Package fence is the kubefence client helper: it acquires, renews and
+// releases a FencedLease for one holder identity, and hands the holder the
+// lease's fencing token.
+//
+// It is modelled on client-go's tools/leaderelection, with what that package
+// cannot give: the token comes from the server and increases with every grant,
+// expiry is decided by the kubefence controller on its own clock (never a
+// client timestamp), waiting candidates learn of their grant from a watch, and a
+// voluntary release hands the lease over at once.
+//
+// # Guarantees
+//
+//   - The context passed to OnStartedLeading is cancelled before the controller
+//     can expire the lease. The helper counts its deadline on the local monotonic
+//     clock from the moment it sent its last successful renewal; the controller
+//     counts the lease duration (plus a drift allowance) from the moment it
+//     observed that renewal, which is later. So an honest holder stops before
+//     anyone else can start, whatever the network delay.
+//   - A renewal is one API write (a JSON patch of the holder's own request), and it
+//     never changes the token.
+//   - OnStoppedLeading runs whenever OnStartedLeading ran, on every exit path.
+//   - The token handed to OnStartedLeading is the one the server granted; a
+//     renewal succeeds only if the server's answer still names this identity with
+//     that token.
+//
+// # Non-guarantees
+//
+//   - The helper cannot stop code that is already running: a process paused past
+//     its deadline (GC, SIGSTOP, a suspended VM) resumes believing it still leads
+//     until it notices the cancelled context. That is what fencing is for: every
+//     write to a guarded object must carry the token, and the kubefence webhook
+//     refuses writes whose token is stale. Effects outside guarded objects
+//     (e-mails, external APIs, reads) are not protected.
+//   - If the kubefence controller is down, nobody is granted or expired: the
+//     current holder's context is still cancelled at its deadline if it cannot
+//     renew, but nobody else takes over until the controller returns.
+package fence

@@ -1,0 +1,396 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// ErrLost is returned by a renewal whose answer no longer names this identity
+// with its token: the lease expired or went to someone else.
+var ErrLost = errors.New("lease lost")
+
+// Elector competes for one FencedLease on behalf of one identity.
+type Elector struct {
+	cfg   Config
+	clock clock.Clock
+	key   types.NamespacedName
+	view  *leaseView
+
+	mu       sync.Mutex
+	leading  bool
+	token    int64
+	deadline time.Time
+	release  chan chan error
+}
+
+// New validates cfg and returns an Elector. Nothing is sent to the API server
+// until Run.
+func New(cfg Config) (*Elector, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid fence.Config: %w", err)
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
+	return &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error)}, nil
+}
+
+// Identity is the holder identity this Elector competes as.
+func (e *Elector) Identity() string { return e.cfg.Identity }
+
+// Token returns the fencing token while this identity leads, and false otherwise.
+func (e *Elector) Token() (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leading || !e.clock.Now().Before(e.deadline) {
+		return 0, false
+	}
+	return e.token, true
+}
+
+// Deadline is the local deadline of the current tenure: the holder's context is
+// cancelled then unless a renewal succeeds first. Zero when not leading.
+func (e *Elector) Deadline() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leading {
+		return time.Time{}
+	}
+	return e.deadline
+}
+
+// Release ends a tenure voluntarily: the holder's context is cancelled first,
+// then the request is withdrawn, so the controller hands the lease to the next
+// candidate at once. Run keeps going and queues again; cancel Run's context
+// instead to stop competing. Release returns nil if this identity did not lead.
+func (e *Elector) Release(ctx context.Context) error {
+	if _, leading := e.Token(); !leading {
+		return nil
+	}
+	done := make(chan error, 1)
+	select {
+	case e.release <- done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Check is a healthz.Checker: it fails when this identity believes it leads
+// past its deadline, which means the renewal loop is stuck.
+func (e *Elector) Check(*http.Request) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leading && e.clock.Now().After(e.deadline.Add(time.Second)) {
+		return fmt.Errorf("fenced lease %s: still leading %v after the local deadline", e.key, e.clock.Since(e.deadline))
+	}
+	return nil
+}
+
+// Run competes for the lease until ctx is cancelled: it queues a request, waits
+// (on a watch) for the grant, leads while it can renew, and queues again after
+// losing the lease. On return the request is withdrawn (unless
+// DisableReleaseOnCancel) and OnStoppedLeading has run if OnStartedLeading did.
+func (e *Elector) Run(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
+	if e.cfg.User == "" {
+		user, err := whoAmI(ctx, e.cfg.Client)
+		if err != nil {
+			return err
+		}
+		e.cfg.User = user
+	}
+	viewCtx, stopView := context.WithCancel(ctx)
+	defer stopView()
+	go e.view.run(viewCtx)
+
+	var lastHolder string
+	var lastToken int64 = -1
+	for {
+		if ctx.Err() != nil {
+			return e.withdraw(context.WithoutCancel(ctx))
+		}
+		lease, known := e.view.get()
+		if known && lease != nil {
+			if h, t := lease.Status.HolderIdentity, lease.Status.FencingToken; h != lastHolder || t != lastToken {
+				lastHolder, lastToken = h, t
+				if e.cfg.Callbacks.OnNewHolder != nil {
+					e.cfg.Callbacks.OnNewHolder(h, t)
+				}
+			}
+			idx := requestIndex(lease, e.cfg.Identity)
+			switch {
+			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity:
+				e.lead(ctx, lease)
+				continue
+			case idx < 0 && lease.Status.HolderIdentity != e.cfg.Identity:
+				// Queue (again) only once the controller no longer lists us as holder,
+				// so that a new request is never mistaken for the old tenure.
+				if err := e.join(ctx, lease); err != nil {
+					log.V(1).Info("Queueing failed; retrying", "error", err.Error())
+					sleep(ctx, 200*time.Millisecond)
+					_ = e.view.refresh(ctx)
+				}
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return e.withdraw(context.WithoutCancel(ctx))
+		case <-e.view.changed:
+		case done := <-e.release:
+			done <- nil
+		}
+	}
+}
+
+func requestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
+	for i, r := range lease.Spec.Requests {
+		if r.HolderIdentity == identity {
+			return i
+		}
+	}
+	return -1
+}
+
+// join appends this identity's request, with an optimistic lock.
+func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	updated := lease.DeepCopy()
+	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: e.cfg.Identity, User: e.cfg.User})
+	if err := e.cfg.Client.Update(ctx, updated); err != nil {
+		return fmt.Errorf("queueing request for %s: %w", e.key, err)
+	}
+	e.view.offer(updated)
+	return nil
+}
+
+// lead runs one tenure, from the acknowledging renewal to its end.
+func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
+	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
+	token := lease.Status.FencingToken
+	// The grant is acknowledged by a renewal: its send time starts the local clock.
+	sent, lease, err := e.renew(ctx, lease, token)
+	if err != nil {
+		log.V(1).Info("Could not acknowledge grant", "token", token, "error", err.Error())
+		if !errors.Is(err, ErrLost) {
+			sleep(ctx, 100*time.Millisecond)
+		}
+		_ = e.view.refresh(ctx)
+		return
+	}
+	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
+	renewEvery, retryEvery, margin, err := e.cfg.timings(l)
+	if err != nil {
+		log.Error(err, "Cannot hold lease with this configuration")
+		_ = e.withdraw(ctx)
+		sleep(ctx, l)
+		return
+	}
+	e.setLeading(true, token, sent.Add(l-margin))
+	leadCtx, cancel := context.WithCancel(ctx)
+	renewed := make(chan struct{}, 1)
+	go e.watchdog(leadCtx, cancel, renewed)
+	log.Info("Started leading", "token", token)
+	go e.cfg.Callbacks.OnStartedLeading(leadCtx, token)
+
+	var releaseDone chan error
+	defer func() {
+		cancel()
+		e.setLeading(false, 0, time.Time{})
+		if e.cfg.Callbacks.OnStoppedLeading != nil {
+			e.cfg.Callbacks.OnStoppedLeading(token)
+		}
+		log.Info("Stopped leading", "token", token)
+		if releaseDone != nil || ctx.Err() != nil {
+			err := e.withdraw(context.WithoutCancel(ctx))
+			if releaseDone != nil {
+				releaseDone <- err
+			}
+		}
+	}()
+
+	next := renewEvery
+	for {
+		deadline := e.Deadline()
+		now := e.clock.Now()
+		if !now.Before(deadline) {
+			log.Info("Local deadline passed without a successful renewal", "token", token)
+			return
+		}
+		timer := e.clock.NewTimer(min(next, deadline.Sub(now)))
+		select {
+		case <-leadCtx.Done():
+			// Run's context ended, or the watchdog saw the deadline pass.
+			timer.Stop()
+			return
+		case releaseDone = <-e.release:
+			timer.Stop()
+			cancel()
+			return
+		case <-e.view.changed:
+			timer.Stop()
+			if cur, _ := e.view.get(); cur == nil || cur.Status.HolderIdentity != e.cfg.Identity || cur.Status.FencingToken != token {
+				log.Info("Lease is no longer ours", "token", token)
+				return
+			}
+		case <-timer.C():
+			if !e.clock.Now().Before(e.Deadline()) {
+				continue
+			}
+			cur, _ := e.view.get()
+			if cur == nil {
+				return
+			}
+			// A renewal may not outlive the deadline it is trying to extend.
+			rctx, rcancel := context.WithTimeout(leadCtx, e.Deadline().Sub(e.clock.Now()))
+			sent, _, err := e.renew(rctx, cur, token)
+			rcancel()
+			switch {
+			case err == nil:
+				e.setLeading(true, token, sent.Add(l-margin))
+				select {
+				case renewed <- struct{}{}:
+				default:
+				}
+				next = renewEvery
+			case errors.Is(err, ErrLost):
+				log.Info("Renewal refused: lease lost", "token", token)
+				return
+			default:
+				log.V(1).Info("Renewal failed; retrying", "token", token, "error", err.Error())
+				_ = e.view.refresh(ctx)
+				next = retryEvery
+			}
+		}
+	}
+}
+
+// watchdog cancels the holder's context when the local deadline passes. It
+// runs apart from the renewal loop so that a renewal stuck in the network (or a
+// slow callback) cannot hold the deadline back.
+func (e *Elector) watchdog(ctx context.Context, cancel context.CancelFunc, renewed <-chan struct{}) {
+	for {
+		deadline := e.Deadline()
+		if deadline.IsZero() {
+			return
+		}
+		t := e.clock.NewTimer(deadline.Sub(e.clock.Now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-renewed:
+			t.Stop()
+		case <-t.C():
+			if !e.clock.Now().Before(e.Deadline()) {
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+func (e *Elector) setLeading(leading bool, token int64, deadline time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.leading, e.token, e.deadline = leading, token, deadline
+}
+
+// renew raises this identity's renewSequence with one JSON patch that first
+// tests the request is exactly as last seen. It returns the time the patch was
+// sent. The answer must still name this identity with token, or ErrLost.
+func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, token int64) (time.Time, *coordv1alpha1.FencedLease, error) {
+	idx := requestIndex(lease, e.cfg.Identity)
+	if idx < 0 || lease.Status.HolderIdentity != e.cfg.Identity || lease.Status.FencingToken != token {
+		return time.Time{}, nil, ErrLost
+	}
+	old := lease.Spec.Requests[idx]
+	renewed := old
+	renewed.RenewSequence++
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": old},
+		{"op": "replace", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": renewed},
+	})
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	updated := lease.DeepCopy()
+	sent := e.clock.Now()
+	if err := e.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return time.Time{}, nil, ErrLost
+		}
+		return time.Time{}, nil, fmt.Errorf("renewing %s: %w", e.key, err)
+	}
+	e.view.offer(updated)
+	if updated.Status.HolderIdentity != e.cfg.Identity || updated.Status.FencingToken != token {
+		return time.Time{}, nil, ErrLost
+	}
+	return sent, updated, nil
+}
+
+// withdraw removes this identity's request, if it is there.
+func (e *Elector) withdraw(ctx context.Context) error {
+	if e.cfg.DisableReleaseOnCancel {
+		return nil
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		lease, _ := e.view.get()
+		if lease == nil {
+			return nil
+		}
+		idx := requestIndex(lease, e.cfg.Identity)
+		if idx < 0 {
+			return nil
+		}
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": lease.Spec.Requests[idx]},
+			{"op": "remove", "path": fmt.Sprintf("/spec/requests/%d", idx)},
+		})
+		updated := lease.DeepCopy()
+		err := e.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch))
+		if err == nil || apierrors.IsNotFound(err) {
+			if err == nil {
+				e.view.offer(updated)
+			}
+			return nil
+		}
+		if rerr := e.view.refresh(ctx); rerr != nil {
+			return fmt.Errorf("withdrawing request from %s: %w", e.key, err)
+		}
+	}
+	return fmt.Errorf("withdrawing request from %s: the lease kept changing", e.key)
+}
+
+// whoAmI asks the API server for this client's username.
+func whoAmI(ctx context.Context, cl client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := cl.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("asking the API server who this client is (set Config.User to skip): %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("the API server returned an empty username; set Config.User")
+	}
+	return review.Status.UserInfo.Username, nil
+}

@@ -1,0 +1,150 @@
+package fence
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// leaseView keeps the newest version of one FencedLease seen through a watch
+// or through the answers to this client's own writes, and signals changes.
+type leaseView struct {
+	cl  client.WithWatch
+	key types.NamespacedName
+
+	mu      sync.Mutex
+	lease   *coordv1alpha1.FencedLease // nil: not found
+	known   bool
+	changed chan struct{}
+}
+
+func newLeaseView(cl client.WithWatch, key types.NamespacedName) *leaseView {
+	return &leaseView{cl: cl, key: key, changed: make(chan struct{}, 1)}
+}
+
+// get returns the newest version seen (nil if the lease does not exist) and
+// whether anything has been seen yet.
+func (v *leaseView) get() (*coordv1alpha1.FencedLease, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lease, v.known
+}
+
+// offer records lease if it is newer than what the view holds.
+func (v *leaseView) offer(lease *coordv1alpha1.FencedLease) {
+	v.mu.Lock()
+	if v.known && v.lease != nil && lease != nil && lease.UID == v.lease.UID && olderOrSame(lease.ResourceVersion, v.lease.ResourceVersion) {
+		v.mu.Unlock()
+		return
+	}
+	v.lease, v.known = lease, true
+	v.mu.Unlock()
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+}
+
+func olderOrSame(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return x <= y
+}
+
+// refresh reads the lease from the API server.
+func (v *leaseView) refresh(ctx context.Context) error {
+	var lease coordv1alpha1.FencedLease
+	err := v.cl.Get(ctx, v.key, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		v.mu.Lock()
+		v.lease, v.known = nil, true
+		v.mu.Unlock()
+		select {
+		case v.changed <- struct{}{}:
+		default:
+		}
+		return nil
+	case err != nil:
+		return err
+	}
+	v.offer(&lease)
+	return nil
+}
+
+// run keeps the view current until ctx ends: a read, then a watch from that
+// version; on any watch error it reads again and re-watches.
+func (v *leaseView) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := v.refresh(ctx); err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		rv := "0"
+		if l, _ := v.get(); l != nil {
+			rv = l.ResourceVersion
+		}
+		w, err := v.cl.Watch(ctx, &coordv1alpha1.FencedLeaseList{}, &client.ListOptions{
+			Namespace:     v.key.Namespace,
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", v.key.Name),
+			Raw:           &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true},
+		})
+		if err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		v.consume(ctx, w)
+		w.Stop()
+	}
+}
+
+func (v *leaseView) consume(ctx context.Context, w watch.Interface) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				if l, ok := ev.Object.(*coordv1alpha1.FencedLease); ok {
+					v.offer(l)
+				}
+			case watch.Deleted:
+				v.mu.Lock()
+				v.lease, v.known = nil, true
+				v.mu.Unlock()
+				select {
+				case v.changed <- struct{}{}:
+				default:
+				}
+			case watch.Error:
+				return
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -40,14 +40,14 @@ func init() {
 
 func main() {
 	var (
-		metricsAddr, probeAddr                          string
-		metricsCertPath, metricsCertName, metricsKey    string
-		webhookCertPath, webhookCertName, webhookKey    string
+		metricsAddr, probeAddr                           string
+		metricsCertPath, metricsCertName, metricsKey     string
+		webhookCertPath, webhookCertName, webhookKey     string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
-		namespace, serviceAccount                       string
-		controllerUsers                                 stringList
-		driftRatio                                      float64
-		minDrift                                        time.Duration
+		namespace, serviceAccount                        string
+		controllerUsers                                  stringList
+		driftRatio                                       float64
+		minDrift                                         time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")

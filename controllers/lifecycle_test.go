@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 var _ = Describe("FencedLease lifecycle", func() {
@@ -377,5 +376,3 @@ func (c *pausableClient) Patch(ctx context.Context, obj client.Object, p client.
 	c.wait(ctx)
 	return c.WithWatch.Patch(ctx, obj, p, opts...)
 }
-
-var _ fence.Config // the helper under test

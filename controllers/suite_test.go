@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -30,6 +31,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -59,10 +61,13 @@ var _ = BeforeSuite(func() {
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases"), filepath.Join("..", "test", "crds")},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join("..", "config", "webhook", "manifests.yaml")},
+			Paths: []string{
+				filepath.Join("..", "config", "webhook", "manifests.yaml"),
+				filepath.Join("..", "config", "webhook", "fencing.yaml"),
+			},
 		},
 	}
 	var err error
@@ -100,6 +105,12 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect((&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(whMgr)).To(Succeed())
+	dyn, err := dynamic.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	fencing.Register(whMgr.GetWebhookServer(), fencing.Handler{
+		Leases: whMgr.GetClient(), LiveLeases: whMgr.GetAPIReader(), Parents: dyn,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+	})
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())
@@ -122,6 +133,13 @@ func grantClientRole() {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
 				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			// Guarded objects of the tests: full rights, so that only fencing refuses.
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		},
 	}
 	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())

@@ -79,6 +79,19 @@ var (
 		Help: "Writes to guarded objects refused because their fencing token was stale.",
 	}, []string{"lease_namespace", "lease", "operation"})
 
+	// GuardedWritesRefused counts every refused write to a guarded object, by reason.
+	GuardedWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "guarded_writes_refused_total",
+		Help: "Writes to guarded objects refused by the fencing webhook, by reason.",
+	}, []string{"reason"})
+
+	// FencingChecks observes the fencing webhook's decision time.
+	FencingChecks = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "fencing_check_seconds",
+		Help:    "Time the fencing webhook spent deciding a write, by whether it read the lease from the API server.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
+	}, []string{"lease_read"})
+
 	// LeaseWritesRefused counts writes to FencedLeases refused by the webhook (I6).
 	LeaseWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "lease_writes_refused_total",
@@ -89,7 +102,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(Acquisitions, Renewals, RenewalsMissed, Expiries, Releases,
 		Takeovers, TokensIssued, CurrentToken, HolderAge, TenureSeconds, StaleWritesRejected,
-		LeaseWritesRefused)
+		LeaseWritesRefused, GuardedWritesRefused, FencingChecks)
 }
 
 // Forget drops the per-lease series of a deleted lease.

@@ -35,6 +35,7 @@ type Elector struct {
 	token    int64
 	deadline time.Time
 	release  chan chan error
+	stepDown chan struct{}
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -48,7 +49,7 @@ func New(cfg Config) (*Elector, error) {
 		c = clock.RealClock{}
 	}
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
-	return &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error)}, nil
+	return &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error), stepDown: make(chan struct{}, 1)}, nil
 }
 
 // Identity is the holder identity this Elector competes as.
@@ -94,6 +95,16 @@ func (e *Elector) Release(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// StepDown ends the current tenure at once without withdrawing the request:
+// the holder's context is cancelled. A FencedClient calls it when a write is
+// refused as stale. Run keeps competing.
+func (e *Elector) StepDown() {
+	select {
+	case e.stepDown <- struct{}{}:
+	default:
 	}
 }
 
@@ -214,6 +225,10 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	log.Info("Started leading", "token", token)
 	go e.cfg.Callbacks.OnStartedLeading(leadCtx, token)
 
+	select { // a step-down asked for before this tenure does not end it
+	case <-e.stepDown:
+	default:
+	}
 	var releaseDone chan error
 	defer func() {
 		cancel()
@@ -247,6 +262,10 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 		case releaseDone = <-e.release:
 			timer.Stop()
 			cancel()
+			return
+		case <-e.stepDown:
+			timer.Stop()
+			log.Info("Stepping down: a write was refused as stale", "token", token)
 			return
 		case <-e.view.changed:
 			timer.Stop()

@@ -1,0 +1,294 @@
+// Package fencing is the admission webhook that makes guarded objects refuse
+// writes carrying a stale fencing token (invariants I4, I5, I7).
+package fencing
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Object is what the decision needs of one version of a guarded object.
+type Object struct {
+	// Lease is the value of the kubefence.io/lease label ("" when unguarded).
+	Lease string
+	// Token is the raw kubefence.io/fencing-token annotation; HasToken tells an
+	// empty value from a missing one.
+	Token    string
+	HasToken bool
+}
+
+// LeaseState is the webhook's view of one FencedLease.
+type LeaseState struct {
+	Exists bool
+	// Token is status.fencingToken: the current token while Holder is set, the
+	// last one otherwise.
+	Token int64
+	// Holder is status.holderIdentity; HolderUser is the user of the holder's request.
+	Holder, HolderUser string
+	Binding            coordv1alpha1.IdentityBinding
+	// ExpireTime is status.expireTime (zero when unknown).
+	ExpireTime time.Time
+}
+
+// Requester is who sent the write.
+type Requester struct {
+	Username string
+	// PodName comes from a pod-bound service-account token (may be empty).
+	PodName string
+}
+
+// Input is one admission request, reduced to what the decision needs.
+type Input struct {
+	Operation   admissionv1.Operation
+	SubResource string
+	Namespace   string
+	// Old is nil on CREATE; New is nil on DELETE. On /status and /scale the API
+	// server drops metadata changes, so New's token is not the writer's.
+	Old, New *Object
+	// Required is true when the namespace and kind must be fenced: an unguarded
+	// write is refused.
+	Required  bool
+	Requester Requester
+	// Lease returns the state of a lease; fresh asks for a read from the API
+	// server rather than the cache.
+	Lease func(name string, fresh bool) (LeaseState, error)
+	// Now is the webhook's clock; Skew is subtracted from a tenure's expiry to
+	// cover the difference between this clock and the controller's.
+	Now  time.Time
+	Skew time.Duration
+}
+
+// Reason classifies a refusal (a bounded metric label).
+type Reason string
+
+// Refusal reasons.
+const (
+	ReasonStale       Reason = "stale"       // lower than accepted or current
+	ReasonNoHolder    Reason = "no-holder"   // lease released or expired
+	ReasonExpired     Reason = "expired"     // tenure past its expiry
+	ReasonNotIssued   Reason = "not-issued"  // higher than any issued token
+	ReasonMalformed   Reason = "malformed"   // missing, non-numeric, negative, overflowing
+	ReasonNoLease     Reason = "no-lease"    // the named lease does not exist
+	ReasonNotHolder   Reason = "not-holder"  // tokenless write from someone other than the holder
+	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
+	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
+)
+
+// Verdict is the webhook's answer.
+type Verdict struct {
+	Allowed bool
+	// Code is the HTTP status of a refusal: 409 for stale tokens, 400 for
+	// malformed input, 403 for a missing guard or holder, 500 when the lease
+	// could not be read.
+	Code    int32
+	Reason  Reason
+	Message string
+	// Lease, Presented and Current describe the check, for logs and metrics.
+	Lease              string
+	Presented, Current int64
+}
+
+func allow(lease string, presented, current int64) Verdict {
+	return Verdict{Allowed: true, Lease: lease, Presented: presented, Current: current}
+}
+
+func refuse(code int32, reason Reason, lease string, presented, current int64, format string, args ...any) Verdict {
+	return Verdict{Code: code, Reason: reason, Lease: lease, Presented: presented, Current: current, Message: fmt.Sprintf(format, args...)}
+}
+
+// StaleMarker starts every refusal of a stale token; the client helper's
+// IsStale recognises refusals by it.
+const StaleMarker = "stale fencing token"
+
+// Decide is the whole fencing rule for one write. It is pure: the lease
+// lookup and the clock are inputs.
+func Decide(in Input) Verdict {
+	guardedOld := in.Old != nil && in.Old.Lease != ""
+	guardedNew := in.New != nil && in.New.Lease != ""
+	metadataWrite := in.SubResource == "" && in.Operation != admissionv1.Delete
+
+	if !guardedOld && !guardedNew {
+		if in.Required {
+			return refuse(403, ReasonUnguarded, "", 0, 0,
+				"fencing is required for this kind in namespace %s: label the object %s=<lease name> and annotate it %s=<token>",
+				in.Namespace, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
+		}
+		return allow("", 0, 0)
+	}
+
+	// Which lease governs the write: the old one, as long as the object was guarded
+	// by it (removing the guard or re-pointing needs its current holder).
+	if guardedOld && (!metadataWrite || !guardedNew || in.New.Lease != in.Old.Lease) {
+		v := checkHolder(in, in.Old.Lease)
+		if !v.Allowed || !metadataWrite || !guardedNew {
+			if v.Allowed && in.Required && metadataWrite && !guardedNew {
+				return refuse(403, ReasonUnguarded, v.Lease, v.Presented, v.Current,
+					"fencing is required for this kind in namespace %s: the guard label %s cannot be removed", in.Namespace, coordv1alpha1.GuardLeaseLabel)
+			}
+			return v
+		}
+		// Re-pointed at another lease: the new token must be current there too.
+		return checkToken(in, in.New.Lease, nil)
+	}
+
+	// A guarded create or update with the token in the new object.
+	var accepted *int64
+	if guardedOld && in.Old.HasToken {
+		if t, err := parseToken(in.Old.Token); err == nil {
+			accepted = &t
+		}
+	}
+	return checkToken(in, in.New.Lease, accepted)
+}
+
+// checkToken checks the token presented in the new object against the token
+// the object already accepted (atomic: oldObject is the version being replaced)
+// and against the lease.
+func checkToken(in Input, lease string, accepted *int64) Verdict {
+	scope := in.Namespace + "/" + lease
+	if !in.New.HasToken {
+		return refuse(400, ReasonMalformed, scope, 0, 0,
+			"missing fencing token: objects guarded by lease %s need annotation %s=<token of the current holder>", scope, coordv1alpha1.FencingTokenAnnotation)
+	}
+	token, err := parseToken(in.New.Token)
+	if err != nil {
+		return refuse(400, ReasonMalformed, scope, 0, 0, "invalid fencing token for lease %s: %v", scope, err)
+	}
+	if accepted != nil && token < *accepted {
+		return refuse(409, ReasonStale, scope, token, *accepted,
+			"%s %d for lease %s: the object already accepted token %d", StaleMarker, token, scope, *accepted)
+	}
+	st, v := lookup(in, lease, token)
+	if !v.Allowed {
+		return v
+	}
+	if token > st.Token {
+		// The cache may not have seen the newest grant yet: ask the API server.
+		if st, v = lookupFresh(in, lease, token); !v.Allowed {
+			return v
+		}
+	}
+	switch {
+	case token < st.Token:
+		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, token, scope, st.Token)
+	case token > st.Token:
+		return refuse(409, ReasonNotIssued, scope, token, st.Token,
+			"fencing token %d for lease %s was never issued: current token is %d", token, scope, st.Token)
+	}
+	return current(in, scope, st, token)
+}
+
+// checkHolder fences writes that cannot carry a token (DELETE, /status,
+// /scale, removing the guard, re-pointing): the requester must be the lease's
+// current holder, and the object must not have accepted a newer token.
+func checkHolder(in Input, lease string) Verdict {
+	scope := in.Namespace + "/" + lease
+	st, v := lookup(in, lease, 0)
+	if !v.Allowed {
+		return v
+	}
+	if in.Old != nil && in.Old.HasToken {
+		if t, err := parseToken(in.Old.Token); err == nil && t > st.Token {
+			// The object is ahead of our view of the lease: read it fresh.
+			if st, v = lookupFresh(in, lease, 0); !v.Allowed {
+				return v
+			}
+			if t > st.Token {
+				return refuse(409, ReasonStale, scope, st.Token, t, "%s %d for lease %s: the object already accepted token %d", StaleMarker, st.Token, scope, t)
+			}
+		}
+	}
+	if st.Holder == "" {
+		return refuse(409, ReasonNoHolder, scope, 0, st.Token,
+			"%s: lease %s has no holder (token %d was released or expired), so nobody may write this object without a token", StaleMarker, scope, st.Token)
+	}
+	if !isHolder(in.Requester, st) {
+		who := in.Requester.Username
+		if in.Requester.PodName != "" {
+			who += " (pod " + in.Requester.PodName + ")"
+		}
+		return refuse(403, ReasonNotHolder, scope, 0, st.Token,
+			"%s is not the holder of lease %s (held by %s with token %d): %s and deletes of a guarded object, and removing or moving its guard, are accepted only from the current holder",
+			who, scope, st.Holder, st.Token, subresourceName(in))
+	}
+	return current(in, scope, st, st.Token)
+}
+
+func subresourceName(in Input) string {
+	if in.SubResource != "" {
+		return "writes to /" + in.SubResource
+	}
+	return "tokenless writes"
+}
+
+// current checks that the tenure of a token equal to the lease's is live.
+func current(in Input, scope string, st LeaseState, token int64) Verdict {
+	if st.Holder == "" {
+		return refuse(409, ReasonNoHolder, scope, token, st.Token,
+			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", StaleMarker, token, scope, st.Token)
+	}
+	if !st.ExpireTime.IsZero() && !in.Now.Before(st.ExpireTime.Add(-in.Skew)) {
+		return refuse(409, ReasonExpired, scope, token, st.Token,
+			"%s %d for lease %s: the tenure of %s expired at %s", StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano))
+	}
+	return allow(scope, token, st.Token)
+}
+
+// isHolder tells whether the requester is the lease's current holder: the user
+// that made the holder's request and, with identityBinding Pod, the holder's
+// pod. Without Pod binding, replicas sharing one service account cannot be told
+// apart on tokenless paths (docs/design.md).
+func isHolder(r Requester, st LeaseState) bool {
+	if r.Username == "" || r.Username != st.HolderUser {
+		return false
+	}
+	if st.Binding == coordv1alpha1.IdentityBindingPod {
+		return r.PodName == st.Holder
+	}
+	return true
+}
+
+func lookup(in Input, lease string, token int64) (LeaseState, Verdict) {
+	return lookupWith(in, lease, token, false)
+}
+
+func lookupFresh(in Input, lease string, token int64) (LeaseState, Verdict) {
+	return lookupWith(in, lease, token, true)
+}
+
+func lookupWith(in Input, lease string, token int64, fresh bool) (LeaseState, Verdict) {
+	scope := in.Namespace + "/" + lease
+	st, err := in.Lease(lease, fresh)
+	if err != nil {
+		return st, refuse(500, ReasonLeaseLookup, scope, token, 0, "cannot read lease %s to check the fencing token (refusing, fail closed): %v", scope, err)
+	}
+	if !st.Exists {
+		return st, refuse(404, ReasonNoLease, scope, token, 0,
+			"lease %s does not exist: the %s label must name a FencedLease in the object's namespace", scope, coordv1alpha1.GuardLeaseLabel)
+	}
+	return st, allow(scope, token, st.Token)
+}
+
+// parseToken reads a token: a decimal integer in [0, 2^63-1].
+func parseToken(s string) (int64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("annotation %s is empty: expected a non-negative decimal integer", coordv1alpha1.FencingTokenAnnotation)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			return 0, fmt.Errorf("annotation %s=%q overflows int64: expected at most %d", coordv1alpha1.FencingTokenAnnotation, s, int64(math.MaxInt64))
+		}
+		return 0, fmt.Errorf("annotation %s=%q is not a decimal integer", coordv1alpha1.FencingTokenAnnotation, s)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("annotation %s=%q is negative: expected a non-negative decimal integer", coordv1alpha1.FencingTokenAnnotation, s)
+	}
+	return n, nil
+}

@@ -1,0 +1,266 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Markers the fencing webhook puts in its refusals; IsStale recognises them.
+const (
+	StaleMarker     = "stale fencing token"
+	NotHolderMarker = "is not the holder of lease"
+)
+
+// ErrNotLeading is returned, without sending anything, by a fenced client whose
+// token source does not lead (or whose local deadline has passed).
+var ErrNotLeading = errors.New("not leading: no current fencing token")
+
+// StaleError is a write refused because this holder's token is no longer
+// current: the lease moved on. The holder must stop.
+type StaleError struct {
+	// Lease is the namespace/name of the lease.
+	Lease string
+	// Err is the API server's answer.
+	Err error
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("write refused as stale (lease %s): %v", e.Lease, e.Err)
+}
+
+func (e *StaleError) Unwrap() error { return e.Err }
+
+// IsStale tells whether err is a refusal of the fencing webhook because the
+// presented token (or the writer's tenure) is stale. It is false for ordinary
+// optimistic-concurrency conflicts.
+func IsStale(err error) bool {
+	var se *StaleError
+	if errors.As(err, &se) {
+		return true
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	return (s.Code == http.StatusConflict && strings.Contains(s.Message, StaleMarker)) ||
+		(s.Code == http.StatusForbidden && strings.Contains(s.Message, NotHolderMarker))
+}
+
+// TokenSource gives the current fencing token while its holder leads. An
+// *Elector is one.
+type TokenSource interface {
+	Token() (int64, bool)
+}
+
+// FencedClient wraps a controller-runtime client so that every create, update,
+// patch (merge, strategic, JSON patch and server-side apply) and delete of an
+// object is guarded by the lease and stamped with the current token, and every
+// status or scale write is sent only while the holder leads. A refusal as
+// stale is returned as *StaleError and reported to OnStale.
+type FencedClient struct {
+	client.Client
+	lease  string
+	tokens TokenSource
+	// OnStale is called with every stale refusal (an Elector's client steps down).
+	OnStale func(error)
+}
+
+// NewFencedClient returns a client fencing writes with the lease of that name
+// (in each object's namespace) and the tokens of src.
+func NewFencedClient(c client.Client, lease string, src TokenSource) *FencedClient {
+	return &FencedClient{Client: c, lease: lease, tokens: src}
+}
+
+// Client returns a FencedClient stamping this Elector's token; a stale refusal
+// makes the Elector step down at once.
+func (e *Elector) Client(c client.Client) *FencedClient {
+	fc := NewFencedClient(c, e.cfg.Name, e)
+	fc.OnStale = func(error) { e.StepDown() }
+	return fc
+}
+
+func (c *FencedClient) token() (int64, error) {
+	t, ok := c.tokens.Token()
+	if !ok {
+		return 0, ErrNotLeading
+	}
+	return t, nil
+}
+
+func (c *FencedClient) stamp(obj client.Object) error {
+	t, err := c.token()
+	if err != nil {
+		return err
+	}
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[coordv1alpha1.GuardLeaseLabel] = c.lease
+	obj.SetLabels(labels)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[coordv1alpha1.FencingTokenAnnotation] = strconv.FormatInt(t, 10)
+	obj.SetAnnotations(ann)
+	return nil
+}
+
+func (c *FencedClient) check(obj client.Object, err error) error {
+	if err == nil || !IsStale(err) {
+		return err
+	}
+	se := &StaleError{Lease: obj.GetNamespace() + "/" + c.lease, Err: err}
+	if c.OnStale != nil {
+		c.OnStale(se)
+	}
+	return se
+}
+
+// Create stamps and creates obj.
+func (c *FencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.stamp(obj); err != nil {
+		return err
+	}
+	return c.check(obj, c.Client.Create(ctx, obj, opts...))
+}
+
+// Update stamps and updates obj.
+func (c *FencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := c.stamp(obj); err != nil {
+		return err
+	}
+	return c.check(obj, c.Client.Update(ctx, obj, opts...))
+}
+
+// Patch adds the guard label and the token to the patch, whatever its type.
+func (c *FencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	t, err := c.token()
+	if err != nil {
+		return err
+	}
+	return c.check(obj, c.Client.Patch(ctx, obj, &stampedPatch{Patch: patch, lease: c.lease, token: t}, opts...))
+}
+
+// Delete sends the delete only while leading; the webhook checks that the
+// requester is the lease's current holder (DELETE carries no object).
+func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if _, err := c.token(); err != nil {
+		return err
+	}
+	return c.check(obj, c.Client.Delete(ctx, obj, opts...))
+}
+
+// DeleteAllOf is refused: a collection delete cannot be fenced object by object.
+func (c *FencedClient) DeleteAllOf(context.Context, client.Object, ...client.DeleteAllOfOption) error {
+	return errors.New("fence: DeleteAllOf cannot be fenced; delete guarded objects one by one")
+}
+
+// Status returns a writer for the status subresource, fenced by holder identity.
+func (c *FencedClient) Status() client.SubResourceWriter {
+	return &fencedSubResource{SubResourceClient: c.Client.SubResource("status"), c: c}
+}
+
+// SubResource returns a client for a subresource (status, scale), fenced by
+// holder identity.
+func (c *FencedClient) SubResource(name string) client.SubResourceClient {
+	return &fencedSubResource{SubResourceClient: c.Client.SubResource(name), c: c}
+}
+
+type fencedSubResource struct {
+	client.SubResourceClient
+	c *FencedClient
+}
+
+func (s *fencedSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
+	if _, err := s.c.token(); err != nil {
+		return err
+	}
+	return s.c.check(obj, s.SubResourceClient.Create(ctx, obj, sub, opts...))
+}
+
+func (s *fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if _, err := s.c.token(); err != nil {
+		return err
+	}
+	return s.c.check(obj, s.SubResourceClient.Update(ctx, obj, opts...))
+}
+
+func (s *fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if _, err := s.c.token(); err != nil {
+		return err
+	}
+	return s.c.check(obj, s.SubResourceClient.Patch(ctx, obj, patch, opts...))
+}
+
+// stampedPatch adds the guard label and token annotation to any patch.
+type stampedPatch struct {
+	client.Patch
+	lease string
+	token int64
+}
+
+func (p *stampedPatch) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	tok := strconv.FormatInt(p.token, 10)
+	switch p.Type() {
+	case types.JSONPatchType:
+		var ops []map[string]any
+		if err := json.Unmarshal(data, &ops); err != nil {
+			return nil, fmt.Errorf("fence: reading JSON patch: %w", err)
+		}
+		ops = append(ops, mapAddOps("/metadata/labels", obj.GetLabels() != nil, coordv1alpha1.GuardLeaseLabel, p.lease)...)
+		ops = append(ops, mapAddOps("/metadata/annotations", obj.GetAnnotations() != nil, coordv1alpha1.FencingTokenAnnotation, tok)...)
+		return json.Marshal(ops)
+	default: // merge, strategic merge and apply patches are (partial) objects
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("fence: reading %s patch: %w", p.Type(), err)
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		meta, _ := m["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		setIn(meta, "labels", coordv1alpha1.GuardLeaseLabel, p.lease)
+		setIn(meta, "annotations", coordv1alpha1.FencingTokenAnnotation, tok)
+		m["metadata"] = meta
+		return json.Marshal(m)
+	}
+}
+
+func setIn(meta map[string]any, field, key, value string) {
+	sub, _ := meta[field].(map[string]any)
+	if sub == nil {
+		sub = map[string]any{}
+	}
+	sub[key] = value
+	meta[field] = sub
+}
+
+// mapAddOps sets key in the map at path, creating the map when the object has none.
+func mapAddOps(path string, exists bool, key, value string) []map[string]any {
+	if !exists {
+		return []map[string]any{{"op": "add", "path": path, "value": map[string]string{key: value}}}
+	}
+	escaped := strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+	return []map[string]any{{"op": "add", "path": path + "/" + escaped, "value": value}}
+}

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	"k8s.io/utils/clock"
@@ -26,6 +27,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
 var (
@@ -47,7 +49,7 @@ func main() {
 		namespace, serviceAccount                        string
 		controllerUsers                                  stringList
 		driftRatio                                       float64
-		minDrift                                         time.Duration
+		minDrift, webhookSkew                            time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -74,6 +76,8 @@ func main() {
 		"Clock-drift allowance added to every lease, as a fraction of its duration.")
 	flag.DurationVar(&minDrift, "min-drift", controllers.DefaultTiming().MinDrift,
 		"Smallest clock-drift allowance added to every lease.")
+	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
+		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -147,6 +151,16 @@ func main() {
 		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
 		os.Exit(1)
 	}
+
+	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		setupLog.Error(err, "Failed to create dynamic client")
+		os.Exit(1)
+	}
+	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
+		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
+		Clock: clock.RealClock{}, Skew: webhookSkew,
+	})
 
 	for _, w := range []*certwatcher.CertWatcher{webhookCertWatcher, metricsCertWatcher} {
 		if w != nil {

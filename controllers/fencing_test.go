@@ -406,4 +406,3 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 type fixedToken int64
 
 func (f fixedToken) Token() (int64, bool) { return int64(f), true }
-

@@ -75,7 +75,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if slices.Contains(oldLease.Finalizers, controllers.EpochFinalizer) && !slices.Contains(lease.Finalizers, controllers.EpochFinalizer) {
 		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", controllers.EpochFinalizer))
 	}
-	if oldLease.Annotations[controllers.ExpiredAnnotation] != lease.Annotations[controllers.ExpiredAnnotation] {
+	oldAnn, hadAnn := oldLease.Annotations[controllers.ExpiredAnnotation]
+	newAnn, hasAnn := lease.Annotations[controllers.ExpiredAnnotation]
+	if hadAnn != hasAnn || oldAnn != newAnn {
 		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
 	}
 	if err := checkRequestChanges(oldLease, lease, user); err != nil {
@@ -132,6 +134,21 @@ func checkOwnRequest(lease *coordv1alpha1.FencedLease, i int, r coordv1alpha1.Le
 	return nil
 }
 
+// ownsRequest tells whether user made request r. Under identityBinding Pod the
+// pod must match too: replicas of one Deployment share a service account.
+func ownsRequest(lease *coordv1alpha1.FencedLease, r coordv1alpha1.LeaseRequest, user authenticationv1.UserInfo) error {
+	if r.User != user.Username {
+		return fmt.Errorf("it belongs to user %q, not %q", r.User, user.Username)
+	}
+	if lease.Spec.IdentityBinding == coordv1alpha1.IdentityBindingPod {
+		pods := user.Extra[PodNameExtraKey]
+		if len(pods) != 1 || pods[0] != r.HolderIdentity {
+			return fmt.Errorf("it belongs to pod %q, and the request comes from pod %v of the same user", r.HolderIdentity, pods)
+		}
+	}
+	return nil
+}
+
 // checkRequestChanges lets a client append its own requests, renew (raise the
 // renewSequence of) its own requests and withdraw its own requests; it may not
 // touch anyone else's, nor change the order of the queue.
@@ -145,9 +162,10 @@ func checkRequestChanges(oldLease, lease *coordv1alpha1.FencedLease, user authen
 		newIdx[r.HolderIdentity] = i
 	}
 	for _, r := range oldLease.Spec.Requests {
-		if _, kept := newIdx[r.HolderIdentity]; !kept && r.User != user.Username {
-			return fmt.Errorf("cannot remove the request of holderIdentity %q: it belongs to user %q, not %q; only the requester can withdraw or release it",
-				r.HolderIdentity, r.User, user.Username)
+		if _, kept := newIdx[r.HolderIdentity]; !kept {
+			if err := ownsRequest(lease, r, user); err != nil {
+				return fmt.Errorf("cannot remove the request of holderIdentity %q: %v; only the requester can withdraw or release it", r.HolderIdentity, err)
+			}
 		}
 	}
 	var kept []string
@@ -165,9 +183,10 @@ func checkRequestChanges(oldLease, lease *coordv1alpha1.FencedLease, user authen
 			return fmt.Errorf("spec.requests[%d] (holderIdentity %q) was moved behind a new request: new requests are appended at the end of the queue", i, r.HolderIdentity)
 		}
 		kept = append(kept, r.HolderIdentity)
-		if o := oldLease.Spec.Requests[j]; o != r && o.User != user.Username {
-			return fmt.Errorf("cannot change the request of holderIdentity %q: it belongs to user %q, not %q; only the holder can renew it",
-				r.HolderIdentity, o.User, user.Username)
+		if o := oldLease.Spec.Requests[j]; o != r {
+			if err := ownsRequest(lease, o, user); err != nil {
+				return fmt.Errorf("cannot change the request of holderIdentity %q: %v; only the holder can renew it", r.HolderIdentity, err)
+			}
 		}
 	}
 	var oldKept []string

@@ -1,0 +1,197 @@
+package fencing
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// held is lease "job" held by bob (user bob) with token 42, expiring in 10 s.
+func held() LeaseState {
+	return LeaseState{Exists: true, Token: 42, Holder: "bob", HolderUser: "bob", ExpireTime: now.Add(10 * time.Second)}
+}
+
+func guarded(token string) *Object { return &Object{Lease: "job", Token: token, HasToken: true} }
+
+func input(op admissionv1.Operation, sub string, old, new *Object, user string, st LeaseState) Input {
+	return Input{
+		Operation: op, SubResource: sub, Namespace: "jobs", Old: old, New: new,
+		Requester: Requester{Username: user},
+		Lease: func(name string, fresh bool) (LeaseState, error) {
+			if name != "job" {
+				return LeaseState{}, nil
+			}
+			return st, nil
+		},
+		Now: now, Skew: 100 * time.Millisecond,
+	}
+}
+
+func TestDecide(t *testing.T) {
+	expired := held()
+	expired.ExpireTime = now.Add(50 * time.Millisecond) // inside the skew
+	released := held()
+	released.Holder, released.HolderUser = "", ""
+	pod := held()
+	pod.Binding, pod.Holder = coordv1alpha1.IdentityBindingPod, "worker-1"
+	cases := []struct {
+		name    string
+		in      Input
+		allowed bool
+		code    int32
+		msg     string
+	}{
+		{"unguarded create", input(admissionv1.Create, "", nil, &Object{}, "x", held()), true, 0, ""},
+		{"current token create", input(admissionv1.Create, "", nil, guarded("42"), "bob", held()), true, 0, ""},
+		{"stale token create", input(admissionv1.Create, "", nil, guarded("41"), "alice", held()), false, 409,
+			"stale fencing token 41 for lease jobs/job: current token is 42"},
+		{"stale against the object", input(admissionv1.Update, "", guarded("42"), guarded("41"), "alice", held()), false, 409,
+			"the object already accepted token 42"},
+		{"never issued", input(admissionv1.Create, "", nil, guarded("43"), "bob", held()), false, 409, "was never issued"},
+		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "expired at"},
+		{"released lease", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", released), false, 409, "has no holder"},
+		{"missing token", input(admissionv1.Create, "", nil, &Object{Lease: "job"}, "bob", held()), false, 400, "missing fencing token"},
+		{"non-numeric", input(admissionv1.Create, "", nil, guarded("4x2"), "bob", held()), false, 400, "is not a decimal integer"},
+		{"negative", input(admissionv1.Create, "", nil, guarded("-42"), "bob", held()), false, 400, "is negative"},
+		{"overflow", input(admissionv1.Create, "", nil, guarded("92233720368547758070"), "bob", held()), false, 400, "overflows int64"},
+		{"unknown lease", input(admissionv1.Create, "", nil, &Object{Lease: "nope", Token: "1", HasToken: true}, "bob", held()), false, 404, "does not exist"},
+		{"holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true, 0, ""},
+		{"stale holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()), false, 403, "alice is not the holder of lease jobs/job"},
+		{"delete after release", input(admissionv1.Delete, "", guarded("42"), nil, "bob", released), false, 409, "has no holder"},
+		{"holder writes status", input(admissionv1.Update, "status", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
+		{"stale status", input(admissionv1.Update, "status", guarded("41"), guarded("41"), "alice", held()), false, 403, "writes to /status"},
+		{"stale scale", input(admissionv1.Update, "scale", guarded("42"), guarded("42"), "alice", held()), false, 403, "writes to /scale"},
+		{"guard removal by holder", input(admissionv1.Update, "", guarded("42"), &Object{}, "bob", held()), true, 0, ""},
+		{"guard removal by other", input(admissionv1.Update, "", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},
+		{"guard removal where required", func() Input {
+			in := input(admissionv1.Update, "", guarded("42"), &Object{}, "bob", held())
+			in.Required = true
+			return in
+		}(), false, 403, "cannot be removed"},
+		{"unguarded where required", func() Input {
+			in := input(admissionv1.Create, "", nil, &Object{}, "bob", held())
+			in.Required = true
+			return in
+		}(), false, 403, "fencing is required"},
+		{"pod binding: right pod", func() Input {
+			in := input(admissionv1.Delete, "", guarded("42"), nil, "bob", pod)
+			in.Requester.PodName = "worker-1"
+			return in
+		}(), true, 0, ""},
+		{"pod binding: sibling pod of the same service account", func() Input {
+			in := input(admissionv1.Delete, "", guarded("42"), nil, "bob", pod)
+			in.Requester.PodName = "worker-2"
+			return in
+		}(), false, 403, "bob (pod worker-2) is not the holder"},
+		{"lease read fails: fail closed", func() Input {
+			in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
+			in.Lease = func(string, bool) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
+			return in
+		}(), false, 500, "fail closed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.in)
+			if v.Allowed != c.allowed {
+				t.Fatalf("allowed = %v, want %v (%s)", v.Allowed, c.allowed, v.Message)
+			}
+			if !c.allowed && (v.Code != c.code || !strings.Contains(v.Message, c.msg)) {
+				t.Fatalf("refusal %d %q, want %d containing %q", v.Code, v.Message, c.code, c.msg)
+			}
+		})
+	}
+}
+
+func TestFreshReadOnlyWhenCacheIsBehind(t *testing.T) {
+	cached := held()
+	live := held()
+	live.Token = 43
+	live.Holder, live.HolderUser = "carol", "carol"
+	reads := map[bool]int{}
+	in := input(admissionv1.Create, "", nil, guarded("43"), "carol", cached)
+	in.Lease = func(_ string, fresh bool) (LeaseState, error) {
+		reads[fresh]++
+		if fresh {
+			return live, nil
+		}
+		return cached, nil
+	}
+	if v := Decide(in); !v.Allowed {
+		t.Fatalf("token of a grant the cache has not seen yet was refused: %s", v.Message)
+	}
+	if reads[true] != 1 {
+		t.Fatalf("fresh reads %d, want 1", reads[true])
+	}
+	reads = map[bool]int{}
+	in.New = guarded("42")
+	in.Lease = func(_ string, fresh bool) (LeaseState, error) { reads[fresh]++; return cached, nil }
+	if v := Decide(in); !v.Allowed || reads[true] != 0 {
+		t.Fatalf("current token: allowed %v, fresh reads %d; want allowed from the cache alone", v.Allowed, reads[true])
+	}
+}
+
+// The client helper recognises the webhook's refusals by these markers.
+func TestMarkersMatchTheClientHelper(t *testing.T) {
+	if StaleMarker != fence.StaleMarker {
+		t.Fatalf("webhook StaleMarker %q != client helper's %q", StaleMarker, fence.StaleMarker)
+	}
+	v := Decide(input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()))
+	if !strings.Contains(v.Message, fence.NotHolderMarker) {
+		t.Fatalf("not-holder refusal %q lacks the client helper's marker %q", v.Message, fence.NotHolderMarker)
+	}
+}
+
+// FuzzDecide: no input makes the decision panic, every refusal has a specific
+// message and a status code, and a token lower than the object's accepted
+// token is never allowed.
+func FuzzDecide(f *testing.F) {
+	for _, s := range []struct {
+		op                 string
+		sub                string
+		oldLease, oldToken string
+		newLease, newToken string
+		user               string
+		leaseToken         int64
+		holder             string
+	}{
+		{"CREATE", "", "", "", "job", "42", "bob", 42, "bob"},
+		{"UPDATE", "", "job", "42", "job", "41", "alice", 42, "bob"},
+		{"UPDATE", "status", "job", "42", "job", "42", "alice", 42, "bob"},
+		{"DELETE", "", "job", "42", "", "", "bob", 42, ""},
+		{"UPDATE", "scale", "job", "9223372036854775807", "other", "-1", "", 0, "x"},
+		{"UPDATE", "", "job", "abc", "", "", "bob", 7, "bob"},
+	} {
+		f.Add(s.op, s.sub, s.oldLease, s.oldToken, s.newLease, s.newToken, s.user, s.leaseToken, s.holder)
+	}
+	f.Fuzz(func(t *testing.T, op, sub, oldLease, oldToken, newLease, newToken, user string, leaseToken int64, holder string) {
+		var oldObj, newObj *Object
+		if op != "CREATE" {
+			oldObj = &Object{Lease: oldLease, Token: oldToken, HasToken: oldToken != ""}
+		}
+		if op != "DELETE" {
+			newObj = &Object{Lease: newLease, Token: newToken, HasToken: newToken != ""}
+		}
+		st := LeaseState{Exists: leaseToken >= 0, Token: leaseToken, Holder: holder, HolderUser: holder, ExpireTime: now.Add(time.Second)}
+		in := input(admissionv1.Operation(op), sub, oldObj, newObj, user, st)
+		in.Lease = func(string, bool) (LeaseState, error) { return st, nil }
+		v := Decide(in)
+		if !v.Allowed && (v.Message == "" || v.Code == 0 || v.Reason == "") {
+			t.Fatalf("refusal without message, code or reason: %+v", v)
+		}
+		if v.Allowed && oldObj != nil && newObj != nil && sub == "" && oldLease != "" && oldLease == newLease {
+			o, err1 := parseToken(oldToken)
+			n, err2 := parseToken(newToken)
+			if err1 == nil && err2 == nil && n < o {
+				t.Fatalf("accepted token %d after the object accepted %d", n, o)
+			}
+		}
+	})
+}

@@ -57,6 +57,13 @@ verify-fmt: ## Fail when gofmt would change a file.
 .PHONY: test
 test: verify-generated verify-fmt vet setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./... -count=1 -timeout 30m $(TEST_ARGS)
+	$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz test for FUZZTIME (default 10s) on top of its committed seed corpus.
+	go test ./controllers/webhooks/fencing/ -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
 
 .PHONY: bench
 bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and print tables.

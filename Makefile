@@ -55,7 +55,7 @@ verify-fmt: ## Fail when gofmt would change a file.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: verify-generated verify-fmt vet setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd.
+test: verify-generated verify-fmt vet kustomize setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./... -count=1 -timeout 30m $(TEST_ARGS)
 	$(MAKE) --no-print-directory fuzz
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -26,6 +27,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/certrotation"
 	"github.com/kubefence/kubefence/controllers/webhooks"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
@@ -47,7 +49,10 @@ func main() {
 		webhookCertPath, webhookCertName, webhookKey     string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		namespace, serviceAccount                        string
-		controllerUsers                                  stringList
+		controllerUsers, webhookConfigs                  stringList
+		webhookPort                                      int
+		webhookCertMode, webhookServiceName              string
+		webhookSecretName                                string
 		driftRatio                                       float64
 		minDrift, webhookSkew                            time.Duration
 	)
@@ -58,6 +63,14 @@ func main() {
 		"Enable leader election for the controller manager, so that only one replica grants and expires leases.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, behind authentication and authorization.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "The port the webhook server listens on.")
+	flag.StringVar(&webhookCertMode, "webhook-cert-mode", "provided",
+		"Where the webhook serving certificate comes from: \"provided\" (files in --webhook-cert-path, e.g. from cert-manager) "+
+			"or \"self-signed\" (the manager keeps a CA and certificate in --webhook-secret-name and patches the webhook configurations' caBundle).")
+	flag.StringVar(&webhookServiceName, "webhook-service-name", "kubefence-webhook-service", "The webhook Service (self-signed mode: the certificate's DNS names).")
+	flag.StringVar(&webhookSecretName, "webhook-secret-name", "kubefence-webhook-server-cert", "The Secret holding the self-signed CA and certificate.")
+	flag.Var(&webhookConfigs, "webhook-configuration-name",
+		"A ValidatingWebhookConfiguration whose caBundle the manager keeps current in self-signed mode (repeatable).")
 	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
 	flag.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "The name of the webhook certificate file.")
 	flag.StringVar(&webhookKey, "webhook-cert-key", "tls.key", "The name of the webhook key file.")
@@ -96,7 +109,29 @@ func main() {
 
 	webhookTLSOpts := tlsOpts
 	var webhookCertWatcher, metricsCertWatcher *certwatcher.CertWatcher
-	if len(webhookCertPath) > 0 {
+	var rotator *certrotation.Rotator
+	switch webhookCertMode {
+	case "self-signed":
+		if len(webhookConfigs) == 0 {
+			webhookConfigs = stringList{"kubefence-validating-webhook-configuration", "kubefence-fencing-webhook-configuration"}
+		}
+		var err error
+		rotator, err = certrotation.New(certrotation.Options{
+			SecretKey:             types.NamespacedName{Namespace: namespace, Name: webhookSecretName},
+			DNSNames:              certrotation.ServiceDNSNames(webhookServiceName, namespace),
+			WebhookConfigurations: webhookConfigs,
+		})
+		if err != nil {
+			setupLog.Error(err, "Invalid self-signed certificate settings")
+			os.Exit(1)
+		}
+		webhookTLSOpts = append(webhookTLSOpts, func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate })
+	case "provided":
+	default:
+		setupLog.Error(fmt.Errorf("--webhook-cert-mode=%q: expected \"provided\" or \"self-signed\"", webhookCertMode), "Invalid flag")
+		os.Exit(1)
+	}
+	if len(webhookCertPath) > 0 && rotator == nil {
 		var err error
 		webhookCertWatcher, err = certwatcher.New(filepath.Join(webhookCertPath, webhookCertName), filepath.Join(webhookCertPath, webhookKey))
 		if err != nil {
@@ -123,7 +158,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
-		WebhookServer:                 webhook.NewServer(webhook.Options{TLSOpts: webhookTLSOpts}),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, TLSOpts: webhookTLSOpts}),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                enableLeaderElection,
 		LeaderElectionID:              "controller.coordination.kubefence.io",
@@ -168,6 +203,16 @@ func main() {
 				setupLog.Error(err, "Failed to add certificate watcher to manager")
 				os.Exit(1)
 			}
+		}
+	}
+	if rotator != nil {
+		if err := rotator.SetupWithManager(mgr); err != nil {
+			setupLog.Error(err, "Failed to set up certificate rotation")
+			os.Exit(1)
+		}
+		if err := mgr.AddReadyzCheck("webhook-cert", rotator.ReadyCheck); err != nil {
+			setupLog.Error(err, "Failed to set up certificate ready check")
+			os.Exit(1)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

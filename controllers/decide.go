@@ -45,8 +45,8 @@ type Transition struct {
 // decision is the next single write the reconciler must make, or none.
 type decision struct {
 	// removeRequest, when set, names the expired holder whose request must be
-	// removed from spec (a write that also raises metadata.generation, so that the
-	// next grant's token is larger than the expired one).
+	// removed from spec, with the expired annotation recording it. Before a grant
+	// the write raises metadata.generation, so that the next token is larger.
 	removeRequest string
 	// status, when set, is the status to write.
 	status *coordv1alpha1.FencedLeaseStatus
@@ -88,7 +88,7 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			// The holder's request is gone (or was withdrawn and made anew, which
 			// resets renewSequence): the tenure is over.
 			reason := coordv1alpha1.EndReasonReleased
-			if lease.Annotations[ExpiredAnnotation] == fmt.Sprintf("%s/%d", holder, st.FencingToken) {
+			if lease.Annotations[ExpiredAnnotation] == expiredMark(holder, st.FencingToken) {
 				reason = coordv1alpha1.EndReasonExpired
 			}
 			tr := endTenure(st, reason, now)
@@ -110,32 +110,50 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			}
 			l := time.Duration(st.LeaseDurationSeconds) * time.Second
 			expire := obs.at.Add(l + timing.Allowance(l))
-			if !now.Before(expire) {
-				d.removeRequest = holder
+			switch {
+			case now.Before(expire):
+				renewAt := micro(obs.at)
+				expireAt := micro(expire)
+				st.RenewSequence = obs.renewSequence
+				st.RenewTime = &renewAt
+				st.ExpireTime = &expireAt
 				d.observation = obs
+				d.requeueAfter = expire.Sub(now)
+			case base+lease.Generation <= st.FencingToken:
+				// The holder never renewed, so the generation has not moved since the
+				// grant: remove its request first (a spec write raises the generation),
+				// so that the next grant's token is larger (I1).
+				d.removeRequest = holder
 				return d, nil
+			default:
+				// Expire in status now; the expired request is removed after the next
+				// grant, off the take-over's critical path.
+				d.transitions = append(d.transitions, endTenure(st, coordv1alpha1.EndReasonExpired, now))
+				if lease.Spec.LockDelaySeconds > 0 {
+					until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
+					st.LockDelayUntil = &until
+				}
+				obs = nil
 			}
-			renewAt := micro(obs.at)
-			expireAt := micro(expire)
-			st.RenewSequence = obs.renewSequence
-			st.RenewTime = &renewAt
-			st.ExpireTime = &expireAt
-			d.observation = obs
-			d.requeueAfter = expire.Sub(now)
 		}
+	}
+	pending := expiredRequest(lease, st)
+	queue := reqs
+	if pending >= 0 {
+		queue = append(reqs[:pending:pending], reqs[pending+1:]...)
 	}
 
 	if st.HolderIdentity == "" {
 		obs = nil
 		switch {
-		case len(reqs) == 0:
+		case len(queue) == 0:
 			setHeld(st, lease.Generation, now, metav1.ConditionFalse, idleReason(st), idleMessage(st))
 		case st.LockDelayUntil != nil && now.Before(st.LockDelayUntil.Time):
 			d.requeueAfter = st.LockDelayUntil.Sub(now)
 			setHeld(st, lease.Generation, now, metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay,
 				fmt.Sprintf("previous holder expired; no grant before %s", st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
 		default:
-			next := &reqs[0]
+			next := &queue[0]
 			token := base + lease.Generation
 			if token <= st.FencingToken {
 				// Cannot happen while every tenure ends with a spec write; refuse
@@ -151,11 +169,31 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 		}
 	}
 
-	st.Waiting = waiting(reqs, st.HolderIdentity, old.Waiting, nowMicro)
+	st.Waiting = waiting(queue, st.HolderIdentity, old.Waiting, nowMicro)
 	if !equality.Semantic.DeepEqual(old, st) {
 		d.status = st
+	} else if pending >= 0 {
+		d.removeRequest = reqs[pending].HolderIdentity
 	}
 	return d, nil
+}
+
+// expiredRequest finds the request of a previous holder that expired, if the
+// controller has not removed it yet (the expired annotation records each
+// removal, so that a request the same identity makes afresh is kept).
+func expiredRequest(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus) int {
+	p := st.PreviousHolder
+	if p == nil || p.Reason == coordv1alpha1.EndReasonReleased || p.HolderIdentity == st.HolderIdentity {
+		return -1
+	}
+	if lease.Annotations[ExpiredAnnotation] == expiredMark(p.HolderIdentity, p.FencingToken) {
+		return -1
+	}
+	return requestIndex(lease.Spec.Requests, p.HolderIdentity)
+}
+
+func expiredMark(holder string, token int64) string {
+	return fmt.Sprintf("%s/%d", holder, token)
 }
 
 func requestIndex(reqs []coordv1alpha1.LeaseRequest, identity string) int {

@@ -60,30 +60,36 @@ func (s *sim) withdraw(id string) {
 	})
 }
 
-// reconcile runs decide until it has nothing to write; it returns the requeue.
+// reconcile runs decide until it has nothing to write, like the reconciler;
+// it returns the requeue.
 func (s *sim) reconcile() time.Duration {
 	s.t.Helper()
-	for range 3 {
+	for range 5 {
 		d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
 		if err != nil {
 			s.t.Fatalf("decide: %v", err)
 		}
-		if d.removeRequest != "" {
+		switch {
+		case d.removeRequest != "":
+			token := s.lease.Status.FencingToken
+			if p := s.lease.Status.PreviousHolder; s.lease.Status.HolderIdentity != d.removeRequest && p != nil && p.HolderIdentity == d.removeRequest {
+				token = p.FencingToken
+			}
 			s.withdraw(d.removeRequest)
 			if s.lease.Annotations == nil {
 				s.lease.Annotations = map[string]string{}
 			}
-			s.lease.Annotations[ExpiredAnnotation] = d.removeRequest + "/" + itoa(s.lease.Status.FencingToken)
-			continue
-		}
-		if d.status != nil {
+			s.lease.Annotations[ExpiredAnnotation] = d.removeRequest + "/" + itoa(token)
+		case d.status != nil:
 			s.lease.Status = *d.status
+			s.obs = d.observation
+			s.trs = append(s.trs, d.transitions...)
+		default:
+			s.obs = d.observation
+			return d.requeueAfter
 		}
-		s.obs = d.observation
-		s.trs = append(s.trs, d.transitions...)
-		return d.requeueAfter
 	}
-	s.t.Fatal("decide did not settle in 3 steps")
+	s.t.Fatal("decide did not settle in 5 steps")
 	return 0
 }
 
@@ -289,5 +295,40 @@ func TestTimingAllowance(t *testing.T) {
 	}
 	if err := (Timing{MinDrift: -1}).Validate(); err == nil {
 		t.Error("negative MinDrift accepted, want an error")
+	}
+}
+
+func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
+	s := newSim(t, 5, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	s.renew("a") // an acknowledged tenure: the generation moved since the grant
+	s.reconcile()
+	_, tokA := s.holder()
+	s.clock.Step(6 * time.Second)
+	d, err := decide(s.lease, s.obs, 0, s.clock.Now(), s.timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.removeRequest != "" || d.status == nil || d.status.HolderIdentity != "b" {
+		t.Fatalf("first write of a take-over: remove %q, status holder %v; want the grant to b first", d.removeRequest, d.status)
+	}
+	if d.status.FencingToken <= tokA {
+		t.Fatalf("token %d after %d", d.status.FencingToken, tokA)
+	}
+	s.reconcile() // grant, then remove a's expired request
+	if i := requestIndex(s.lease.Spec.Requests, "a"); i >= 0 {
+		t.Fatalf("a's expired request is still queued: %+v", s.lease.Spec.Requests)
+	}
+	for _, w := range s.lease.Status.Waiting {
+		if w.HolderIdentity == "a" {
+			t.Fatalf("a listed as waiting after its expiry: %+v", s.lease.Status.Waiting)
+		}
+	}
+	s.join("a") // a queues afresh: this request must stay
+	s.reconcile()
+	if i := requestIndex(s.lease.Spec.Requests, "a"); i < 0 {
+		t.Fatalf("a's new request was removed as if it were the expired one")
 	}
 }

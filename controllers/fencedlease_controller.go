@@ -89,8 +89,9 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 
-	// At most: remove an expired request, then write the take-over status.
-	for range 3 {
+	// Write until there is nothing left to decide: at most an expiry-and-grant,
+	// the removal of the expired request, and (rarely) one more of each.
+	for range 5 {
 		now := r.Clock.Now()
 		d, err := decide(&lease, r.observation(lease.UID), stored, now, r.Timing)
 		if err != nil {
@@ -102,10 +103,6 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			if err := r.removeExpired(ctx, &lease, d.removeRequest); err != nil {
 				return ctrl.Result{}, ignoreConflict(err)
 			}
-			metrics.RenewalsMissed.WithLabelValues(lease.Namespace, lease.Name).Inc()
-			r.Recorder.Eventf(&lease, nil, corev1.EventTypeWarning, EventRenewFail, "Expire",
-				"%s did not renew token %d within %ds", d.removeRequest, lease.Status.FencingToken, lease.Status.LeaseDurationSeconds)
-			continue
 		case d.status != nil:
 			updated := lease.DeepCopy()
 			updated.Status = *d.status
@@ -113,17 +110,19 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				return ctrl.Result{}, ignoreConflict(err)
 			}
 			lease = *updated
+			r.setObservation(lease.UID, d.observation)
+			r.report(ctx, &lease, d)
+		default:
+			r.setObservation(lease.UID, d.observation)
+			return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
 		}
-		r.setObservation(lease.UID, d.observation)
-		r.report(ctx, &lease, d)
-		return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
-// removeExpired removes the expired holder's request and marks the removal as
-// an expiry, in one optimistic-locked write: if the holder renewed meanwhile
-// the write conflicts and the next reconcile sees the renewal.
+// removeExpired removes an expired holder's request and records the removal in
+// the expired annotation, in one optimistic-locked write: if the holder renewed
+// meanwhile the write conflicts and the next reconcile sees the renewal.
 func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv1alpha1.FencedLease, holder string) error {
 	updated := lease.DeepCopy()
 	reqs := updated.Spec.Requests[:0:0]
@@ -136,7 +135,11 @@ func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv
 	if updated.Annotations == nil {
 		updated.Annotations = map[string]string{}
 	}
-	updated.Annotations[ExpiredAnnotation] = fmt.Sprintf("%s/%d", holder, lease.Status.FencingToken)
+	token := lease.Status.FencingToken
+	if p := lease.Status.PreviousHolder; lease.Status.HolderIdentity != holder && p != nil && p.HolderIdentity == holder {
+		token = p.FencingToken
+	}
+	updated.Annotations[ExpiredAnnotation] = expiredMark(holder, token)
 	if err := r.Update(ctx, updated); err != nil {
 		return fmt.Errorf("removing expired request of %s: %w", holder, err)
 	}
@@ -180,6 +183,9 @@ func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1
 		switch tr.Kind {
 		case string(coordv1alpha1.EndReasonExpired):
 			metrics.Expiries.WithLabelValues(ns, name).Inc()
+			metrics.RenewalsMissed.WithLabelValues(ns, name).Inc()
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventRenewFail, "Expire",
+				"%s did not renew token %d within %ds", tr.Previous, tr.PreviousToken, lease.Status.LeaseDurationSeconds)
 			metrics.TenureSeconds.WithLabelValues(tr.Kind).Observe(tr.Tenure.Seconds())
 			log.Info("Lease expired", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventExpired, "Expire",

@@ -36,6 +36,7 @@ type Elector struct {
 	deadline time.Time
 	release  chan chan error
 	stepDown chan struct{}
+	released time.Time // when this identity last released voluntarily
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -157,7 +158,13 @@ func (e *Elector) Run(ctx context.Context) error {
 				continue
 			case idx < 0 && lease.Status.HolderIdentity != e.cfg.Identity:
 				// Queue (again) only once the controller no longer lists us as holder,
-				// so that a new request is never mistaken for the old tenure.
+				// so that a new request is never mistaken for the old tenure; and after
+				// a release, only once the next holder has acknowledged its grant, so
+				// that our write does not delay the hand-over.
+				if wait := e.handoverPending(lease); wait > 0 {
+					e.waitChange(ctx, wait)
+					continue
+				}
 				if err := e.join(ctx, lease); err != nil {
 					log.V(1).Info("Queueing failed; retrying", "error", err.Error())
 					sleep(ctx, 200*time.Millisecond)
@@ -173,6 +180,40 @@ func (e *Elector) Run(ctx context.Context) error {
 		case done := <-e.release:
 			done <- nil
 		}
+	}
+}
+
+// handoverPending returns how long to hold back a new request after a
+// release: until the next holder acknowledged its grant, at most one lease
+// duration.
+func (e *Elector) handoverPending(lease *coordv1alpha1.FencedLease) time.Duration {
+	e.mu.Lock()
+	released := e.released
+	e.mu.Unlock()
+	if released.IsZero() {
+		return 0
+	}
+	left := released.Add(time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second).Sub(e.clock.Now())
+	holder := lease.Status.HolderIdentity
+	if left <= 0 || (holder == "" && len(lease.Spec.Requests) == 0) {
+		return 0
+	}
+	if i := requestIndex(lease, holder); holder != "" && i >= 0 && lease.Spec.Requests[i].RenewSequence > 0 {
+		return 0
+	}
+	return left
+}
+
+// waitChange waits for a change of the lease, a release request, or d.
+func (e *Elector) waitChange(ctx context.Context, d time.Duration) {
+	t := e.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-e.view.changed:
+	case <-t.C():
+	case done := <-e.release:
+		done <- nil
 	}
 }
 
@@ -239,6 +280,11 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 		log.Info("Stopped leading", "token", token)
 		if releaseDone != nil || ctx.Err() != nil {
 			err := e.withdraw(context.WithoutCancel(ctx))
+			if releaseDone != nil {
+				e.mu.Lock()
+				e.released = e.clock.Now()
+				e.mu.Unlock()
+			}
 			if releaseDone != nil {
 				releaseDone <- err
 			}

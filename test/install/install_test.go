@@ -206,3 +206,30 @@ func TestRenderedManifestsApplyWithServerSideDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestManagerAcceptsTheDeployedFlags runs the manager binary with the
+// arguments of the rendered Deployment (plus --help, so that it exits after
+// parsing): a flag the binary does not know would crash the pod.
+func TestManagerAcceptsTheDeployedFlags(t *testing.T) {
+	docs := documents(t, render(t))
+	deps := decodeKind[appsv1.Deployment](t, docs, "Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("%d Deployments, want 1", len(deps))
+	}
+	bin := filepath.Join(t.TempDir(), "manager")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd")).CombinedOutput(); err != nil {
+		t.Fatalf("building the manager: %v\n%s", err, out)
+	}
+	for _, c := range deps[0].Spec.Template.Spec.Containers {
+		args := append(append([]string{}, c.Args...), "--help")
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("manager %v: %v\n%s", c.Args, err, out)
+		}
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--webhook-cert-mode=") && a != "--webhook-cert-mode=self-signed" {
+				t.Errorf("default install uses %s, want self-signed certificates (no cert-manager needed)", a)
+			}
+		}
+	}
+}

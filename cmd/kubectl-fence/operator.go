@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Event reasons and the reporting controller of operator actions.
+const (
+	EventOperatorRelease  = "OperatorRelease"
+	EventOperatorHandover = "OperatorHandover"
+	reportingController   = "kubectl-fence"
+)
+
+// patchAttempts bounds how often an action is retried when the lease changed
+// between read and patch (a test operation failed).
+const patchAttempts = 3
+
+// patchLease reads the lease, builds a guarded JSON patch from it and applies
+// it. When a test operation fails because the lease changed meanwhile, it
+// reads again and rebuilds, so the preconditions are checked against the new
+// state; it returns the lease as it was when the patch applied.
+func patchLease(ctx context.Context, c *clients, name string, build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*coordv1alpha1.FencedLease, error) {
+	var lastRV string
+	var lastErr error
+	for range patchAttempts {
+		lease, err := c.getLease(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if lastErr != nil && lease.ResourceVersion == lastRV {
+			// Nothing changed, so the refusal was not a race: report it.
+			return nil, lastErr
+		}
+		ops, err := build(lease)
+		if err != nil {
+			return nil, err
+		}
+		data, err := json.Marshal(ops)
+		if err != nil {
+			return nil, fmt.Errorf("encoding patch: %w", err)
+		}
+		err = c.kube.Patch(ctx, lease.DeepCopy(), client.RawPatch(types.JSONPatchType, data))
+		if err == nil {
+			return lease, nil
+		}
+		if !apierrors.IsInvalid(err) {
+			return nil, err
+		}
+		lastRV, lastErr = lease.ResourceVersion, err
+	}
+	return nil, fmt.Errorf("fencedlease %s/%s kept changing; try again: %w", c.namespace, name, lastErr)
+}
+
+// explainRefusal turns a refused write into advice. The FencedLease webhook
+// lets a client change only its own request; an operator action changes
+// someone else's, so the operator must be a user the webhook trusts.
+func explainRefusal(action string, err error, user string) error {
+	if !apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	flag := "--controller-user=<your username>"
+	if user != "" {
+		flag = "--controller-user=" + user
+	}
+	return fmt.Errorf(`%s was refused: %w
+
+Operator actions remove or reorder other clients' requests. The FencedLease
+admission webhook allows that only to users it trusts as the kubefence
+controller. To act as an operator, start the manager with
+  %s
+(repeatable; for example for a cluster-admin user). If the refusal comes from
+RBAC instead, you need "patch" on fencedleases.coordination.kubefence.io`, action, err, flag)
+}
+
+// whoAmI asks the API server who the command runs as, for Events and advice;
+// "" when it cannot tell.
+func whoAmI(ctx context.Context, c *clients) string {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.kube.Create(ctx, review); err != nil {
+		return ""
+	}
+	return review.Status.UserInfo.Username
+}
+
+// recordEvent records an operator action as an events.k8s.io/v1 Event
+// regarding the lease, beside the controller's own Events.
+func recordEvent(ctx context.Context, c *clients, lease *coordv1alpha1.FencedLease, now metav1.MicroTime, reason, action, note string) error {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	if len(host) > 128 {
+		host = host[:128]
+	}
+	ev := &eventsv1.Event{
+		// Named as client-go's recorder names Events (the wall clock, not the
+		// injected one, keeps names unique).
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", lease.Name, time.Now().UnixNano()), Namespace: lease.Namespace},
+		EventTime:           now,
+		ReportingController: reportingController,
+		ReportingInstance:   host,
+		Action:              action,
+		Reason:              reason,
+		Type:                corev1.EventTypeNormal,
+		Note:                note,
+		Regarding: corev1.ObjectReference{
+			APIVersion:      coordv1alpha1.GroupVersion.String(),
+			Kind:            "FencedLease",
+			Namespace:       lease.Namespace,
+			Name:            lease.Name,
+			UID:             lease.UID,
+			ResourceVersion: lease.ResourceVersion,
+		},
+	}
+	if err := c.kube.Create(ctx, ev); err != nil {
+		return fmt.Errorf("recording event: %w", err)
+	}
+	return nil
+}
+
+// operatorName names the operator in Event notes.
+func operatorName(user string) string {
+	if user == "" {
+		return "an operator"
+	}
+	return "operator " + user
+}

@@ -1,0 +1,538 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+// leadership records the tenures of one candidate, whichever system it uses.
+type leadership struct {
+	started chan time.Time // one send per tenure, when OnStartedLeading runs
+
+	mu       sync.Mutex
+	lastStop time.Time // when the last tenure's context was cancelled
+}
+
+func newLeadership() *leadership { return &leadership{started: make(chan time.Time, 256)} }
+
+// lead is the body of OnStartedLeading: note the start, wait for the end.
+func (l *leadership) lead(ctx context.Context) {
+	l.started <- time.Now()
+	<-ctx.Done()
+	l.mu.Lock()
+	l.lastStop = time.Now()
+	l.mu.Unlock()
+}
+
+func (l *leadership) stoppedAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastStop
+}
+
+// drain forgets tenures started so far.
+func (l *leadership) drain() {
+	for {
+		select {
+		case <-l.started:
+		default:
+			return
+		}
+	}
+}
+
+// waitStart returns when the next tenure started.
+func (l *leadership) waitStart(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case s := <-l.started:
+		return s, nil
+	case <-t.C:
+		return time.Time{}, fmt.Errorf("no tenure started within %v", timeout)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// kfCandidate is one fence.Elector with its own API connection.
+type kfCandidate struct {
+	id string
+	*leadership
+	tr     *holderTransport
+	el     *fence.Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate, error) {
+	tr := newHolderTransport()
+	cfg := rest.CopyConfig(b.cfg)
+	cfg.WrapTransport = tr.wrap
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: b.scheme})
+	if err != nil {
+		return nil, err
+	}
+	c := &kfCandidate{id: id, leadership: newLeadership(), tr: tr, done: make(chan struct{})}
+	c.el, err = fence.New(fence.Config{
+		Client: cl, Namespace: ns, Name: name, Identity: id, User: b.adminUser,
+		Callbacks: fence.Callbacks{
+			OnStartedLeading: func(ctx context.Context, _ int64) { c.lead(ctx) },
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	go func() {
+		defer close(c.done)
+		if err := c.el.Run(runCtx); err != nil && b.opts.verbose {
+			fmt.Fprintf(os.Stderr, "bench: elector %s: %v\n", id, err)
+		}
+	}()
+	return c, nil
+}
+
+// stop cancels Run (which withdraws the request unless the client is frozen)
+// and waits for it to return.
+func (c *kfCandidate) stop() {
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(15 * time.Second):
+		fmt.Fprintf(os.Stderr, "bench: elector %s did not stop within 15s\n", c.id)
+	}
+}
+
+func (b *bench) createFencedLease(ctx context.Context, ns, name string) error {
+	if err := b.createNamespace(ctx, ns); err != nil {
+		return err
+	}
+	l := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(b.opts.leaseSeconds)},
+	}
+	if err := b.admin.Create(ctx, l); err != nil {
+		return fmt.Errorf("creating FencedLease %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+func (b *bench) getFencedLease(ctx context.Context, ns, name string) (*coordv1alpha1.FencedLease, error) {
+	var l coordv1alpha1.FencedLease
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+func requestOf(l *coordv1alpha1.FencedLease, id string) (coordv1alpha1.LeaseRequest, bool) {
+	for _, r := range l.Spec.Requests {
+		if r.HolderIdentity == id {
+			return r, true
+		}
+	}
+	return coordv1alpha1.LeaseRequest{}, false
+}
+
+// isWaiting reports whether the controller lists id as waiting (so it has
+// processed the request).
+func isWaiting(l *coordv1alpha1.FencedLease, id string) bool {
+	if _, ok := requestOf(l, id); !ok {
+		return false
+	}
+	for _, w := range l.Status.Waiting {
+		if w.HolderIdentity == id {
+			return true
+		}
+	}
+	return false
+}
+
+// waitLease polls the lease (as the admin, whose requests are not counted)
+// until cond holds.
+func (b *bench) waitLease(ctx context.Context, ns, name, what string, cond func(*coordv1alpha1.FencedLease) bool) error {
+	return waitFor(ctx, 15*time.Second, 10*time.Millisecond, what, func(ctx context.Context) (bool, error) {
+		l, err := b.getFencedLease(ctx, ns, name)
+		if err != nil {
+			return false, err
+		}
+		return cond(l), nil
+	})
+}
+
+// takeoverResult is phase 1 for one system.
+type takeoverResult struct {
+	// beyond is, per iteration, the new holder's start minus the send time of
+	// the old holder's last successful renewal minus the lease duration.
+	beyond []time.Duration
+	// gap is, per iteration, the new holder's start minus the moment the old
+	// holder's context was cancelled; negative means both believed they led.
+	gap []time.Duration
+	// ctrl counts the controller's writes from the freeze until the new holder
+	// settled (kubefence only).
+	ctrl     writeCounts
+	failures int
+	// stages takes each kubefence takeover apart (the stage constants).
+	stages stageSet
+}
+
+// stageSet collects durations of named stages, in the order first added.
+type stageSet struct {
+	names  []string
+	values map[string][]time.Duration
+}
+
+func (s *stageSet) add(name string, d time.Duration) {
+	if s.values == nil {
+		s.values = map[string][]time.Duration{}
+	}
+	if _, ok := s.values[name]; !ok {
+		s.names = append(s.names, name)
+	}
+	s.values[name] = append(s.values[name], d)
+}
+
+// Stages of a kubefence takeover (with the drift allowance they add up to the
+// time beyond the lease) and of a hand-over (they add up to its latency).
+const (
+	stageObserve = "old holder's last renewal sent -> controller observed it"
+	stageTimer   = "expiry due (observed + L + allowance) -> expiry write sent"
+	stageExpire  = "expiry write sent -> grant written (2 writes)"
+	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
+	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
+	stageGrant   = "grant write sent -> written"
+)
+
+// kfTakeover: A holds, B waits, A's client freezes at a random point of its
+// renewal cycle; measure when B starts leading.
+func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
+	const ns, name = "kf-takeover", "takeover"
+	res := takeoverResult{ctrl: writeCounts{}}
+	if err := b.createFencedLease(ctx, ns, name); err != nil {
+		return res, err
+	}
+	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
+	for i := range b.opts.takeovers {
+		if err := b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res); err != nil {
+			if ctx.Err() != nil {
+				return res, err
+			}
+			res.failures++
+			fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: %v\n", i, err)
+			if res.failures > b.opts.takeovers/4 {
+				return res, fmt.Errorf("too many failed iterations: %w", err)
+			}
+		}
+	}
+	return res, nil
+}
+
+func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, renewEvery time.Duration, res *takeoverResult) error {
+	began := time.Now()
+	var started []*kfCandidate
+	defer func() {
+		for _, c := range started {
+			c.stop()
+		}
+		// The next iteration starts from a free lease with nobody queued.
+		_ = b.waitLease(ctx, ns, name, "the lease to be free", func(l *coordv1alpha1.FencedLease) bool {
+			return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
+		})
+	}()
+	a, err := b.startKF(ctx, ns, name, fmt.Sprintf("a-%d", i))
+	if err != nil {
+		return err
+	}
+	started = append(started, a)
+	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
+		return fmt.Errorf("holder: %w", err)
+	}
+	w, err := b.startKF(ctx, ns, name, fmt.Sprintf("b-%d", i))
+	if err != nil {
+		return err
+	}
+	started = append(started, w)
+	if err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool {
+		return isWaiting(l, w.id)
+	}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, rand.N(renewEvery)); err != nil {
+		return err
+	}
+	before := b.ctrlRT.snapshot(ns)
+	a.tr.freeze()
+	start, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
+	if err != nil {
+		return fmt.Errorf("waiter: %w", err)
+	}
+	t0 := a.tr.lastWriteSent()
+	res.beyond = append(res.beyond, start.Sub(t0)-b.lease)
+	if stop := a.stoppedAt(); !stop.IsZero() {
+		res.gap = append(res.gap, start.Sub(stop))
+	} else {
+		res.gap = append(res.gap, start.Sub(time.Now())) // the old holder still leads
+	}
+	// Let the controller record the new holder's first renewal and its events;
+	// the new holder's next periodic renewal is a third of a lease away.
+	if err := sleep(ctx, min(300*time.Millisecond, renewEvery/2)); err != nil {
+		return err
+	}
+	res.ctrl.add(b.ctrlRT.snapshot(ns).sub(before))
+
+	var observed time.Time
+	var expiry, grant *ctrlWrite
+	writes := b.ctrlRT.trace(ns, began)
+	for i := range writes {
+		cw := &writes[i]
+		switch {
+		case !cw.ok:
+		case expiry == nil && cw.category == catSpecExpiry:
+			expiry = cw
+		case expiry == nil && cw.holder == a.id && !cw.renewTime.IsZero():
+			observed = cw.renewTime
+		case expiry != nil && grant == nil && cw.category == catStatusGrant && cw.holder == w.id:
+			grant = cw
+		}
+	}
+	if observed.IsZero() || expiry == nil || grant == nil {
+		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: could not take the controller's writes apart\n", i)
+		return nil
+	}
+	due := observed.Add(b.lease + controllers.DefaultTiming().Allowance(b.lease))
+	res.stages.add(stageObserve, observed.Sub(t0))
+	res.stages.add(stageTimer, expiry.sent.Sub(due))
+	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))
+	res.stages.add(stageAck, start.Sub(grant.done))
+	return nil
+}
+
+// handoverResult is phase 2 for one system.
+type handoverResult struct {
+	// latency is, per iteration, the next holder's start minus the moment the
+	// release was asked for.
+	latency []time.Duration
+	// clientWrites and clientReads are the candidates' requests per hand-over.
+	clientWrites, clientReads int
+	ctrl                      writeCounts
+	n                         int
+	failures                  int
+	stages                    stageSet
+}
+
+// kfHandover: two electors pass the lease back and forth with Release; the
+// one releasing queues again by itself.
+func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
+	const ns, name = "kf-handover", "handover"
+	res := handoverResult{}
+	if err := b.createFencedLease(ctx, ns, name); err != nil {
+		return res, err
+	}
+	x, err := b.startKF(ctx, ns, name, "x")
+	if err != nil {
+		return res, err
+	}
+	defer x.stop()
+	if _, err := x.waitStart(ctx, 15*time.Second); err != nil {
+		return res, err
+	}
+	y, err := b.startKF(ctx, ns, name, "y")
+	if err != nil {
+		return res, err
+	}
+	defer y.stop()
+	cands := []*kfCandidate{x, y}
+	holder := 0
+
+	ready := func(h, w *kfCandidate) error {
+		if err := b.waitLease(ctx, ns, name, "the next candidate to queue", func(l *coordv1alpha1.FencedLease) bool {
+			return isWaiting(l, w.id) && l.Status.HolderIdentity == h.id
+		}); err != nil {
+			return err
+		}
+		return waitFor(ctx, 15*time.Second, 5*time.Millisecond, "the holder to lead", func(context.Context) (bool, error) {
+			_, ok := h.el.Token()
+			return ok, nil
+		})
+	}
+	if err := ready(x, y); err != nil {
+		return res, err
+	}
+	ctrlBefore := b.ctrlRT.snapshot(ns)
+	xBefore, yBefore := x.tr.counts(), y.tr.counts()
+	for i := range b.opts.handovers {
+		h, w := cands[holder], cands[1-holder]
+		if err := ready(h, w); err != nil {
+			return res, err
+		}
+		if err := sleep(ctx, 20*time.Millisecond+rand.N(100*time.Millisecond)); err != nil {
+			return res, err
+		}
+		w.drain()
+		asked := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := h.el.Release(rctx)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("release %d: %w", i, err)
+		}
+		start, err := w.waitStart(ctx, 10*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, err
+			}
+			res.failures++
+			fmt.Fprintf(os.Stderr, "bench: kubefence hand-over %d: %v\n", i, err)
+			if res.failures > b.opts.handovers/4 {
+				return res, errors.New("too many failed hand-overs")
+			}
+			continue
+		}
+		res.latency = append(res.latency, start.Sub(asked))
+		if b.opts.trace {
+			b.traceHandover(i, asked, start, h, w, ns)
+		}
+		for _, cw := range b.ctrlRT.trace(ns, asked) {
+			if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
+				res.stages.add(stageRelease, cw.sent.Sub(asked))
+				res.stages.add(stageGrant, cw.done.Sub(cw.sent))
+				res.stages.add(stageAck, start.Sub(cw.done))
+				break
+			}
+		}
+		holder = 1 - holder
+	}
+	// The last hand-over's queueing and events.
+	if err := ready(cands[holder], cands[1-holder]); err != nil {
+		return res, err
+	}
+	if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		return res, err
+	}
+	res.n = len(res.latency)
+	res.ctrl = b.ctrlRT.snapshot(ns).sub(ctrlBefore)
+	xAfter, yAfter := x.tr.counts(), y.tr.counts()
+	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
+	res.clientReads = xAfter.reads - xBefore.reads + yAfter.reads - yBefore.reads
+	return res, nil
+}
+
+// steadyResult is phase 3 for one system.
+type steadyResult struct {
+	window        time.Duration
+	renewals      int
+	writes, reads int
+	ctrl          writeCounts
+	// writeRTT is the round trip of each of the holder's writes in the window.
+	writeRTT []time.Duration
+}
+
+// alignToWrite waits until the candidate's next write succeeded, plus a
+// settling pause, so that a window boundary never cuts a renewal in two.
+func alignToWrite(ctx context.Context, tr *holderTransport, timeout time.Duration) error {
+	ch := tr.nextWrite()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		return fmt.Errorf("no write within %v", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return sleep(ctx, 150*time.Millisecond)
+}
+
+// kfSteady: one holder, nobody waiting; count its writes and the controller's
+// over the window, and its renewals from the lease's renewSequence.
+func (b *bench) kfSteady(ctx context.Context) (steadyResult, error) {
+	const ns, name = "kf-steady", "steady"
+	var res steadyResult
+	if err := b.createFencedLease(ctx, ns, name); err != nil {
+		return res, err
+	}
+	a, err := b.startKF(ctx, ns, name, "a")
+	if err != nil {
+		return res, err
+	}
+	defer a.stop()
+	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
+		return res, err
+	}
+	if err := sleep(ctx, time.Second); err != nil {
+		return res, err
+	}
+	seq := func() (int64, error) {
+		l, err := b.getFencedLease(ctx, ns, name)
+		if err != nil {
+			return 0, err
+		}
+		r, ok := requestOf(l, a.id)
+		if !ok || l.Status.HolderIdentity != a.id {
+			return 0, errors.New("the holder lost the lease during the steady window")
+		}
+		return r.RenewSequence, nil
+	}
+	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	seq0, err := seq()
+	if err != nil {
+		return res, err
+	}
+	c0, ctrl0 := a.tr.counts(), b.ctrlRT.snapshot(ns)
+	if err := sleep(ctx, b.opts.steady); err != nil {
+		return res, err
+	}
+	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
+		return res, err
+	}
+	c1, ctrl1 := a.tr.counts(), b.ctrlRT.snapshot(ns)
+	seq1, err := seq()
+	if err != nil {
+		return res, err
+	}
+	res.window = time.Since(start)
+	res.renewals = int(seq1 - seq0)
+	res.writes = c1.writes - c0.writes
+	res.reads = c1.reads - c0.reads
+	res.ctrl = ctrl1.sub(ctrl0)
+	res.writeRTT = a.tr.writeLatencies(c0.completed, c1.completed)
+	return res, nil
+}
+
+// traceHandover prints what the candidates and the controller sent during one
+// kubefence hand-over (-trace).
+func (b *bench) traceHandover(i int, asked, start time.Time, h, w *kfCandidate, ns string) {
+	fmt.Fprintf(os.Stderr, "hand-over %d: %v\n", i, start.Sub(asked).Round(100*time.Microsecond))
+	at := func(t time.Time) string {
+		return fmt.Sprintf("%7.1fms", float64(t.Sub(asked))/float64(time.Millisecond))
+	}
+	for _, c := range []*kfCandidate{h, w} {
+		for _, r := range c.tr.requestsSince(asked.Add(-time.Millisecond)) {
+			if r.watch {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "  %s..%s %-3s %-6s %s %d\n", at(r.sent), at(r.done), c.id, r.method, r.path, r.code)
+		}
+	}
+	for _, cw := range b.ctrlRT.trace(ns, asked) {
+		fmt.Fprintf(os.Stderr, "  %s..%s ctl %s ok=%v holder=%s\n", at(cw.sent), at(cw.done), cw.category, cw.ok, cw.holder)
+	}
+	fmt.Fprintf(os.Stderr, "  %s start\n", at(start))
+}

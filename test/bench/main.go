@@ -1,0 +1,431 @@
+// Command bench measures kubefence's fenced leases side by side with
+// client-go's tools/leaderelection, against one real kube-apiserver and etcd
+// (envtest) started in this process, with the kubefence controller running in
+// this process too:
+//
+//  1. takeover: how long after the holder's last successful renewal, beyond
+//     the lease duration, a waiting candidate starts leading when the holder
+//     stops renewing abruptly;
+//  2. hand-over: how long a voluntary release takes to reach the next
+//     candidate;
+//  3. API writes per renewal, for the holder's client and, for kubefence, for
+//     the controller (and the controller's writes per grant);
+//  4. guarded writes: the latency the fencing webhook adds to a write of a
+//     guarded object (against the same write to an unguarded one), from its
+//     cache and with a live lease read on every check. The webhooks are
+//     installed only for this phase, so phases 1 to 3 run without them.
+//
+// Run it with `make bench` (which supplies KUBEBUILDER_ASSETS); flags are
+// passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers 5"`, and
+// `make bench BENCH_ARGS=-only=guarded` runs phase 4 alone.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+)
+
+const operatorNamespace = "kubefence-system"
+
+type options struct {
+	takeovers    int
+	handovers    int
+	steady       time.Duration
+	leaseSeconds int
+	serial       bool
+	verbose      bool
+	trace        bool
+	timeout      time.Duration
+	crdDir       string
+	// only selects the phases: "" (all), "leases" (1 to 3) or "guarded" (4).
+	only          string
+	guardedWrites int
+	liveWrites    int
+}
+
+func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
+func (o options) runGuarded() bool { return o.only == "" || o.only == "guarded" }
+
+func main() {
+	var o options
+	flag.IntVar(&o.takeovers, "takeovers", 20, "takeover iterations per system")
+	flag.IntVar(&o.handovers, "handovers", 50, "hand-over iterations per system")
+	flag.DurationVar(&o.steady, "steady", 10*time.Second, "length of the steady-state window that counts writes per renewal")
+	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
+	flag.BoolVar(&o.serial, "serial", false, "run the two systems one after the other instead of side by side in each phase")
+	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
+	flag.BoolVar(&o.trace, "trace", false, "print every request of each kubefence hand-over to stderr")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	flag.StringVar(&o.crdDir, "crd-dir", "", "directory of the CRD manifests (default: config/crd/bases of the module)")
+	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal) or "guarded" (guarded writes through the fencing webhook); default all`)
+	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
+	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
+	flag.Parse()
+
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is the shared state of one run.
+type bench struct {
+	opts      options
+	lease     time.Duration
+	cfg       *rest.Config
+	scheme    *runtime.Scheme
+	admin     client.Client
+	adminUser string
+	ctrlRT    *controllerTransport
+	testEnv   *envtest.Environment
+}
+
+func run(o options) error {
+	if o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1 {
+		return errors.New("-takeovers and -handovers must be at least 1, -steady positive, -lease at least 1")
+	}
+	if o.only != "" && o.only != "leases" && o.only != "guarded" {
+		return fmt.Errorf(`-only is %q: expected "leases" or "guarded"`, o.only)
+	}
+	if o.guardedWrites < 1 || o.liveWrites < 0 {
+		return errors.New("-guarded-writes must be at least 1 and -live-writes at least 0")
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
+	}
+	if o.verbose {
+		logf.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		logf.SetLogger(logr.Discard())
+		klog.SetLogger(logr.Discard())
+	}
+	crdDirs := []string{o.crdDir}
+	if o.crdDir == "" || o.runGuarded() {
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		if o.crdDir == "" {
+			crdDirs[0] = filepath.Join(root, "config", "crd", "bases")
+		}
+		// The example guarded kind (Widget) of phase 4.
+		crdDirs = append(crdDirs, filepath.Join(root, "test", "crds"))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: runtime.NewScheme(), ctrlRT: newControllerTransport()}
+	if err := clientgoscheme.AddToScheme(b.scheme); err != nil {
+		return err
+	}
+	if err := coordv1alpha1.AddToScheme(b.scheme); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
+	// No webhooks yet: startWebhooks installs them before phase 4.
+	testEnv := &envtest.Environment{
+		CRDDirectoryPaths:     crdDirs,
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		return fmt.Errorf("starting envtest: %w", err)
+	}
+	defer func() {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stopping envtest:", err)
+		}
+	}()
+	b.cfg = cfg
+	b.testEnv = testEnv
+
+	env, err := b.setup(ctx)
+	if err != nil {
+		return err
+	}
+
+	// Stopped after the controller (defers run last in, first out): the
+	// FencedLease validator must answer as long as the controller writes.
+	var whs *webhookServer
+	defer func() {
+		if whs != nil {
+			whs.stop()
+		}
+	}()
+
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone, err := b.startController(mgrCtx)
+	if err != nil {
+		stopMgr()
+		return err
+	}
+	defer func() {
+		stopMgr()
+		select {
+		case <-mgrDone:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
+		}
+	}()
+
+	var rep report
+	rep.env = env
+	started := time.Now()
+
+	if o.runLeases() {
+		if err := b.leasePhases(ctx, &rep); err != nil {
+			return err
+		}
+	}
+	if o.runGuarded() {
+		fmt.Fprintln(os.Stderr, "bench: guarded writes: installing and serving the webhooks")
+		if whs, err = b.startWebhooks(ctx); err != nil {
+			return err
+		}
+		g, err := b.guarded(ctx, whs)
+		if err != nil {
+			return fmt.Errorf("guarded-write phase: %w", err)
+		}
+		rep.guarded = &g
+	}
+	rep.elapsed = time.Since(started)
+	rep.print(os.Stdout, b)
+	return nil
+}
+
+// leasePhases runs phases 1 to 3.
+func (b *bench) leasePhases(ctx context.Context, rep *report) error {
+	o := b.opts
+	rep.leases = true
+	fmt.Fprintf(os.Stderr, "bench: phase 1/3: takeover after the holder stops renewing (%d iterations each)\n", o.takeovers)
+	if err := b.both(ctx,
+		func(ctx context.Context) (err error) { rep.kfTakeover, err = b.kfTakeover(ctx); return },
+		func(ctx context.Context) (err error) { rep.cgTakeover, err = b.cgTakeover(ctx); return },
+	); err != nil {
+		return fmt.Errorf("takeover phase: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "bench: phase 2/3: hand-over after a voluntary release (%d iterations each)\n", o.handovers)
+	if err := b.both(ctx,
+		func(ctx context.Context) (err error) { rep.kfHandover, err = b.kfHandover(ctx); return },
+		func(ctx context.Context) (err error) { rep.cgHandover, err = b.cgHandover(ctx); return },
+	); err != nil {
+		return fmt.Errorf("hand-over phase: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "bench: phase 3/3: writes per renewal over %v\n", o.steady)
+	if err := b.both(ctx,
+		func(ctx context.Context) (err error) { rep.kfSteady, err = b.kfSteady(ctx); return },
+		func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return },
+	); err != nil {
+		return fmt.Errorf("steady phase: %w", err)
+	}
+	return nil
+}
+
+// both runs the kubefence and the client-go side of a phase, side by side
+// unless -serial.
+func (b *bench) both(ctx context.Context, kf, cg func(context.Context) error) error {
+	if b.opts.serial {
+		if err := kf(ctx); err != nil {
+			return fmt.Errorf("kubefence: %w", err)
+		}
+		if err := cg(ctx); err != nil {
+			return fmt.Errorf("client-go: %w", err)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	var kfErr, cgErr error
+	wg.Go(func() { kfErr = kf(ctx) })
+	wg.Go(func() { cgErr = cg(ctx) })
+	wg.Wait()
+	var errs []error
+	if kfErr != nil {
+		errs = append(errs, fmt.Errorf("kubefence: %w", kfErr))
+	}
+	if cgErr != nil {
+		errs = append(errs, fmt.Errorf("client-go: %w", cgErr))
+	}
+	return errors.Join(errs...)
+}
+
+// environment describes where the numbers were taken.
+type environment struct {
+	serverVersion string
+	cpus          int
+	cpuModel      string
+	loadStart     string
+}
+
+// setup creates the admin client and the operator namespace and learns the
+// admin's username.
+func (b *bench) setup(ctx context.Context) (environment, error) {
+	var env environment
+	var err error
+	b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme})
+	if err != nil {
+		return env, err
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := b.admin.Create(ctx, review); err != nil {
+		return env, fmt.Errorf("asking who the admin is: %w", err)
+	}
+	b.adminUser = review.Status.UserInfo.Username
+	if b.adminUser == "" {
+		return env, errors.New("the API server returned an empty username for the admin")
+	}
+	if err := b.createNamespace(ctx, operatorNamespace); err != nil {
+		return env, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(b.cfg)
+	if err != nil {
+		return env, err
+	}
+	if v, err := dc.ServerVersion(); err == nil {
+		env.serverVersion = v.GitVersion
+	}
+	// A kube-apiserver built from source without version stamping reports
+	// v0.0.0-master; the asset directory names the release.
+	if env.serverVersion == "" || strings.Contains(env.serverVersion, "master") {
+		env.serverVersion = fmt.Sprintf("%s (assets %s)", env.serverVersion, filepath.Base(os.Getenv("KUBEBUILDER_ASSETS")))
+	}
+	env.cpus, env.cpuModel = cpuInfo()
+	env.loadStart = loadAverage()
+	return env, nil
+}
+
+func (b *bench) createNamespace(ctx context.Context, name string) error {
+	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// startController runs the kubefence controller manager, as the admin, with a
+// transport that counts its writes.
+func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
+	mgrCfg := rest.CopyConfig(b.cfg)
+	mgrCfg.WrapTransport = b.ctrlRT.wrap
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme:                 b.scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating controller manager: %w", err)
+	}
+	r := &controllers.FencedLeaseReconciler{
+		Client:   mgr.GetClient(),
+		Clock:    clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("kubefence-controller"),
+		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
+		Timing: controllers.DefaultTiming(),
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: controller manager:", err)
+		}
+	}()
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		return done, errors.New("controller manager cache did not sync within 30s")
+	}
+	return done, nil
+}
+
+// moduleRoot is the nearest directory at or above the working directory that
+// holds go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory; pass -crd-dir")
+		}
+		dir = parent
+	}
+}
+
+// waitFor polls cond every interval until it holds, it fails, or timeout.
+func waitFor(ctx context.Context, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

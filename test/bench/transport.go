@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+)
+
+// errFrozen is what a frozen client's requests fail with: the holder has
+// stopped talking to the API server (a crash or a partition, as far as the
+// server can tell).
+var errFrozen = errors.New("bench: client frozen")
+
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+func isWatch(req *http.Request) bool {
+	return req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1"
+}
+
+// holderTransport wraps one candidate's API connection. It counts the
+// requests the candidate sends, remembers when the last successful write was
+// sent, and can be frozen: from then on every new request fails at once, so
+// the candidate renews no more.
+type holderTransport struct {
+	mu        sync.Mutex
+	frozen    bool
+	writes    int // write requests sent (POST, PUT, PATCH, DELETE)
+	reads     int // GET and LIST requests sent (watches are not counted)
+	completed int // writes that succeeded
+	lastSent  time.Time
+	latencies []time.Duration // round trips of successful writes
+	requests  []request       // every request, for -trace
+	done      chan struct{}   // closed and replaced whenever a write succeeds
+}
+
+func newHolderTransport() *holderTransport {
+	return &holderTransport{done: make(chan struct{})}
+}
+
+// wrap is a rest.Config WrapTransport.
+func (t *holderTransport) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{next: rt, fn: t.roundTrip}
+}
+
+// roundTripper binds a counting function to one underlying transport (a
+// config may be turned into more than one HTTP client).
+type roundTripper struct {
+	next http.RoundTripper
+	fn   func(http.RoundTripper, *http.Request) (*http.Response, error)
+}
+
+func (r roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return r.fn(r.next, req) }
+
+func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
+	write := isWrite(req.Method)
+	t.mu.Lock()
+	if t.frozen {
+		t.mu.Unlock()
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, errFrozen
+	}
+	switch {
+	case write:
+		t.writes++
+	case req.Method == http.MethodGet && !isWatch(req):
+		t.reads++
+	}
+	t.mu.Unlock()
+
+	sent := time.Now()
+	resp, err := next.RoundTrip(req)
+	code := 0
+	if err == nil {
+		code = resp.StatusCode
+	}
+	t.mu.Lock()
+	t.requests = append(t.requests, request{method: req.Method, path: req.URL.Path, watch: isWatch(req), code: code, sent: sent, done: time.Now()})
+	t.mu.Unlock()
+	if write && err == nil && resp.StatusCode < 300 {
+		t.mu.Lock()
+		t.completed++
+		t.latencies = append(t.latencies, time.Since(sent))
+		if sent.After(t.lastSent) {
+			t.lastSent = sent
+		}
+		close(t.done)
+		t.done = make(chan struct{})
+		t.mu.Unlock()
+	}
+	return resp, err
+}
+
+// request is one request a candidate sent.
+type request struct {
+	method, path string
+	watch        bool
+	code         int
+	sent, done   time.Time
+}
+
+// requestsSince returns the requests sent after since.
+func (t *holderTransport) requestsSince(since time.Time) []request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []request
+	for _, r := range t.requests {
+		if r.sent.After(since) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// freeze makes every later request fail. Requests already in flight finish.
+func (t *holderTransport) freeze() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.frozen = true
+}
+
+// lastWriteSent is the send time of the newest successful write.
+func (t *holderTransport) lastWriteSent() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastSent
+}
+
+type holderCounts struct{ writes, reads, completed int }
+
+func (t *holderTransport) counts() holderCounts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return holderCounts{writes: t.writes, reads: t.reads, completed: t.completed}
+}
+
+// writeLatencies returns the round trips of successful writes number from
+// (counted from 0) up to, not including, to.
+func (t *holderTransport) writeLatencies(from, to int) []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	to = min(to, len(t.latencies))
+	if from >= to {
+		return nil
+	}
+	return append([]time.Duration(nil), t.latencies[from:to]...)
+}
+
+// nextWrite returns a channel closed when the next write succeeds.
+func (t *holderTransport) nextWrite() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done
+}
+
+// Controller write categories.
+const (
+	catStatusGrant   = "status: grant / end of tenure"
+	catStatusRenewal = "status: renewal observed"
+	catStatusOther   = "status: queue / conditions"
+	catSpecExpiry    = "spec: expiry (request removed)"
+	catSpecOther     = "spec: finalizer / other"
+	catEvents        = "events"
+	catEpochStore    = "epoch store (ConfigMap)"
+	catOther         = "other"
+	catFailed        = "(of which refused, e.g. conflict)"
+)
+
+var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusOther, catSpecExpiry, catSpecOther,
+	catEvents, catEpochStore, catOther, catFailed}
+
+// writeCounts counts writes by category.
+type writeCounts map[string]int
+
+func (w writeCounts) total() int {
+	n := 0
+	for k, v := range w {
+		if k != catFailed {
+			n += v
+		}
+	}
+	return n
+}
+
+func (w writeCounts) sub(o writeCounts) writeCounts {
+	out := writeCounts{}
+	for k, v := range w {
+		if d := v - o[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (w writeCounts) add(o writeCounts) {
+	for k, v := range o {
+		w[k] += v
+	}
+}
+
+// controllerTransport wraps the controller manager's API connection and sorts
+// its writes, per namespace, into what they were for. Status writes are told
+// apart by comparing each with the previous status this controller wrote for
+// the same lease (only the controller writes status).
+type controllerTransport struct {
+	mu          sync.Mutex
+	counts      map[string]writeCounts // namespace -> category -> writes
+	lastStatus  map[string]coordv1alpha1.FencedLeaseStatus
+	lastExpired map[string]string
+	log         []ctrlWrite
+}
+
+// ctrlWrite is one controller write to a FencedLease, kept to take a
+// takeover or a hand-over apart afterwards.
+type ctrlWrite struct {
+	namespace  string
+	category   string
+	sent, done time.Time
+	ok         bool
+	holder     string    // status.holderIdentity written (status writes)
+	renewTime  time.Time // status.renewTime written: when the controller observed the renewal
+}
+
+func newControllerTransport() *controllerTransport {
+	return &controllerTransport{
+		counts:      map[string]writeCounts{},
+		lastStatus:  map[string]coordv1alpha1.FencedLeaseStatus{},
+		lastExpired: map[string]string{},
+	}
+}
+
+func (t *controllerTransport) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{next: rt, fn: t.roundTrip}
+}
+
+// snapshot returns the writes counted so far in namespace ns.
+func (t *controllerTransport) snapshot(ns string) writeCounts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := writeCounts{}
+	for k, v := range t.counts[ns] {
+		out[k] = v
+	}
+	return out
+}
+
+// trace returns the controller's writes to FencedLeases in namespace ns sent
+// after since, oldest first.
+func (t *controllerTransport) trace(ns string, since time.Time) []ctrlWrite {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []ctrlWrite
+	for _, w := range t.log {
+		if w.namespace == ns && w.sent.After(since) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// apiPath splits /apis/<group>/<version>/namespaces/<ns>/<resource>[/<name>[/<sub>]]
+// (or /api/v1/...) into namespace, resource, name and subresource.
+func apiPath(p string) (ns, resource, name, sub string) {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "namespaces" {
+			ns = parts[i+1]
+			rest := parts[i+2:]
+			if len(rest) > 0 {
+				resource = rest[0]
+			}
+			if len(rest) > 1 {
+				name = rest[1]
+			}
+			if len(rest) > 2 {
+				sub = rest[2]
+			}
+			return
+		}
+	}
+	return "", "", "", ""
+}
+
+func readBody(req *http.Request) []byte {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	if req.GetBody != nil {
+		rc, err := req.GetBody()
+		if err != nil {
+			return nil
+		}
+		defer func() { _ = rc.Close() }()
+		b, _ := io.ReadAll(rc)
+		return b
+	}
+	b, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
+	if !isWrite(req.Method) {
+		return next.RoundTrip(req)
+	}
+	ns, resource, name, sub := apiPath(req.URL.Path)
+	key := ns + "/" + name
+	var cat string
+	var obj *coordv1alpha1.FencedLease
+	switch {
+	case resource == "fencedleases":
+		obj = &coordv1alpha1.FencedLease{}
+		if err := json.Unmarshal(readBody(req), obj); err != nil {
+			obj = nil
+		}
+		t.mu.Lock()
+		cat = t.classifyLease(key, sub, obj)
+		t.mu.Unlock()
+	case resource == "events":
+		cat = catEvents
+	case resource == "configmaps":
+		cat = catEpochStore
+	default:
+		cat = catOther
+	}
+
+	sent := time.Now()
+	resp, err := next.RoundTrip(req)
+	ok := err == nil && resp.StatusCode < 300
+	done := time.Now()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if resource == "fencedleases" {
+		w := ctrlWrite{namespace: ns, category: cat, sent: sent, done: done, ok: ok}
+		if obj != nil && sub == "status" {
+			w.holder = obj.Status.HolderIdentity
+			if obj.Status.RenewTime != nil {
+				w.renewTime = obj.Status.RenewTime.Time
+			}
+		}
+		t.log = append(t.log, w)
+	}
+	if t.counts[ns] == nil {
+		t.counts[ns] = writeCounts{}
+	}
+	t.counts[ns][cat]++
+	if !ok {
+		t.counts[ns][catFailed]++
+	}
+	if ok && obj != nil {
+		switch sub {
+		case "status":
+			t.lastStatus[key] = obj.Status
+		case "":
+			if v, found := obj.Annotations[controllers.ExpiredAnnotation]; found {
+				t.lastExpired[key] = v
+			}
+		}
+	}
+	return resp, err
+}
+
+// classifyLease names a controller write to a FencedLease; t.mu is held.
+func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.FencedLease) string {
+	if obj == nil {
+		if sub == "status" {
+			return catStatusOther
+		}
+		return catSpecOther
+	}
+	if sub == "status" {
+		prev := t.lastStatus[key]
+		s := obj.Status
+		switch {
+		case s.HolderIdentity != prev.HolderIdentity || s.FencingToken != prev.FencingToken:
+			return catStatusGrant
+		case s.RenewSequence != prev.RenewSequence:
+			return catStatusRenewal
+		default:
+			return catStatusOther
+		}
+	}
+	if v, found := obj.Annotations[controllers.ExpiredAnnotation]; found && v != t.lastExpired[key] {
+		return catSpecExpiry
+	}
+	return catSpecOther
+}

@@ -74,6 +74,11 @@ bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and pri
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary and the kubectl plugin.
 	go build -o bin/manager cmd/main.go
+	go build -o bin/kubectl-fence ./cmd/kubectl-fence
+
+.PHONY: install-plugin
+install-plugin: ## Install the kubectl fence plugin into GOBIN (put GOBIN on PATH, then: kubectl fence list).
+	go build -o $(GOBIN)/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controller from your host against the current kubeconfig.

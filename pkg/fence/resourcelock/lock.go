@@ -1,0 +1,428 @@
+package resourcelock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+// ErrNotGranted is returned (wrapped) by Update while this identity's request
+// waits in the queue: the controller has not granted it the lease.
+var ErrNotGranted = errors.New("fenced lease not granted to this identity")
+
+// Config configures a Lock.
+type Config struct {
+	// Client reads and patches the FencedLease. It must know the
+	// coordination.kubefence.io scheme (and authentication.k8s.io/v1 when User is
+	// empty), and should read from the API server, not from a cache
+	// (client.New, not a manager's client). Required.
+	Client client.Client
+
+	// Namespace and Name locate the FencedLease, which must exist. Required.
+	Namespace, Name string
+
+	// Identity is this candidate's holderIdentity: lowercase letters, digits, '-',
+	// '.', '_' and ':', at most 128 characters. Required.
+	Identity string
+
+	// User is this client's Kubernetes username, recorded in its request. Empty:
+	// asked from the API server (SelfSubjectReview) at the first write.
+	User string
+
+	// SafetyMargin is subtracted from the lease duration when the Lock computes
+	// the deadline of a token. Default: a tenth of the lease duration.
+	SafetyMargin time.Duration
+
+	// EventRecorder records the elector's events on the FencedLease. Optional.
+	EventRecorder rl.EventRecorder
+
+	// Clock measures token deadlines; it must be monotonic. Default: the real clock.
+	Clock clock.PassiveClock
+}
+
+// Lock is a client-go resourcelock.Interface backed by a FencedLease. See the
+// package documentation for how it maps client-go's model.
+type Lock struct {
+	cfg   Config
+	clock clock.PassiveClock
+	key   types.NamespacedName
+
+	// op serialises Get, Create and Update, which share the last version seen.
+	op sync.Mutex
+
+	mu       sync.Mutex
+	lease    *coordv1alpha1.FencedLease // the newest version seen; nil before the first read
+	token    int64                      // token of the current grant; 0 when none
+	deadline time.Time                  // Token is valid before it
+	refused  int64                      // a stale refusal was seen with this token: never renew it again
+}
+
+var (
+	_ rl.Interface      = (*Lock)(nil)
+	_ fence.TokenSource = (*Lock)(nil)
+)
+
+// identityPattern is the CRD's validation of spec.requests[].holderIdentity.
+var identityPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$`)
+
+// New validates cfg and returns a Lock. Nothing is sent to the API server
+// until the elector calls it.
+func New(cfg Config) (*Lock, error) {
+	var errs []error
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("Client is required"))
+	}
+	if cfg.Namespace == "" || cfg.Name == "" {
+		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", cfg.Namespace, cfg.Name))
+	}
+	if len(cfg.Identity) == 0 || len(cfg.Identity) > 128 || !identityPattern.MatchString(cfg.Identity) {
+		errs = append(errs, fmt.Errorf("Identity %q is invalid: expected 1 to 128 lowercase letters, digits, '-', '.', '_' or ':', starting and ending with a letter or digit", cfg.Identity))
+	}
+	if cfg.SafetyMargin < 0 {
+		errs = append(errs, fmt.Errorf("SafetyMargin is %v: expected a positive duration, or 0 for the default", cfg.SafetyMargin))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid resourcelock.Config: %w", err)
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	return &Lock{cfg: cfg, clock: c, key: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}}, nil
+}
+
+// Identity returns the holder identity this Lock competes as.
+func (l *Lock) Identity() string { return l.cfg.Identity }
+
+// Describe names the FencedLease, as namespace/name.
+func (l *Lock) Describe() string { return l.key.String() }
+
+// Token returns the fencing token of the current grant while this identity
+// holds the lease and the local deadline of its last renewal has not passed.
+func (l *Lock) Token() (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.token == 0 || !l.clock.Now().Before(l.deadline) {
+		return 0, false
+	}
+	return l.token, true
+}
+
+// Client returns a FencedClient stamping this Lock's token on every write. A
+// write refused as stale makes the Lock refuse to renew that token, so the
+// elector stops leading within its RenewDeadline.
+func (l *Lock) Client(c client.Client) *fence.FencedClient {
+	fc := fence.NewFencedClient(c, l.cfg.Name, l)
+	fc.OnStale = func(error) { l.stepDown() }
+	return fc
+}
+
+// stepDown drops the current token and refuses to renew it again.
+func (l *Lock) stepDown() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused = max(l.refused, l.token)
+	l.token, l.deadline = 0, time.Time{}
+}
+
+// RecordEvent records an elector event on the FencedLease.
+func (l *Lock) RecordEvent(s string) {
+	if l.cfg.EventRecorder == nil {
+		return
+	}
+	subject := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: l.key.Namespace, Name: l.key.Name}}
+	if lease := l.cached(); lease != nil {
+		subject.ObjectMeta = lease.ObjectMeta
+	}
+	subject.Kind = "FencedLease"
+	subject.APIVersion = coordv1alpha1.GroupVersion.String()
+	l.cfg.EventRecorder.Eventf(subject, corev1.EventTypeNormal, "LeaderElection", "%s %s", l.cfg.Identity, s)
+}
+
+// rawRecord is what the elector compares to tell that the lease changed: the
+// record plus the token, so that every grant and every renewal the controller
+// observed is a change.
+type rawRecord struct {
+	rl.LeaderElectionRecord
+	FencingToken int64 `json:"fencingToken"`
+}
+
+// Get reads the FencedLease and returns a record of its status. A missing
+// lease is returned as the API server's NotFound error.
+func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error) {
+	l.op.Lock()
+	defer l.op.Unlock()
+	lease, err := l.read(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := RecordOf(lease)
+	raw, err := json.Marshal(rawRecord{LeaderElectionRecord: rec, FencingToken: lease.Status.FencingToken})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &rec, raw, nil
+}
+
+// RecordOf is the LeaderElectionRecord a FencedLease's status amounts to. All
+// times are the controller's.
+func RecordOf(lease *coordv1alpha1.FencedLease) rl.LeaderElectionRecord {
+	st := lease.Status
+	d := st.LeaseDurationSeconds
+	if d == 0 || st.HolderIdentity == "" {
+		d = lease.Spec.LeaseDurationSeconds
+	}
+	rec := rl.LeaderElectionRecord{
+		HolderIdentity:       st.HolderIdentity,
+		LeaseDurationSeconds: int(d),
+		LeaderTransitions:    int(st.LeaseTransitions),
+	}
+	if st.AcquireTime != nil {
+		rec.AcquireTime = metav1.NewTime(st.AcquireTime.Time)
+	}
+	if st.RenewTime != nil {
+		rec.RenewTime = metav1.NewTime(st.RenewTime.Time)
+	}
+	return rec
+}
+
+// Create is called by the elector when Get found no FencedLease. It does not
+// create one (platform teams do, and choose its duration): if the lease exists
+// by now it queues or renews like Update, otherwise it returns the NotFound
+// error.
+func (l *Lock) Create(ctx context.Context, ler rl.LeaderElectionRecord) error {
+	l.op.Lock()
+	defer l.op.Unlock()
+	if _, err := l.read(ctx); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("FencedLease %s does not exist: create it before electing (clients cannot): %w", l.key, err)
+		}
+		return err
+	}
+	return l.update(ctx, ler)
+}
+
+// Update queues this identity's request, or renews it; it succeeds only while
+// the controller has granted this identity the lease. A record without a
+// holder (the elector's release) withdraws the request. The record's times
+// and duration are ignored: the controller decides them.
+func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
+	l.op.Lock()
+	defer l.op.Unlock()
+	return l.update(ctx, ler)
+}
+
+func (l *Lock) update(ctx context.Context, ler rl.LeaderElectionRecord) error {
+	if ler.HolderIdentity != "" && ler.HolderIdentity != l.cfg.Identity {
+		return fmt.Errorf("lock %s competes as %q and cannot write a record for %q", l.key, l.cfg.Identity, ler.HolderIdentity)
+	}
+	lease := l.cached()
+	if lease == nil {
+		var err error
+		if lease, err = l.read(ctx); err != nil {
+			return err
+		}
+	}
+	// The fast path works on the last version seen; if a test or an optimistic
+	// lock fails because it moved on, read it again once.
+	for attempt := 0; ; attempt++ {
+		var err error
+		if ler.HolderIdentity == "" {
+			err = l.withdraw(ctx, lease)
+		} else {
+			err = l.acquireOrRenew(ctx, lease)
+		}
+		if attempt > 0 || !(apierrors.IsConflict(err) || apierrors.IsInvalid(err)) {
+			return err
+		}
+		if lease, err = l.read(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	idx := requestIndex(lease, l.cfg.Identity)
+	if idx < 0 {
+		if lease.Status.HolderIdentity == l.cfg.Identity {
+			// Queue again only once the controller no longer lists us as holder, so
+			// that a new request is never mistaken for the tenure that just ended.
+			return fmt.Errorf("%w: %s still names %q as holder after its request was withdrawn", ErrNotGranted, l.key, l.cfg.Identity)
+		}
+		return l.join(ctx, lease)
+	}
+	if lease.Status.HolderIdentity != l.cfg.Identity {
+		return fmt.Errorf("%w: %s is held by %q; the request of %q is queued", ErrNotGranted, l.key, lease.Status.HolderIdentity, l.cfg.Identity)
+	}
+	token := lease.Status.FencingToken
+	l.mu.Lock()
+	refused := l.refused
+	l.mu.Unlock()
+	if token <= refused {
+		return fmt.Errorf("%w: a write with token %d of %s was refused as stale; waiting for a newer grant", fence.ErrLost, token, l.key)
+	}
+
+	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
+	// request is exactly as last seen.
+	old := lease.Spec.Requests[idx]
+	renewed := old
+	renewed.RenewSequence++
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": old},
+		{"op": "replace", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": renewed},
+	})
+	if err != nil {
+		return err
+	}
+	updated := lease.DeepCopy()
+	sent := l.clock.Now()
+	if err := l.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			l.forget()
+		}
+		return fmt.Errorf("renewing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
+	}
+	l.seen(updated)
+	if updated.Status.HolderIdentity != l.cfg.Identity || updated.Status.FencingToken != token {
+		return fmt.Errorf("%w: %s is now held by %q with token %d", fence.ErrLost, l.key, updated.Status.HolderIdentity, updated.Status.FencingToken)
+	}
+	d := time.Duration(updated.Status.LeaseDurationSeconds) * time.Second
+	margin := l.cfg.SafetyMargin
+	if margin == 0 {
+		margin = d / 10
+	}
+	if margin >= d {
+		return fmt.Errorf("SafetyMargin %v must be shorter than the lease duration %v of %s", margin, d, l.key)
+	}
+	l.mu.Lock()
+	l.token, l.deadline = token, sent.Add(d-margin)
+	l.mu.Unlock()
+	return nil
+}
+
+// join appends this identity's request, with an optimistic lock. It never
+// reports success: the controller grants later.
+func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	if l.cfg.User == "" {
+		user, err := whoAmI(ctx, l.cfg.Client)
+		if err != nil {
+			return err
+		}
+		l.cfg.User = user
+	}
+	updated := lease.DeepCopy()
+	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: l.cfg.Identity, User: l.cfg.User})
+	if err := l.cfg.Client.Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("queueing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
+	}
+	l.seen(updated)
+	return fmt.Errorf("%w: queued the request of %q in %s", ErrNotGranted, l.cfg.Identity, l.key)
+}
+
+// withdraw drops the token, then removes this identity's request (releasing
+// the lease if held).
+func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	l.forget()
+	idx := requestIndex(lease, l.cfg.Identity)
+	if idx < 0 {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": lease.Spec.Requests[idx]},
+		{"op": "remove", "path": fmt.Sprintf("/spec/requests/%d", idx)},
+	})
+	if err != nil {
+		return err
+	}
+	updated := lease.DeepCopy()
+	if err := l.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+			return err
+		}
+		return fmt.Errorf("withdrawing the request of %q from %s: %w", l.cfg.Identity, l.key, err)
+	}
+	l.seen(updated)
+	return nil
+}
+
+// read gets the FencedLease from the API server and records it.
+func (l *Lock) read(ctx context.Context) (*coordv1alpha1.FencedLease, error) {
+	var lease coordv1alpha1.FencedLease
+	if err := l.cfg.Client.Get(ctx, l.key, &lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			l.forget()
+			l.mu.Lock()
+			l.lease = nil
+			l.mu.Unlock()
+		}
+		return nil, err
+	}
+	l.seen(&lease)
+	return &lease, nil
+}
+
+// seen records a version of the lease and drops the token if that version no
+// longer names this identity with it.
+func (l *Lock) seen(lease *coordv1alpha1.FencedLease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lease = lease
+	if l.token != 0 && (lease.Status.HolderIdentity != l.cfg.Identity || lease.Status.FencingToken != l.token) {
+		l.token, l.deadline = 0, time.Time{}
+	}
+}
+
+func (l *Lock) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.token, l.deadline = 0, time.Time{}
+}
+
+func (l *Lock) cached() *coordv1alpha1.FencedLease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease
+}
+
+func requestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
+	for i, r := range lease.Spec.Requests {
+		if r.HolderIdentity == identity {
+			return i
+		}
+	}
+	return -1
+}
+
+// whoAmI asks the API server for this client's username.
+func whoAmI(ctx context.Context, cl client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := cl.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("asking the API server who this client is (set Config.User to skip): %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("the API server returned an empty username; set Config.User")
+	}
+	return review.Status.UserInfo.Username, nil
+}

@@ -1,0 +1,152 @@
+package example_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/tools/leaderelection"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/resourcelock"
+)
+
+// tenure is one OnStartedLeading as a client-go candidate saw it.
+type tenure struct {
+	identity    string
+	token       int64
+	hasToken    bool
+	start, stop time.Time
+}
+
+type tenures struct {
+	mu  sync.Mutex
+	all []tenure
+}
+
+func (t *tenures) started(id string, token int64, ok bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.all = append(t.all, tenure{identity: id, token: token, hasToken: ok, start: time.Now()})
+	return len(t.all) - 1
+}
+
+func (t *tenures) stopped(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.all[i].stop = time.Now()
+}
+
+func (t *tenures) snapshot() []tenure {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]tenure(nil), t.all...)
+}
+
+func (t *tenures) identities() []string {
+	var ids []string
+	for _, x := range t.snapshot() {
+		ids = append(ids, x.identity)
+	}
+	return ids
+}
+
+// candidate is one leaderelection.RunOrDie over a FencedLease lock.
+type candidate struct {
+	lock   *resourcelock.Lock
+	pauser *pauser
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// runCandidate runs user's candidate. With releaseOnCancel, note that client-go
+// cancels the OnStartedLeading context only after its release attempt, which
+// can take another RenewDeadline when the API server does not answer.
+func runCandidate(user, ns, lease string, t *tenures, releaseOnCancel bool) *candidate {
+	p := &pauser{}
+	lock, err := resourcelock.New(resourcelock.Config{Client: userClient(user, p), Namespace: ns, Name: lease, Identity: user})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancelRun := context.WithCancel(suiteCtx)
+	c := &candidate{lock: lock, pauser: p, cancel: cancelRun, done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(c.done)
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock: lock,
+			// Advisory: the FencedLease's 3 s decide expiry. RetryPeriod*1.2 +
+			// RenewDeadline stays below it, so the elector gives up first.
+			LeaseDuration:   3 * time.Second,
+			RenewDeadline:   2 * time.Second,
+			RetryPeriod:     250 * time.Millisecond,
+			ReleaseOnCancel: releaseOnCancel,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					tok, ok := lock.Token()
+					i := t.started(user, tok, ok)
+					<-ctx.Done()
+					t.stopped(i)
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
+	}()
+	DeferCleanup(func() {
+		p.resume()
+		cancelRun()
+		Eventually(c.done, 10*time.Second).Should(BeClosed())
+	})
+	return c
+}
+
+var _ = Describe("client-go leader election over a FencedLease (pkg/fence/resourcelock)", func() {
+	It("runs OnStartedLeading only for the granted candidate, and takes over with a larger token", func() {
+		ns := newNamespace()
+		newLease(ns, "clientgo", 3)
+		t := &tenures{}
+		a := runCandidate("alice", ns, "clientgo", t, false)
+		eventually(t.identities, 15*time.Second).Should(Equal([]string{"alice"}))
+		first := t.snapshot()[0]
+		Expect(first.hasToken).To(BeTrue(), "the token is there when OnStartedLeading runs")
+		h, tok := holderOf(ns, "clientgo")
+		Expect(h).To(Equal("alice"))
+		Expect(first.token).To(Equal(tok), "the token is the server's")
+
+		b := runCandidate("bob", ns, "clientgo", t, true)
+		Consistently(t.identities, 3*time.Second, 50*time.Millisecond).Should(Equal([]string{"alice"}),
+			"bob's OnStartedLeading does not run while alice holds the lease")
+		_, tok = holderOf(ns, "clientgo")
+		Expect(tok).To(Equal(first.token), "renewals keep the token")
+		_, bobLeads := b.lock.Token()
+		Expect(bobLeads).To(BeFalse())
+
+		rec, _, err := b.lock.Get(suiteCtx)
+		Expect(err).NotTo(HaveOccurred())
+		l := getLease(ns, "clientgo")
+		Expect(rec.HolderIdentity).To(Equal("alice"))
+		Expect(rec.LeaseDurationSeconds).To(Equal(3))
+		Expect(rec.AcquireTime.Time).To(BeTemporally("==", l.Status.AcquireTime.Time), "the controller's clock, not a client's")
+		Expect(rec.LeaderTransitions).To(Equal(int(l.Status.LeaseTransitions)))
+
+		By("alice stalls: her renewals hang")
+		a.pauser.pause()
+		eventually(t.identities, 20*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := t.snapshot()
+		Expect(g[1].hasToken).To(BeTrue())
+		Expect(g[1].token).To(BeNumerically(">", g[0].token), "the takeover has a larger token")
+		Expect(g[0].stop).NotTo(BeZero(), "alice's elector gave up")
+		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].stop, g[1].start)
+		_, aliceLeads := a.lock.Token()
+		Expect(aliceLeads).To(BeFalse())
+		l = getLease(ns, "clientgo")
+		Expect(l.Status.HolderIdentity).To(Equal("bob"))
+		Expect(l.Status.FencingToken).To(Equal(g[1].token))
+
+		By("bob's elector releases on cancel: the request is withdrawn")
+		b.cancel()
+		Eventually(b.done, 10*time.Second).Should(BeClosed())
+		eventually(func() string { h, _ := holderOf(ns, "clientgo"); return h }, 10*time.Second).Should(BeEmpty())
+		Expect(getLease(ns, "clientgo").Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonReleased))
+	})
+})

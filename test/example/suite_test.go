@@ -1,0 +1,269 @@
+package example_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+)
+
+const (
+	operatorNamespace = "kubefence-system"
+	clientsGroup      = "kubefence:clients"
+)
+
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.WithWatch
+	scheme    = runtime.NewScheme()
+	suiteCtx  context.Context
+	cancel    context.CancelFunc
+	// users are the rest configs of users in clientsGroup, by name.
+	users = map[string]*rest.Config{}
+)
+
+func TestExample(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Fenced controller example (real kube-apiserver + etcd)")
+}
+
+// BeforeSuite runs the kubefence controller and its webhooks in-process, as
+// controllers/suite_test.go does: the examples are their clients.
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
+		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
+	suiteCtx, cancel = context.WithCancel(context.Background())
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	root := filepath.Join("..", "..")
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{
+				filepath.Join(root, "config", "webhook", "manifests.yaml"),
+				filepath.Join(root, "config", "webhook", "fencing.yaml"),
+			},
+		},
+	}
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	// The admin identity the kubefence controller runs as is trusted as "the controller".
+	review := &authenticationv1.SelfSubjectReview{}
+	Expect(k8sClient.Create(suiteCtx, review)).To(Succeed())
+	adminUser := review.Status.UserInfo.Username
+	Expect(adminUser).NotTo(BeEmpty())
+
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	grantClientRole()
+	for _, name := range []string{"replica-a", "replica-b", "alice", "bob"} {
+		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{clientsGroup}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		users[name] = u.Config()
+	}
+
+	wopts := testEnv.WebhookInstallOptions
+	whMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+		}),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(whMgr)).To(Succeed())
+	dyn, err := dynamic.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	fencing.Register(whMgr.GetWebhookServer(), fencing.Handler{
+		Leases: whMgr.GetClient(), LiveLeases: whMgr.GetAPIReader(), Parents: dyn,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+	})
+	Expect((&controllers.FencedLeaseReconciler{
+		Client:   whMgr.GetClient(),
+		Clock:    clock.RealClock{},
+		Recorder: whMgr.GetEventRecorder("kubefence-controller"),
+		Epochs: &controllers.EpochStore{Reader: whMgr.GetAPIReader(), Writer: whMgr.GetClient(),
+			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
+		Timing: controllers.DefaultTiming(),
+	}).SetupWithManager(whMgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(whMgr.Start(suiteCtx)).To(Succeed())
+	}()
+	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	cancel()
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// grantClientRole gives clientsGroup what a fenced controller needs: FencedLease
+// requests (no status), and full rights on Widgets so that only fencing refuses.
+func grantClientRole() {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		},
+	}
+	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
+	})).To(Succeed())
+}
+
+var nsCounter int
+
+func newNamespace() string {
+	nsCounter++
+	name := fmt.Sprintf("example-%d-%d", GinkgoParallelProcess(), nsCounter)
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+func newLease(ns, name string, durationSeconds int32) {
+	Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
+	})).To(Succeed())
+}
+
+func getLease(ns, name string) *coordv1alpha1.FencedLease {
+	var l coordv1alpha1.FencedLease
+	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
+	return &l
+}
+
+// holderOf returns the lease's current holder and token.
+func holderOf(ns, name string) (string, int64) {
+	l := getLease(ns, name)
+	return l.Status.HolderIdentity, l.Status.FencingToken
+}
+
+// queued returns the identities with a request in the lease's spec.
+func queued(ns, name string) []string {
+	var ids []string
+	for _, r := range getLease(ns, name).Spec.Requests {
+		ids = append(ids, r.HolderIdentity)
+	}
+	return ids
+}
+
+// pauser stalls every write (any method but GET) of the clients whose
+// transport it wraps, as a stalled process or network path would. A stalled
+// request is sent once resumed, unless its context ends first.
+type pauser struct {
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (p *pauser) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+func (p *pauser) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+}
+
+func (p *pauser) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			p.mu.Lock()
+			g := p.gate
+			p.mu.Unlock()
+			if g != nil {
+				select {
+				case <-g:
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+			}
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// pausableConfig returns user's rest config with writes going through p.
+func pausableConfig(user string, p *pauser) *rest.Config {
+	c := rest.CopyConfig(users[user])
+	c.Wrap(p.wrap)
+	return c
+}
+
+// userClient is a direct client acting as user, its writes going through p.
+func userClient(user string, p *pauser) client.WithWatch {
+	c, err := client.NewWithWatch(pausableConfig(user, p), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// staticToken is a fence.TokenSource stuck on one token: a write prepared by a
+// holder before it lost the lease.
+type staticToken int64
+
+func (t staticToken) Token() (int64, bool) { return int64(t), true }
+
+// eventually is Eventually with the suite's usual polling.
+func eventually(f any, timeout time.Duration) AsyncAssertion {
+	return Eventually(f, timeout, 20*time.Millisecond)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -69,8 +68,6 @@ type Callbacks struct {
 	OnNewHolder func(identity string, token int64)
 }
 
-var identityPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$`)
-
 func (c *Config) validate() error {
 	var errs []error
 	if c.Client == nil {
@@ -79,8 +76,8 @@ func (c *Config) validate() error {
 	if c.Namespace == "" || c.Name == "" {
 		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", c.Namespace, c.Name))
 	}
-	if len(c.Identity) == 0 || len(c.Identity) > 128 || !identityPattern.MatchString(c.Identity) {
-		errs = append(errs, fmt.Errorf("Identity %q is invalid: expected 1 to 128 lowercase letters, digits, '-', '.', '_' or ':', starting and ending with a letter or digit", c.Identity))
+	if err := ValidateIdentity(c.Identity); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Callbacks.OnStartedLeading == nil {
 		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))

@@ -2,18 +2,15 @@ package fence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -127,7 +124,7 @@ func (e *Elector) Check(*http.Request) error {
 func (e *Elector) Run(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
 	if e.cfg.User == "" {
-		user, err := whoAmI(ctx, e.cfg.Client)
+		user, err := WhoAmI(ctx, e.cfg.Client)
 		if err != nil {
 			return err
 		}
@@ -151,7 +148,7 @@ func (e *Elector) Run(ctx context.Context) error {
 					e.cfg.Callbacks.OnNewHolder(h, t)
 				}
 			}
-			idx := requestIndex(lease, e.cfg.Identity)
+			idx := RequestIndex(lease, e.cfg.Identity)
 			switch {
 			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity:
 				e.lead(ctx, lease)
@@ -198,7 +195,7 @@ func (e *Elector) handoverPending(lease *coordv1alpha1.FencedLease) time.Duratio
 	if left <= 0 || (holder == "" && len(lease.Spec.Requests) == 0) {
 		return 0
 	}
-	if i := requestIndex(lease, holder); holder != "" && i >= 0 && lease.Spec.Requests[i].RenewSequence > 0 {
+	if i := RequestIndex(lease, holder); holder != "" && i >= 0 && lease.Spec.Requests[i].RenewSequence > 0 {
 		return 0
 	}
 	return left
@@ -215,15 +212,6 @@ func (e *Elector) waitChange(ctx context.Context, d time.Duration) {
 	case done := <-e.release:
 		done <- nil
 	}
-}
-
-func requestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
-	for i, r := range lease.Spec.Requests {
-		if r.HolderIdentity == identity {
-			return i
-		}
-	}
-	return -1
 }
 
 // join appends this identity's request, with an optimistic lock.
@@ -386,23 +374,17 @@ func (e *Elector) setLeading(leading bool, token int64, deadline time.Time) {
 // tests the request is exactly as last seen. It returns the time the patch was
 // sent. The answer must still name this identity with token, or ErrLost.
 func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, token int64) (time.Time, *coordv1alpha1.FencedLease, error) {
-	idx := requestIndex(lease, e.cfg.Identity)
+	idx := RequestIndex(lease, e.cfg.Identity)
 	if idx < 0 || lease.Status.HolderIdentity != e.cfg.Identity || lease.Status.FencingToken != token {
 		return time.Time{}, nil, ErrLost
 	}
-	old := lease.Spec.Requests[idx]
-	renewed := old
-	renewed.RenewSequence++
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": old},
-		{"op": "replace", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": renewed},
-	})
+	patch, err := RenewPatch(lease, e.cfg.Identity)
 	if err != nil {
 		return time.Time{}, nil, err
 	}
 	updated := lease.DeepCopy()
 	sent := e.clock.Now()
-	if err := e.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+	if err := e.cfg.Client.Patch(ctx, updated, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return time.Time{}, nil, ErrLost
 		}
@@ -425,16 +407,12 @@ func (e *Elector) withdraw(ctx context.Context) error {
 		if lease == nil {
 			return nil
 		}
-		idx := requestIndex(lease, e.cfg.Identity)
-		if idx < 0 {
-			return nil
+		patch, err := WithdrawPatch(lease, e.cfg.Identity)
+		if patch == nil || err != nil {
+			return err
 		}
-		patch, _ := json.Marshal([]map[string]any{
-			{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": lease.Spec.Requests[idx]},
-			{"op": "remove", "path": fmt.Sprintf("/spec/requests/%d", idx)},
-		})
 		updated := lease.DeepCopy()
-		err := e.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch))
+		err = e.cfg.Client.Patch(ctx, updated, patch)
 		if err == nil || apierrors.IsNotFound(err) {
 			if err == nil {
 				e.view.offer(updated)
@@ -446,16 +424,4 @@ func (e *Elector) withdraw(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("withdrawing request from %s: the lease kept changing", e.key)
-}
-
-// whoAmI asks the API server for this client's username.
-func whoAmI(ctx context.Context, cl client.Client) (string, error) {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := cl.Create(ctx, review); err != nil {
-		return "", fmt.Errorf("asking the API server who this client is (set Config.User to skip): %w", err)
-	}
-	if review.Status.UserInfo.Username == "" {
-		return "", errors.New("the API server returned an empty username; set Config.User")
-	}
-	return review.Status.UserInfo.Username, nil
 }

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sync"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,9 +76,6 @@ var (
 	_ fence.TokenSource = (*Lock)(nil)
 )
 
-// identityPattern is the CRD's validation of spec.requests[].holderIdentity.
-var identityPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?$`)
-
 // New validates cfg and returns a Lock. Nothing is sent to the API server
 // until the elector calls it.
 func New(cfg Config) (*Lock, error) {
@@ -91,8 +86,8 @@ func New(cfg Config) (*Lock, error) {
 	if cfg.Namespace == "" || cfg.Name == "" {
 		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", cfg.Namespace, cfg.Name))
 	}
-	if len(cfg.Identity) == 0 || len(cfg.Identity) > 128 || !identityPattern.MatchString(cfg.Identity) {
-		errs = append(errs, fmt.Errorf("Identity %q is invalid: expected 1 to 128 lowercase letters, digits, '-', '.', '_' or ':', starting and ending with a letter or digit", cfg.Identity))
+	if err := fence.ValidateIdentity(cfg.Identity); err != nil {
+		errs = append(errs, err)
 	}
 	if cfg.SafetyMargin < 0 {
 		errs = append(errs, fmt.Errorf("SafetyMargin is %v: expected a positive duration, or 0 for the default", cfg.SafetyMargin))
@@ -258,7 +253,7 @@ func (l *Lock) update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 }
 
 func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
-	idx := requestIndex(lease, l.cfg.Identity)
+	idx := fence.RequestIndex(lease, l.cfg.Identity)
 	if idx < 0 {
 		if lease.Status.HolderIdentity == l.cfg.Identity {
 			// Queue again only once the controller no longer lists us as holder, so
@@ -280,19 +275,13 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 
 	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
 	// request is exactly as last seen.
-	old := lease.Spec.Requests[idx]
-	renewed := old
-	renewed.RenewSequence++
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": old},
-		{"op": "replace", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": renewed},
-	})
+	patch, err := fence.RenewPatch(lease, l.cfg.Identity)
 	if err != nil {
 		return err
 	}
 	updated := lease.DeepCopy()
 	sent := l.clock.Now()
-	if err := l.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+	if err := l.cfg.Client.Patch(ctx, updated, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			l.forget()
 		}
@@ -320,7 +309,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 // reports success: the controller grants later.
 func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	if l.cfg.User == "" {
-		user, err := whoAmI(ctx, l.cfg.Client)
+		user, err := fence.WhoAmI(ctx, l.cfg.Client)
 		if err != nil {
 			return err
 		}
@@ -342,19 +331,12 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 // the lease if held).
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
-	idx := requestIndex(lease, l.cfg.Identity)
-	if idx < 0 {
-		return nil
-	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": lease.Spec.Requests[idx]},
-		{"op": "remove", "path": fmt.Sprintf("/spec/requests/%d", idx)},
-	})
-	if err != nil {
+	patch, err := fence.WithdrawPatch(lease, l.cfg.Identity)
+	if patch == nil || err != nil {
 		return err
 	}
 	updated := lease.DeepCopy()
-	if err := l.cfg.Client.Patch(ctx, updated, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+	if err := l.cfg.Client.Patch(ctx, updated, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -404,25 +386,4 @@ func (l *Lock) cached() *coordv1alpha1.FencedLease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lease
-}
-
-func requestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
-	for i, r := range lease.Spec.Requests {
-		if r.HolderIdentity == identity {
-			return i
-		}
-	}
-	return -1
-}
-
-// whoAmI asks the API server for this client's username.
-func whoAmI(ctx context.Context, cl client.Client) (string, error) {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := cl.Create(ctx, review); err != nil {
-		return "", fmt.Errorf("asking the API server who this client is (set Config.User to skip): %w", err)
-	}
-	if review.Status.UserInfo.Username == "" {
-		return "", errors.New("the API server returned an empty username; set Config.User")
-	}
-	return review.Status.UserInfo.Username, nil
 }

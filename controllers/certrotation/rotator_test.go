@@ -511,6 +511,9 @@ func TestLeastPrivilege(t *testing.T) {
 					rules[i].ResourceNames[j] = f.secret
 				case "validating-webhook-configuration":
 					rules[i].ResourceNames[j] = f.webhookConfig
+				case "fencing-webhook-configuration":
+					// The second configuration the manager patches; unused here.
+					rules[i].ResourceNames[j] = f.webhookConfig + "-fencing"
 				default:
 					t.Fatalf("cert_rotation_role.yaml names an unknown object %q", n)
 				}

@@ -20,7 +20,7 @@ help: ## Display this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: build setup-envtest ## Run the seeds' story on an embedded control plane (see README).
+demo: manifests setup-envtest ## Play the seeds' story with real processes: a paused lease holder's late write is refused by the API server (DEMO_ARGS=--keep keeps it running for kubectl).
 	@KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./hack/demo $(DEMO_ARGS)
 
 ##@ Development

@@ -51,8 +51,9 @@ type Input struct {
 	// Old is nil on CREATE; New is nil on DELETE. On /status and /scale the API
 	// server drops metadata changes, so New's token is not the writer's.
 	Old, New *Object
-	// Required is true when the namespace and kind must be fenced: an unguarded
-	// write is refused.
+	// Required is true for the required-fencing webhook: an unguarded write, or
+	// removing the guard, is refused; guarded writes are left to the guarded
+	// webhook (which sees them too), except /scale, which only this one sees.
 	Required  bool
 	Requester Requester
 	// Lease returns the state of a lease; fresh asks for a read from the API
@@ -122,15 +123,23 @@ func Decide(in Input) Verdict {
 		return allow("", 0, 0)
 	}
 
+	if in.Required {
+		if metadataWrite && guardedOld && !guardedNew {
+			return refuse(403, ReasonUnguarded, in.Namespace+"/"+in.Old.Lease, 0, 0,
+				"fencing is required for this kind in namespace %s: the guard label %s cannot be removed", in.Namespace, coordv1alpha1.GuardLeaseLabel)
+		}
+		if in.SubResource != "scale" {
+			// A guarded object's write reaches the guarded webhook too (its
+			// objectSelector matches): check it once, there.
+			return allow("", 0, 0)
+		}
+	}
+
 	// Which lease governs the write: the old one, as long as the object was guarded
 	// by it (removing the guard or re-pointing needs its current holder).
 	if guardedOld && (!metadataWrite || !guardedNew || in.New.Lease != in.Old.Lease) {
 		v := checkHolder(in, in.Old.Lease)
 		if !v.Allowed || !metadataWrite || !guardedNew {
-			if v.Allowed && in.Required && metadataWrite && !guardedNew {
-				return refuse(403, ReasonUnguarded, v.Lease, v.Presented, v.Current,
-					"fencing is required for this kind in namespace %s: the guard label %s cannot be removed", in.Namespace, coordv1alpha1.GuardLeaseLabel)
-			}
 			return v
 		}
 		// Re-pointed at another lease: the new token must be current there too.

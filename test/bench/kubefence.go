@@ -213,7 +213,7 @@ func (s *stageSet) add(name string, d time.Duration) {
 const (
 	stageObserve = "old holder's last renewal sent -> controller observed it"
 	stageTimer   = "expiry due (observed + L + allowance) -> expiry write sent"
-	stageExpire  = "expiry write sent -> grant written (2 writes)"
+	stageExpire  = "expiry-and-grant write sent -> written"
 	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
 	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
 	stageGrant   = "grant write sent -> written"
@@ -301,19 +301,24 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	writes := b.ctrlRT.trace(ns, began)
 	for i := range writes {
 		cw := &writes[i]
+		// The controller expires and grants in one status write; only a holder
+		// that never renewed needs a spec write (removing its request) first.
 		switch {
-		case !cw.ok:
+		case !cw.ok || grant != nil:
 		case expiry == nil && cw.category == catSpecExpiry:
 			expiry = cw
 		case expiry == nil && cw.holder == a.id && !cw.renewTime.IsZero():
 			observed = cw.renewTime
-		case expiry != nil && grant == nil && cw.category == catStatusGrant && cw.holder == w.id:
+		case cw.category == catStatusGrant && cw.holder == w.id:
 			grant = cw
 		}
 	}
-	if observed.IsZero() || expiry == nil || grant == nil {
+	if observed.IsZero() || grant == nil {
 		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: could not take the controller's writes apart\n", i)
 		return nil
+	}
+	if expiry == nil {
+		expiry = grant
 	}
 	due := observed.Add(b.lease + controllers.DefaultTiming().Allowance(b.lease))
 	res.stages.add(stageObserve, observed.Sub(t0))

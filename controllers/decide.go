@@ -156,8 +156,9 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			next := &queue[0]
 			token := base + lease.Generation
 			if token <= st.FencingToken {
-				// Cannot happen while every tenure ends with a spec write; refuse
-				// rather than issue a token that does not increase (I1).
+				// Cannot happen: a release is a spec write, and an expiry without a
+				// newer generation removes the request first. Refuse rather than
+				// issue a token that does not increase (I1).
 				return d, fmt.Errorf("refusing to grant %q: token %d would not exceed the last token %d", next.HolderIdentity, token, st.FencingToken)
 			}
 			tr := grant(st, lease, next, token, len(d.transitions) > 0, now, timing)

@@ -49,7 +49,7 @@ func main() {
 		webhookCertPath, webhookCertName, webhookKey     string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		namespace, serviceAccount                        string
-		controllerUsers, webhookConfigs                  stringList
+		controllerUsers, webhookConfigs, adminGroups     stringList
 		webhookPort                                      int
 		webhookCertMode, webhookServiceName              string
 		webhookSecretName                                string
@@ -83,6 +83,8 @@ func main() {
 		"The operator's namespace: it holds the epoch store ConfigMap.")
 	flag.StringVar(&serviceAccount, "service-account", envOr("POD_SERVICE_ACCOUNT", "kubefence-controller-manager"),
 		"The operator's service account; its username is trusted by the FencedLease webhook as the controller.")
+	flag.Var(&adminGroups, "lease-admin-group",
+		"A group whose members may change the settings of existing FencedLeases (repeatable; default system:masters).")
 	flag.Var(&controllerUsers, "controller-user",
 		"An additional username trusted as the controller by the FencedLease webhook (repeatable).")
 	flag.Float64Var(&driftRatio, "drift-ratio", controllers.DefaultTiming().DriftRatio,
@@ -182,7 +184,7 @@ func main() {
 		os.Exit(1)
 	}
 	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users}).SetupWithManager(mgr); err != nil {
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users, AdminGroups: adminGroups}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
 		os.Exit(1)
 	}

@@ -744,3 +744,25 @@ func (w leaseWriter) withdraw(holderIdentity string) error {
 		})
 	})
 }
+
+var _ = Describe("FencedLease settings (I6)", func() {
+	It("lets only admins change an existing lease's duration, lock-delay and token floor", func() {
+		ns := newNamespace()
+		newLease(ns, "settings", 30, 0)
+		for _, change := range []func(*coordv1alpha1.FencedLease){
+			func(l *coordv1alpha1.FencedLease) { l.Spec.LeaseDurationSeconds = 1 },
+			func(l *coordv1alpha1.FencedLease) { l.Spec.LockDelaySeconds = 3600 },
+			func(l *coordv1alpha1.FencedLease) { l.Spec.MinFencingToken = 4611686018427387904 },
+		} {
+			l := getLease(ns, "settings")
+			change(l)
+			err := users["alice"].Update(suiteCtx, l)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+			Expect(err.Error()).To(ContainSubstring("only the kubefence controller and members of [system:masters] may change leaseDurationSeconds"))
+		}
+		Expect(getLease(ns, "settings").Spec.LeaseDurationSeconds).To(Equal(int32(30)))
+		l := getLease(ns, "settings")
+		l.Spec.LeaseDurationSeconds = 20
+		Expect(k8sClient.Update(suiteCtx, l)).To(Succeed(), "an admin (system:masters) may")
+	})
+})

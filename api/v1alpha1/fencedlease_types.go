@@ -54,9 +54,10 @@ type FencedLeaseSpec struct {
 	// minFencingToken is a floor for the tokens of future grants: every later grant
 	// gets a token greater than it. Operators raise it after restoring etcd from a
 	// backup, so that tokens issued after the backup are never issued again. It may
-	// only increase.
+	// only increase, up to 2^62 (tokens stay far from overflowing int64).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4611686018427387904
 	MinFencingToken int64 `json:"minFencingToken,omitempty"`
 
 	// requests is the queue of clients asking for the lease, in arrival order (the

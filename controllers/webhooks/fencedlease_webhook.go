@@ -29,6 +29,11 @@ type FencedLeaseValidator struct {
 	// ControllerUsers are the usernames the kubefence controller runs as. They may
 	// write status, remove expired requests and manage the epoch finalizer.
 	ControllerUsers []string
+	// AdminGroups may change a lease's settings (leaseDurationSeconds,
+	// lockDelaySeconds, minFencingToken) after it was created; clients, who may
+	// update the lease to queue and renew, may not (a shorter duration or a huge
+	// floor would let them disturb other holders). Default: system:masters.
+	AdminGroups []string
 }
 
 // +kubebuilder:webhook:path=/validate-coordination-kubefence-io-v1alpha1-fencedlease,mutating=false,failurePolicy=fail,sideEffects=None,groups=coordination.kubefence.io,resources=fencedleases;fencedleases/status,verbs=create;update,versions=v1alpha1,name=vfencedlease-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=3
@@ -83,7 +88,34 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if err := checkRequestChanges(oldLease, lease, user); err != nil {
 		return nil, v.refuse(lease, "foreign-request", err.Error())
 	}
+	if settingsChanged(oldLease, lease) && !v.isAdmin(user) {
+		return nil, v.refuse(lease, "settings", fmt.Sprintf(
+			"only the kubefence controller and members of %v may change leaseDurationSeconds, lockDelaySeconds or minFencingToken of an existing lease; %q may only queue, renew and withdraw its own requests",
+			v.adminGroups(), user.Username))
+	}
 	return nil, nil
+}
+
+func settingsChanged(a, b *coordv1alpha1.FencedLease) bool {
+	return a.Spec.LeaseDurationSeconds != b.Spec.LeaseDurationSeconds ||
+		a.Spec.LockDelaySeconds != b.Spec.LockDelaySeconds ||
+		a.Spec.MinFencingToken != b.Spec.MinFencingToken
+}
+
+func (v *FencedLeaseValidator) adminGroups() []string {
+	if len(v.AdminGroups) == 0 {
+		return []string{"system:masters"}
+	}
+	return v.AdminGroups
+}
+
+func (v *FencedLeaseValidator) isAdmin(user authenticationv1.UserInfo) bool {
+	for _, g := range v.adminGroups() {
+		if slices.Contains(user.Groups, g) {
+			return true
+		}
+	}
+	return false
 }
 
 // ValidateDelete allows deletion: RBAC decides who may delete a lease, and the

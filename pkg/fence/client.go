@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,6 +163,12 @@ func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 		return err
 	}
 	return c.check(obj, c.Client.Delete(ctx, obj, opts...))
+}
+
+// Apply with an ApplyConfiguration is refused: it cannot be stamped generically.
+// Use Patch(ctx, obj, client.Apply, ...) with the object instead; that is stamped.
+func (c *FencedClient) Apply(context.Context, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+	return errors.New("fence: Apply with an ApplyConfiguration is not stamped with the fencing token; use Patch(ctx, obj, client.Apply, ...)")
 }
 
 // DeleteAllOf is refused: a collection delete cannot be fenced object by object.

@@ -91,7 +91,7 @@ var _ = Describe("FencedLease defaults", func() {
 			"leaseDurationSeconds": int64(3600),
 			"lockDelaySeconds":     int64(3600),
 			"identityBinding":      "ServiceAccount",
-			"minFencingToken":      int64(9223372036854775807),
+			"minFencingToken":      int64(4611686018427387904),
 			"requests":             requests,
 		})
 		Expect(k8sClient.Create(ctx, u)).To(Succeed())
@@ -99,7 +99,7 @@ var _ = Describe("FencedLease defaults", func() {
 		got := getLease("at-limits")
 		Expect(got.Spec.LeaseDurationSeconds).To(Equal(int32(3600)))
 		Expect(got.Spec.LockDelaySeconds).To(Equal(int32(3600)))
-		Expect(got.Spec.MinFencingToken).To(Equal(int64(9223372036854775807)))
+		Expect(got.Spec.MinFencingToken).To(Equal(int64(4611686018427387904)))
 		Expect(got.Spec.Requests).To(HaveLen(64))
 		Expect(got.Spec.Requests[0].HolderIdentity).To(Equal(longID))
 

@@ -59,6 +59,9 @@ var _ = Describe("FencedLease schema validation on create", func() {
 		Entry("minFencingToken -1",
 			map[string]any{"minFencingToken": int64(-1)},
 			"spec.minFencingToken", "should be greater than or equal to 0"),
+		Entry("minFencingToken above 2^62 (tokens could overflow int64)",
+			map[string]any{"minFencingToken": int64(4611686018427387905)},
+			"spec.minFencingToken", "should be less than or equal to 4611686018427387904"),
 
 		Entry("requests: holderIdentity empty",
 			map[string]any{"requests": []any{request("", "alice", 0)}},

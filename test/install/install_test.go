@@ -147,6 +147,18 @@ func TestRenderedManifestsAreSafe(t *testing.T) {
 			}
 		}
 	}
+	// In self-signed mode the manager patches the caBundle of exactly the
+	// configurations it is told about: a missing one would fail every call.
+	var allArgs []string
+	for _, c := range pod.Containers {
+		allArgs = append(allArgs, c.Args...)
+	}
+	for _, h := range hooks {
+		want := "--webhook-configuration-name=" + h.Name
+		if !strings.Contains(strings.Join(allArgs, " "), want) {
+			t.Errorf("the manager is not told to keep the caBundle of %s current (missing %s)", h.Name, want)
+		}
+	}
 	for _, want := range []string{"vfencedlease-v1alpha1.kb.io", "guarded.fencing.kubefence.io", "required.fencing.kubefence.io", "scale.fencing.kubefence.io"} {
 		if !names[want] {
 			t.Errorf("webhook %s missing from the install manifests", want)

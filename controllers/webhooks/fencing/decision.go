@@ -84,9 +84,10 @@ const (
 // Verdict is the webhook's answer.
 type Verdict struct {
 	Allowed bool
-	// Code is the HTTP status of a refusal: 409 for stale tokens, 400 for
-	// malformed input, 403 for a missing guard or holder, 500 when the lease
-	// could not be read.
+	// Code is the HTTP status of a refusal: 409 for stale tokens or a lease
+	// without holder, 400 for malformed input, 403 for a missing guard or a
+	// requester that is not the holder, 404 for an unknown lease, 500 when the
+	// lease could not be read.
 	Code    int32
 	Reason  Reason
 	Message string
@@ -146,7 +147,14 @@ func Decide(in Input) Verdict {
 		return checkToken(in, in.New.Lease, nil)
 	}
 
-	// A guarded create or update with the token in the new object.
+	// An update that leaves the token as stored did not present one: a plain
+	// client's read-modify-write or merge patch inherits the stored token. It is
+	// accepted only from the current holder (as a tokenless write).
+	if guardedOld && in.Old.HasToken && in.New.HasToken && in.Old.Token == in.New.Token {
+		return checkHolder(in, in.New.Lease)
+	}
+
+	// A guarded create or update with a new token in the new object.
 	var accepted *int64
 	if guardedOld && in.Old.HasToken {
 		if t, err := parseToken(in.Old.Token); err == nil {
@@ -193,9 +201,10 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	return current(in, scope, st, token)
 }
 
-// checkHolder fences writes that cannot carry a token (DELETE, /status,
-// /scale, removing the guard, re-pointing): the requester must be the lease's
-// current holder, and the object must not have accepted a newer token.
+// checkHolder fences writes that carry no token of their own (DELETE,
+// /status, /scale, removing the guard, re-pointing, updates that leave the
+// stored token unchanged): the requester must be the lease's current holder,
+// and the object must not have accepted a newer token.
 func checkHolder(in Input, lease string) Verdict {
 	scope := in.Namespace + "/" + lease
 	st, v := lookup(in, lease, 0)

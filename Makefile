@@ -64,6 +64,7 @@ FUZZTIME ?= 10s
 .PHONY: fuzz
 fuzz: ## Run each fuzz test for FUZZTIME (default 10s) on top of its committed seed corpus.
 	go test ./controllers/webhooks/fencing/ -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
+	go test ./controllers/webhooks/ -run '^$$' -fuzz '^FuzzValidateUpdate$$' -fuzztime $(FUZZTIME)
 
 .PHONY: bench
 bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and print tables.

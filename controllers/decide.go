@@ -174,6 +174,9 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 	if !equality.Semantic.DeepEqual(old, st) {
 		d.status = st
 	} else if pending >= 0 {
+		// Removing the request shifts the queue under the new holder's
+		// acknowledging renewal (a JSON patch testing its index); the helper
+		// re-reads and retries at once when that happens.
 		d.removeRequest = reqs[pending].HolderIdentity
 	}
 	return d, nil

@@ -77,7 +77,7 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !controllerutil.ContainsFinalizer(&lease, EpochFinalizer) {
 		controllerutil.AddFinalizer(&lease, EpochFinalizer)
 		if err := r.Update(ctx, &lease); err != nil {
-			return ctrl.Result{}, ignoreConflict(err)
+			return r.retryOnConflict(err)
 		}
 	}
 
@@ -101,15 +101,21 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		switch {
 		case d.removeRequest != "":
 			if err := r.removeExpired(ctx, &lease, d.removeRequest); err != nil {
-				return ctrl.Result{}, ignoreConflict(err)
+				return r.retryOnConflict(err)
 			}
 		case d.status != nil:
 			updated := lease.DeepCopy()
 			updated.Status = *d.status
 			if err := r.Status().Update(ctx, updated); err != nil {
-				return ctrl.Result{}, ignoreConflict(err)
+				return r.retryOnConflict(err)
 			}
 			lease = *updated
+			if o := d.observation; o != nil && o != r.observation(lease.UID) {
+				// Count a grant or renewal from when its write returned: a slow write
+				// (etcd or the API server restarting) must not eat into the tenure.
+				// Later is the safe direction: expiry only moves later.
+				o.at = latest(o.at, r.Clock.Now())
+			}
 			r.setObservation(lease.UID, d.observation)
 			r.report(ctx, &lease, d)
 		default:
@@ -160,7 +166,7 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 	}
 	controllerutil.RemoveFinalizer(lease, EpochFinalizer)
 	if err := r.Update(ctx, lease); err != nil {
-		return ignoreConflict(err)
+		return fmt.Errorf("removing the epoch finalizer: %w", err) // retried with backoff
 	}
 	r.setObservation(lease.UID, nil)
 	logf.FromContext(ctx).Info("Recorded epoch of deleted lease", "lease", client.ObjectKeyFromObject(lease), "token", high)
@@ -232,12 +238,23 @@ func (r *FencedLeaseReconciler) setObservation(uid types.UID, o *observation) {
 	r.observations[uid] = o
 }
 
-func ignoreConflict(err error) error {
-	if apierrors.IsConflict(err) {
-		// The watch delivers the newer version and triggers another reconcile.
-		return nil
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	return err
+	return a
+}
+
+// conflictRetry is how soon a reconcile whose write conflicted runs again. The
+// watch normally brings the newer version first; after an API server outage
+// watches can lag for seconds, so the retry does not wait for them.
+const conflictRetry = 50 * time.Millisecond
+
+func (r *FencedLeaseReconciler) retryOnConflict(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 // SetupWithManager registers the reconciler.

@@ -71,7 +71,7 @@ func expectRefused(err error, code int32, msg string) {
 // with token stale and stopped renewing; the controller expired her and granted
 // bob token current.
 func staleAndCurrent(ns string) (stale, current int64) {
-	newLease(ns, "job", 1, 0)
+	newLease(ns, "job", 2, 0)
 	joinRaw("alice", ns, "job", "alice")
 	Eventually(func() string { h, _ := holderOf(ns, "job"); return h }, 10*time.Second).Should(Equal("alice"))
 	_, stale = holderOf(ns, "job")
@@ -394,7 +394,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		defer mu.Unlock()
 		GinkgoWriter.Printf("writes %d, refused as stale %d, accepted versions %d\n", writes, refusals, len(accepted))
 		Expect(refusals).To(BeNumerically(">", 0), "stale writes were attempted and refused")
-		Expect(len(accepted)).To(BeNumerically(">", 10))
+		Expect(len(accepted)).To(BeNumerically(">=", 5), "writes were accepted while the lease moved")
 		for i := 1; i < len(accepted); i++ {
 			Expect(accepted[i]).To(BeNumerically(">=", accepted[i-1]), "accepted tokens went down: %v", accepted)
 		}

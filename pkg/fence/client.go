@@ -121,10 +121,13 @@ func (c *FencedClient) stamp(obj client.Object) error {
 }
 
 func (c *FencedClient) check(obj client.Object, err error) error {
-	if err == nil || !IsStale(err) {
+	scope := obj.GetNamespace() + "/" + c.lease
+	// Only a refusal about this client's own lease means its tenure is over; an
+	// object guarded by another lease refuses it for reasons of that lease.
+	if err == nil || !IsStale(err) || !strings.Contains(err.Error(), "lease "+scope) {
 		return err
 	}
-	se := &StaleError{Lease: obj.GetNamespace() + "/" + c.lease, Err: err}
+	se := &StaleError{Lease: scope, Err: err}
 	if c.OnStale != nil {
 		c.OnStale(se)
 	}

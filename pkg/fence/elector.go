@@ -230,7 +230,16 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
 	token := lease.Status.FencingToken
 	// The grant is acknowledged by a renewal: its send time starts the local clock.
-	sent, lease, err := e.renew(ctx, lease, token)
+	sent, acked, err := e.renew(ctx, lease, token)
+	if err != nil && !errors.Is(err, ErrLost) {
+		// Most often the request moved (its JSON patch test failed): read the
+		// lease again and retry at once, once.
+		if e.view.refresh(ctx) == nil {
+			if cur, _ := e.view.get(); cur != nil {
+				sent, acked, err = e.renew(ctx, cur, token)
+			}
+		}
+	}
 	if err != nil {
 		log.V(1).Info("Could not acknowledge grant", "token", token, "error", err.Error())
 		if !errors.Is(err, ErrLost) {
@@ -239,6 +248,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 		_ = e.view.refresh(ctx)
 		return
 	}
+	lease = acked
 	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
 	renewEvery, retryEvery, margin, err := e.cfg.timings(l)
 	if err != nil {

@@ -198,7 +198,7 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 		return refuse(409, ReasonNotIssued, scope, token, st.Token,
 			"fencing token %d for lease %s was never issued: current token is %d", token, scope, st.Token)
 	}
-	return current(in, scope, st, token)
+	return current(in, lease, st, token)
 }
 
 // checkHolder fences writes that carry no token of their own (DELETE,
@@ -235,7 +235,7 @@ func checkHolder(in Input, lease string) Verdict {
 			"%s is not the holder of lease %s (held by %s with token %d): %s and deletes of a guarded object, and removing or moving its guard, are accepted only from the current holder",
 			who, scope, st.Holder, st.Token, subresourceName(in))
 	}
-	return current(in, scope, st, st.Token)
+	return current(in, lease, st, st.Token)
 }
 
 func subresourceName(in Input) string {
@@ -245,17 +245,30 @@ func subresourceName(in Input) string {
 	return "tokenless writes"
 }
 
-// current checks that the tenure of a token equal to the lease's is live.
-func current(in Input, scope string, st LeaseState, token int64) Verdict {
+// current checks that the tenure of a token equal to the lease's is live. A
+// tenure the cache shows as expired is read again from the API server before
+// the write is refused: after an outage the cache can lag behind renewals.
+func current(in Input, lease string, st LeaseState, token int64) Verdict {
+	scope := in.Namespace + "/" + lease
 	if st.Holder == "" {
 		return refuse(409, ReasonNoHolder, scope, token, st.Token,
 			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", StaleMarker, token, scope, st.Token)
 	}
-	if !st.ExpireTime.IsZero() && !in.Now.Before(st.ExpireTime.Add(-in.Skew)) {
-		return refuse(409, ReasonExpired, scope, token, st.Token,
-			"%s %d for lease %s: the tenure of %s expired at %s", StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano))
+	if expired(in, st) {
+		fresh, v := lookupFresh(in, lease, token)
+		if !v.Allowed {
+			return v
+		}
+		if fresh.Token != st.Token || fresh.Holder != st.Holder || expired(in, fresh) {
+			return refuse(409, ReasonExpired, scope, token, fresh.Token,
+				"%s %d for lease %s: the tenure of %s expired at %s", StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	return allow(scope, token, st.Token)
+}
+
+func expired(in Input, st LeaseState) bool {
+	return !st.ExpireTime.IsZero() && !in.Now.Before(st.ExpireTime.Add(-in.Skew))
 }
 
 // isHolder tells whether the requester is the lease's current holder: the user
@@ -283,6 +296,10 @@ func lookupFresh(in Input, lease string, token int64) (LeaseState, Verdict) {
 func lookupWith(in Input, lease string, token int64, fresh bool) (LeaseState, Verdict) {
 	scope := in.Namespace + "/" + lease
 	st, err := in.Lease(lease, fresh)
+	if err == nil && !st.Exists && !fresh {
+		// Not in the cache: it may be a lease created a moment ago. Ask.
+		st, err = in.Lease(lease, true)
+	}
 	if err != nil {
 		return st, refuse(500, ReasonLeaseLookup, scope, token, 0, "cannot read lease %s to check the fencing token (refusing, fail closed): %v", scope, err)
 	}

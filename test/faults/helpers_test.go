@@ -1,0 +1,426 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+// recoveryBound is the longest a takeover may take after the holder went
+// silent, by docs/design.md: the lease duration plus the controller's drift
+// allowance, plus slack for what the fault itself costs (a restart, a watch
+// reconnect, the new holder's acknowledging renewal).
+func recoveryBound(l, slack time.Duration) time.Duration {
+	return l + controllers.DefaultTiming().Allowance(l) + slack
+}
+
+var nsCounter atomic.Int32
+
+// newNamespace creates a namespace of its own for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("fault-%d", nsCounter.Add(1))
+	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	return name
+}
+
+func newLease(g Gomega, ns, name string, durationSeconds int32) {
+	g.Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
+	})).To(Succeed())
+}
+
+// getLease reads a lease, retrying while the API server is unavailable.
+func getLease(g Gomega, ns, name string) *coordv1alpha1.FencedLease {
+	var l coordv1alpha1.FencedLease
+	g.Eventually(func() error {
+		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	return &l
+}
+
+// holderOf returns the lease's holder and token ("" and 0 when unreadable).
+func holderOf(ns, name string) (string, int64) {
+	var l coordv1alpha1.FencedLease
+	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+		return "", 0
+	}
+	return l.Status.HolderIdentity, l.Status.FencingToken
+}
+
+// queued returns the identities with a request in the lease's spec.
+func queued(ns, name string) []string {
+	var l coordv1alpha1.FencedLease
+	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+		return nil
+	}
+	var ids []string
+	for _, r := range l.Spec.Requests {
+		ids = append(ids, r.HolderIdentity)
+	}
+	return ids
+}
+
+func waitQueued(g Gomega, ns, name, identity string) {
+	g.Eventually(func() []string { return queued(ns, name) }, 10*time.Second, 20*time.Millisecond).Should(ContainElement(identity))
+}
+
+// joinRaw queues a request without the helper: a client that never renews.
+func joinRaw(g Gomega, user, ns, lease, identity string) {
+	g.Eventually(func() error {
+		var l coordv1alpha1.FencedLease
+		if err := users[user].Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: lease}, &l); err != nil {
+			return err
+		}
+		l.Spec.Requests = append(l.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: user})
+		return users[user].Update(suiteCtx, &l)
+	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
+}
+
+// grant is one tenure as the holder saw it.
+type grant struct {
+	identity string
+	token    int64
+	start    time.Time // OnStartedLeading
+	stop     time.Time // the holder's context was cancelled
+}
+
+// journal collects the tenures of several electors.
+type journal struct {
+	mu     sync.Mutex
+	grants []grant
+}
+
+func (j *journal) started(id string, token int64) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.grants = append(j.grants, grant{identity: id, token: token, start: time.Now()})
+	return len(j.grants) - 1
+}
+
+func (j *journal) stopped(i int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.grants[i].stop = time.Now()
+}
+
+func (j *journal) snapshot() []grant {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]grant(nil), j.grants...)
+}
+
+func (j *journal) len() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.grants)
+}
+
+// expectIncreasing asserts that the tenures' tokens strictly increase and
+// that each tenure ended before the next began (the holders' own view).
+func (j *journal) expectIncreasing(g Gomega) {
+	gs := j.snapshot()
+	for i := 1; i < len(gs); i++ {
+		g.Expect(gs[i].token).To(BeNumerically(">", gs[i-1].token), "tenures %v", gs)
+		g.Expect(gs[i-1].stop).NotTo(BeZero(), "%s's tenure %d never ended, yet %s was granted %d", gs[i-1].identity, gs[i-1].token, gs[i].identity, gs[i].token)
+		g.Expect(gs[i-1].stop.Before(gs[i].start)).To(BeTrue(), "%s stopped (%v) after %s started (%v)", gs[i-1].identity, gs[i-1].stop, gs[i].identity, gs[i].start)
+	}
+}
+
+// runningElector is a fence.Elector running in the background.
+type runningElector struct {
+	*fence.Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startElector runs an elector through cl that records its tenures in j; the
+// test's cleanup stops it.
+func startElector(t *testing.T, cl client.WithWatch, user, ns, lease, identity string, j *journal) *runningElector {
+	t.Helper()
+	e, err := fence.New(fence.Config{
+		Client: cl, User: user, Namespace: ns, Name: lease, Identity: identity,
+		Callbacks: fence.Callbacks{
+			OnStartedLeading: func(ctx context.Context, token int64) {
+				i := j.started(identity, token)
+				<-ctx.Done()
+				j.stopped(i)
+			},
+		},
+	})
+	if err != nil {
+		t.Fatalf("fence.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(suiteCtx)
+	r := &runningElector{Elector: e, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop cancels the elector and waits (bounded) for Run to return.
+func (r *runningElector) stop() {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(15 * time.Second):
+	}
+}
+
+// gate stalls a client's traffic, as a paused process or a network partition
+// would: while closed, new requests wait (until their context ends) and reads
+// of response bodies already streaming (watches) wait too.
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{}
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	c := g.closed
+	g.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if err := g.wait(req.Context()); err != nil {
+			return nil, err
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = &gatedBody{ReadCloser: resp.Body, g: g, ctx: req.Context()}
+		return resp, nil
+	})
+}
+
+type gatedBody struct {
+	io.ReadCloser
+	g   *gate
+	ctx context.Context
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	if err := b.g.wait(b.ctx); err != nil {
+		return 0, err
+	}
+	return b.ReadCloser.Read(p)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// gatedClient is a client acting as user whose traffic goes through g.
+func gatedClient(t *testing.T, user string, g *gate) client.WithWatch {
+	t.Helper()
+	c := rest.CopyConfig(userConfigs[user])
+	c.Wrap(g.wrap)
+	cl, err := client.NewWithWatch(c, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("client for %s: %v", user, err)
+	}
+	return cl
+}
+
+// fixedToken is a TokenSource stuck on one token: a holder that never
+// noticed it lost the lease.
+type fixedToken int64
+
+func (f fixedToken) Token() (int64, bool) { return int64(f), true }
+
+var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
+
+func widgetRef(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(widgetGVK)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// createWidget creates a Widget guarded by lease, written with token.
+func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
+	u := widgetRef(ns, name)
+	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
+	return fence.NewFencedClient(cl, lease, fixedToken(token)).Create(suiteCtx, u)
+}
+
+// writeWidget sets spec.writer with a merge patch stamped with token.
+func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
+	return fence.NewFencedClient(cl, lease, fixedToken(token)).Patch(ctx, widgetRef(ns, name),
+		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
+}
+
+// widgetState returns a Widget's writer and accepted token.
+func widgetState(g Gomega, ns, name string) (string, int64) {
+	u := widgetRef(ns, name)
+	g.Eventually(func() error {
+		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+	w, _, _ := unstructured.NestedString(u.Object, "spec", "writer")
+	tok, _ := strconv.ParseInt(u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64)
+	return w, tok
+}
+
+// expectStale asserts that err is a fencing refusal (stale token, expired or
+// ended tenure, or a requester that is not the holder), not some other error.
+func expectStale(g Gomega, err error, what string) {
+	g.Expect(err).To(HaveOccurred(), "%s was accepted", what)
+	g.Expect(fence.IsStale(err)).To(BeTrue(), "%s: refused, but not as stale: %v", what, err)
+}
+
+// monitor watches a namespace's leases and Widgets for the whole test,
+// re-watching after the API server or etcd went away, and records every grant
+// and every token a Widget accepted.
+type monitor struct {
+	mu sync.Mutex
+	// grants are (holder, token) of lease versions with a holder, by lease name.
+	grants map[string][]seenGrant
+	// accepted are the tokens each Widget accepted, in order, by Widget name.
+	accepted map[string][]int64
+}
+
+type seenGrant struct {
+	holder string
+	token  int64
+}
+
+func startMonitor(t *testing.T, ns string) *monitor {
+	m := &monitor{grants: map[string][]seenGrant{}, accepted: map[string][]int64{}}
+	ctx, cancel := context.WithCancel(suiteCtx)
+	t.Cleanup(cancel)
+	go m.watch(ctx, &coordv1alpha1.FencedLeaseList{}, ns, m.onLease)
+	go m.watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{
+		"apiVersion": widgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
+	return m
+}
+
+func (m *monitor) watch(ctx context.Context, list client.ObjectList, ns string, on func(client.Object)) {
+	for ctx.Err() == nil {
+		w, err := k8sClient.Watch(ctx, list, client.InNamespace(ns))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			if o, ok := ev.Object.(client.Object); ok {
+				on(o)
+			}
+		}
+		w.Stop()
+	}
+}
+
+func (m *monitor) onLease(o client.Object) {
+	l, ok := o.(*coordv1alpha1.FencedLease)
+	if !ok || l.Status.HolderIdentity == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := seenGrant{l.Status.HolderIdentity, l.Status.FencingToken}
+	if h := m.grants[l.Name]; len(h) == 0 || h[len(h)-1] != s {
+		m.grants[l.Name] = append(h, s)
+	}
+}
+
+func (m *monitor) onWidget(o client.Object) {
+	tok, err := strconv.ParseInt(o.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.accepted[o.GetName()]; len(h) == 0 || h[len(h)-1] != tok {
+		m.accepted[o.GetName()] = append(h, tok)
+	}
+}
+
+// check asserts safety over everything seen: no lease's grants went down in
+// token or gave one token to two holders, and no Widget accepted a token lower
+// than one it had accepted.
+func (m *monitor) check(g Gomega) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, h := range m.grants {
+		holderOf := map[int64]string{}
+		for i, s := range h {
+			if i > 0 {
+				g.Expect(s.token).To(BeNumerically(">=", h[i-1].token), "lease %s: token went down: %v", name, h)
+			}
+			if prev, ok := holderOf[s.token]; ok {
+				g.Expect(prev).To(Equal(s.holder), "lease %s: token %d granted to two holders: %v", name, s.token, h)
+			}
+			holderOf[s.token] = s.holder
+		}
+	}
+	for name, h := range m.accepted {
+		for i := 1; i < len(h); i++ {
+			g.Expect(h[i]).To(BeNumerically(">=", h[i-1]), "widget %s accepted a lower token: %v", name, h)
+		}
+	}
+}
+
+// isNotFound is apierrors.IsNotFound for Eventually.
+func isNotFound(err error) bool { return err != nil && apierrors.IsNotFound(err) }
+
+var errInjected = errors.New("connection reset by peer (injected fault)")

@@ -1,0 +1,370 @@
+// Package faults is kubefence's fault matrix: one test per fault (a paused
+// holder, a partitioned holder, an operator crash mid-expiry, an operator
+// fail-over, API server and etcd restarts, delete-then-recreate, an etcd
+// snapshot restore), each asserting safety (no guarded object accepts a token
+// lower than one it accepted; the old holder's write with its old token is
+// refused) and recovery (a new holder within the bound docs/design.md
+// promises). It runs a real kube-apiserver and etcd (envtest) whose processes
+// the tests stop and start, so its data and certificate directories are kept
+// across restarts.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+)
+
+const (
+	operatorNamespace = "kubefence-system"
+	// leaderElectionID is the operator's own leader-election Lease, as in
+	// controllers/suite_test.go and cmd/main.go.
+	leaderElectionID = "controller.coordination.kubefence.io"
+	clientsGroup     = "kubefence:clients"
+)
+
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.WithWatch
+	scheme    = runtime.NewScheme()
+	suiteCtx  context.Context
+	adminUser string
+	// userConfigs and users are clients with only the rights config/rbac's editor
+	// role gives a lease client (plus full rights on Widgets).
+	userConfigs = map[string]*rest.Config{}
+	users       = map[string]client.WithWatch{}
+	// etcdDir and certDir are kept across restarts of etcd and kube-apiserver.
+	etcdDir, certDir string
+	webhookMgr       *managerProcess
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is unset: run KUBEBUILDER_ASSETS=$(./hack/setup-envtest.sh | tail -n1) go test ./test/faults/")
+		return 1
+	}
+	var logOut io.Writer = io.Discard
+	if os.Getenv("FAULTS_LOG") != "" {
+		logOut = os.Stderr
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	var cancel context.CancelFunc
+	suiteCtx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	if err := setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "setting up the fault suite:", err)
+		teardown()
+		return 1
+	}
+	code := m.Run()
+	cancel()
+	teardown()
+	return code
+}
+
+func setup() error {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	var err error
+	if etcdDir, err = os.MkdirTemp("", "kubefence-faults-etcd-"); err != nil {
+		return err
+	}
+	if certDir, err = os.MkdirTemp("", "kubefence-faults-apiserver-"); err != nil {
+		return err
+	}
+	root := filepath.Join("..", "..")
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{
+				filepath.Join(root, "config", "webhook", "manifests.yaml"),
+				filepath.Join(root, "config", "webhook", "fencing.yaml"),
+			},
+		},
+		// Explicit directories: envtest then neither deletes nor regenerates them on
+		// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
+		// the same port with the same serving and client CAs (every rest.Config
+		// keeps working).
+		ControlPlane: envtest.ControlPlane{
+			Etcd:      &envtest.Etcd{DataDir: etcdDir},
+			APIServer: &envtest.APIServer{CertDir: certDir},
+		},
+	}
+	// Without a grace period kube-apiserver does not end watches of custom
+	// resources when it shuts down, and its graceful shutdown then waits for
+	// them (up to their timeout, tens of minutes) before envtest kills it.
+	testEnv.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
+	if dir := os.Getenv("FAULTS_CONTROL_PLANE_LOG"); dir != "" {
+		// Debugging: kube-apiserver and etcd logs, appended across restarts.
+		for name, p := range map[string]*io.Writer{"kube-apiserver.log": &testEnv.ControlPlane.APIServer.Err, "etcd.log": &testEnv.ControlPlane.Etcd.Err} {
+			f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				return err
+			}
+			*p = f
+		}
+	}
+	if cfg, err = testEnv.Start(); err != nil {
+		return fmt.Errorf("starting envtest: %w", err)
+	}
+	if k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := k8sClient.Create(suiteCtx, review); err != nil {
+		return err
+	}
+	adminUser = review.Status.UserInfo.Username
+	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
+		return err
+	}
+	if err := grantClientRole(); err != nil {
+		return err
+	}
+	for _, name := range []string{"alice", "bob", "carol"} {
+		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{clientsGroup}}, nil)
+		if err != nil {
+			return err
+		}
+		userConfigs[name] = u.Config()
+		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+			return err
+		}
+	}
+	// The webhooks run in a manager of their own for the whole suite, so that
+	// controller managers can crash, restart and fail over underneath them.
+	if webhookMgr, err = startWebhooks(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func teardown() {
+	if webhookMgr != nil {
+		webhookMgr.cancel()
+		select {
+		case <-webhookMgr.done:
+		case <-time.After(30 * time.Second):
+		}
+	}
+	if testEnv != nil {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}
+	for _, d := range []string{etcdDir, certDir} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// grantClientRole gives clientsGroup what config/rbac's editor role gives a
+// lease client: read and update FencedLeases, nothing on status; and full
+// rights on Widgets, so that only fencing refuses.
+func grantClientRole() error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		},
+	}
+	if err := k8sClient.Create(suiteCtx, role); err != nil {
+		return err
+	}
+	return k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
+	})
+}
+
+// managerProcess is one running controller-runtime manager: the webhooks, or a
+// kubefence controller that tests crash, restart and fail over.
+type managerProcess struct {
+	mgr    ctrl.Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Start's result, once done is closed
+}
+
+func (p *managerProcess) run(ctx context.Context) {
+	go func() {
+		defer close(p.done)
+		p.err = p.mgr.Start(ctx)
+	}()
+}
+
+// elected is closed once the manager leads (at once without leader election).
+func (p *managerProcess) elected() <-chan struct{} { return p.mgr.Elected() }
+
+// kill cancels the manager's context, without releasing its leader-election
+// Lease, and waits for it to stop: a crash, as far as the cluster can tell.
+func (p *managerProcess) kill(t *testing.T) {
+	t.Helper()
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("manager did not stop within 30s")
+	}
+}
+
+func startWebhooks() (*managerProcess, error) {
+	wopts := testEnv.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+		}),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
+		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+	})
+	ctx, cancel := context.WithCancel(suiteCtx)
+	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
+	p.run(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("webhook server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p, nil
+}
+
+// controllerOptions shapes one kubefence controller process.
+type controllerOptions struct {
+	// leaderElection makes it compete for the operator's leader-election Lease
+	// with short timings (2 s lease, 1.5 s renew deadline, 0.5 s retry), and
+	// never release it on cancel: a killed leader is taken over only after its
+	// Lease expires.
+	leaderElection bool
+	// wrap, if set, wraps the transport of every request the controller sends.
+	wrap func(http.RoundTripper) http.RoundTripper
+}
+
+// Leader-election timings of controllerOptions.leaderElection.
+const (
+	leLeaseDuration = 2 * time.Second
+	leRenewDeadline = 1500 * time.Millisecond
+	leRetryPeriod   = 500 * time.Millisecond
+)
+
+// startController starts a kubefence controller (the FencedLease reconciler
+// in a manager of its own). The test's cleanup kills it if it still runs.
+func startController(t *testing.T, o controllerOptions) *managerProcess {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	if o.wrap != nil {
+		c.Wrap(o.wrap)
+	}
+	opts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		LeaderElection:          o.leaderElection,
+		LeaderElectionID:        leaderElectionID,
+		LeaderElectionNamespace: operatorNamespace,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if o.leaderElection {
+		opts.LeaseDuration = ptr.To(leLeaseDuration)
+		opts.RenewDeadline = ptr.To(leRenewDeadline)
+		opts.RetryPeriod = ptr.To(leRetryPeriod)
+	}
+	mgr, err := ctrl.NewManager(c, opts)
+	if err != nil {
+		t.Fatalf("creating controller manager: %v", err)
+	}
+	if err := (&controllers.FencedLeaseReconciler{
+		Client:   mgr.GetClient(),
+		Clock:    clock.RealClock{},
+		Recorder: mgr.GetEventRecorder("kubefence-controller"),
+		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
+		Timing: controllers.DefaultTiming(),
+	}).SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up the reconciler: %v", err)
+	}
+	ctx, cancel := context.WithCancel(suiteCtx)
+	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
+	p.run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("controller manager did not stop within 30s")
+		}
+	})
+	return p
+}
+
+// restartWebhooks stops the operator's webhook manager and starts a fresh one
+// (same port and certificates), as a restarted operator pod would.
+func restartWebhooks(t *testing.T) {
+	t.Helper()
+	webhookMgr.kill(t)
+	p, err := startWebhooks()
+	if err != nil {
+		t.Fatalf("restarting the webhooks: %v", err)
+	}
+	webhookMgr = p
+}

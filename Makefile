@@ -59,6 +59,13 @@ test: verify-generated verify-fmt vet kustomize setup-envtest ## Regenerate and 
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./... -count=1 -timeout 30m $(TEST_ARGS)
 	$(MAKE) --no-print-directory fuzz
 
+HISTORY_WRITES ?= 100000
+HISTORY_FAULTS ?= 1000
+
+.PHONY: soak
+soak: setup-envtest ## Run the history test's soak profile (HISTORY_WRITES, HISTORY_FAULTS; HISTORY_DURATION, HISTORY_SEED pass through; see docs/reliability.md).
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" HISTORY_PROFILE=soak HISTORY_WRITES=$(HISTORY_WRITES) HISTORY_FAULTS=$(HISTORY_FAULTS) go test ./test/history/ -run '^TestHistory$$' -count=1 -timeout 0 -v
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

@@ -151,6 +151,18 @@ func Decide(in Input) Verdict {
 	// client's read-modify-write or merge patch inherits the stored token. It is
 	// accepted only from the current holder (as a tokenless write).
 	if guardedOld && in.Old.HasToken && in.New.HasToken && in.Old.Token == in.New.Token {
+		// The inherited token must still be the lease's current one: a holder
+		// granted again must not write through a leftover of its old tenure (I4).
+		if t, err := parseToken(in.New.Token); err == nil {
+			scope := in.Namespace + "/" + in.New.Lease
+			st, v := lookup(in, in.New.Lease, t)
+			if !v.Allowed {
+				return v
+			}
+			if t < st.Token {
+				return refuse(409, ReasonStale, scope, t, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, t, scope, st.Token)
+			}
+		}
 		return checkHolder(in, in.New.Lease)
 	}
 

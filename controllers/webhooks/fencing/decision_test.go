@@ -58,6 +58,8 @@ func TestDecide(t *testing.T) {
 		{"unchanged token from the holder", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
 		{"unchanged token from someone else (inherited by a plain client)", input(admissionv1.Update, "", guarded("42"), guarded("42"), "alice", held()), false, 403,
 			"alice is not the holder of lease jobs/job"},
+		{"unchanged but old token from a holder granted again", input(admissionv1.Update, "", guarded("34"), guarded("34"), "bob", held()), false, 409,
+			"stale fencing token 34 for lease jobs/job: current token is 42"},
 		{"never issued", input(admissionv1.Create, "", nil, guarded("43"), "bob", held()), false, 409, "was never issued"},
 		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "expired at"},
 		{"released lease", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", released), false, 409, "has no holder"},

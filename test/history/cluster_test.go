@@ -1,0 +1,276 @@
+package history
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+const (
+	operatorNamespace = "kubefence-system"
+	historyNamespace  = "history"
+	workersGroup      = "kubefence:history-workers"
+)
+
+// cluster is etcd and kube-apiserver (envtest), with the kubefence operator
+// as a separate process (bin/manager built from cmd/), so that kill -9 and a
+// restart are real.
+type cluster struct {
+	env    *envtest.Environment
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	admin  client.Client
+	// adminUser is the envtest admin's username: the operator runs as it and
+	// the FencedLease webhook trusts it as the controller.
+	adminUser       string
+	adminKubeconfig string
+	managerBin      string
+	dir             string
+	leaseSeconds    int32
+
+	mu          sync.Mutex
+	operator    *proc
+	operatorLog *os.File
+	restarts    int
+}
+
+// buildBinaries compiles the operator and the worker into dir.
+func buildBinaries(ctx context.Context, root, dir string) (manager, worker string, err error) {
+	manager, worker = filepath.Join(dir, "manager"), filepath.Join(dir, "worker")
+	for bin, pkg := range map[string]string{manager: "./cmd", worker: "./test/history/worker"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return manager, worker, nil
+}
+
+// startCluster starts etcd and kube-apiserver with the CRDs of config/ and
+// test/crds and the webhook configurations of config/webhook, pointed at the
+// port and certificate envtest allocates for the operator.
+func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32) (*cluster, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		Scheme:                   scheme,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			LocalServingHost: "127.0.0.1",
+			Paths: []string{
+				filepath.Join(root, "config", "webhook", "manifests.yaml"),
+				filepath.Join(root, "config", "webhook", "fencing.yaml"),
+			},
+		},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	c := &cluster{env: env, cfg: cfg, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds}
+	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return c, err
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.admin.Create(ctx, review); err != nil {
+		return c, fmt.Errorf("asking who the admin is: %w", err)
+	}
+	c.adminUser = review.Status.UserInfo.Username
+	c.adminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(c.adminKubeconfig, env.KubeConfig, 0o600); err != nil {
+		return c, err
+	}
+	if c.operatorLog, err = os.OpenFile(filepath.Join(dir, "operator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return c, err
+	}
+	return c, c.setUp(ctx)
+}
+
+// setUp creates the namespaces and the workers' RBAC: what config/rbac's
+// editor role gives a lease client, plus full rights on Widgets, so that only
+// fencing refuses a write.
+func (c *cluster) setUp(ctx context.Context) error {
+	for _, ns := range []string{operatorNamespace, historyNamespace} {
+		if err := c.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubefence-history-worker"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		},
+	}
+	if err := c.admin.Create(ctx, role); err != nil {
+		return err
+	}
+	return c.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: workersGroup}},
+	})
+}
+
+// startOperator runs bin/manager as the admin, serving the webhooks on
+// envtest's port and certificate, and waits until the webhook port answers TLS.
+func (c *cluster) startOperator(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.env.WebhookInstallOptions
+	args := []string{
+		"--webhook-cert-path=" + w.LocalServingCertDir,
+		"--webhook-port=" + strconv.Itoa(w.LocalServingPort),
+		"--controller-user=" + c.adminUser,
+		"--namespace=" + operatorNamespace,
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+	}
+	fmt.Fprintf(c.operatorLog, "=== history: starting operator (start %d) at %s\n", c.restarts+1, time.Now().Format(time.RFC3339Nano))
+	p, err := startProc("operator", c.managerBin, args, []string{"KUBECONFIG=" + c.adminKubeconfig}, c.operatorLog, c.operatorLog)
+	if err != nil {
+		return err
+	}
+	c.operator = p
+	c.restarts++
+	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe only
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("the operator exited while starting (%v); see %s", p.err, c.operatorLog.Name())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the operator's webhook did not serve on %s within 60s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killOperator sends SIGKILL to the operator and waits for it to die.
+func (c *cluster) killOperator() {
+	c.mu.Lock()
+	p := c.operator
+	c.mu.Unlock()
+	if p != nil {
+		p.kill()
+		fmt.Fprintf(c.operatorLog, "=== history: operator killed (SIGKILL) at %s\n", time.Now().Format(time.RFC3339Nano))
+	}
+}
+
+// stop stops the operator, then kube-apiserver and etcd.
+func (c *cluster) stop() error {
+	c.mu.Lock()
+	p := c.operator
+	c.mu.Unlock()
+	if p != nil {
+		p.stop(10 * time.Second)
+	}
+	if c.operatorLog != nil {
+		_ = c.operatorLog.Close()
+	}
+	return c.env.Stop()
+}
+
+// createLease creates a FencedLease of the run's duration.
+func (c *cluster) createLease(ctx context.Context, name string) error {
+	return c.admin.Create(ctx, &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: historyNamespace, Name: name},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: c.leaseSeconds},
+	})
+}
+
+// recreateLease deletes a FencedLease, waits until it is gone (the operator
+// records its epoch first), and creates it again.
+func (c *cluster) recreateLease(ctx context.Context, name string) error {
+	l := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: historyNamespace, Name: name}}
+	if err := c.admin.Delete(ctx, l); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting lease %s: %w", name, err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := c.admin.Get(ctx, types.NamespacedName{Namespace: historyNamespace, Name: name}, l)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("lease %s still there 90s after its deletion (%v)", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		err := c.createLease(ctx, name)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("creating lease %s again: %w", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// workerKubeconfig adds a user for a worker and writes its kubeconfig, with
+// the worker's fault proxy as the server.
+func (c *cluster) workerKubeconfig(name, proxyAddr, path string) error {
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{workersGroup}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding user %s: %w", name, err)
+	}
+	rc := u.Config()
+	server := &url.URL{Scheme: "https", Host: proxyAddr}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: server.String(), CertificateAuthorityData: rc.CAData}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData, Token: rc.BearerToken}
+	kc.Contexts["default"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: name}
+	kc.CurrentContext = "default"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// apiServerAddr is host:port of kube-apiserver.
+func (c *cluster) apiServerAddr() (string, error) {
+	u, err := url.Parse(c.cfg.Host)
+	if err != nil {
+		return "", err
+	}
+	return u.Host, nil
+}

@@ -1,0 +1,322 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Fault kinds.
+const (
+	faultPauseShort    = "pause-short"      // SIGSTOP a worker for less than a lease, then SIGCONT
+	faultPauseLong     = "pause-long"       // SIGSTOP a worker for longer than a lease
+	faultWorkerKill    = "worker-kill"      // kill -9 a worker, restart it
+	faultOperatorKill  = "operator-kill"    // kill -9 the operator, restart it
+	faultLeaseRecreate = "lease-recreate"   // delete a FencedLease and create it again
+	faultNetDelay      = "net-delay"        // delay a worker's traffic to the API server
+	faultNetPartition  = "net-partition"    // hold a worker's traffic both ways, then heal
+	faultLoseResponses = "net-lose-answers" // hold only the API server's answers, then heal
+	faultHealReset     = "reset"            // heal by resetting the connections
+	faultHealLate      = "late"             // heal by delivering what was held
+)
+
+var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,
+	faultNetDelay, faultNetPartition, faultLoseResponses}
+
+// injector injects faults at random (seeded) until stopped: a new fault
+// every gap, on a target not already under a fault. The first faults go
+// through every kind in a shuffled order, round after round, so that even a
+// short run has each kind.
+type injector struct {
+	rnd     *rand.Rand
+	cluster *cluster
+	workers *workerSet
+	leases  []string
+	lease   time.Duration // the lease duration
+	minGap  time.Duration
+	maxGap  time.Duration
+	log     *os.File
+	start   time.Time
+	errs    chan error
+
+	mu      sync.Mutex
+	busy    map[string]bool
+	counts  map[string]int
+	healing map[string]int
+	total   int
+	running sync.WaitGroup
+	round   []string
+}
+
+func (in *injector) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(in.rnd.Float64()*float64(hi-lo))
+}
+
+func (in *injector) logf(format string, args ...any) {
+	fmt.Fprintf(in.log, "%9.3fs "+format+"\n", append([]any{time.Since(in.start).Seconds()}, args...)...)
+}
+
+// fail reports an error of the harness (not of the system under test).
+func (in *injector) fail(err error) {
+	in.logf("error: %v", err)
+	select {
+	case in.errs <- err:
+	default:
+	}
+}
+
+// deadWorker reports a worker process that exited on its own (not killed by
+// a fault, which restarts it).
+func (in *injector) deadWorker() error {
+	for _, w := range in.workers.workers {
+		in.mu.Lock()
+		busy := in.busy[w.name]
+		in.mu.Unlock()
+		if p := w.proc(); !busy && p != nil && p.exited() {
+			tail, _ := os.ReadFile(w.errPath)
+			if len(tail) > 2000 {
+				tail = tail[len(tail)-2000:]
+			}
+			return fmt.Errorf("worker %s exited on its own (%v); its log ends with:\n%s", w.name, p.err, tail)
+		}
+	}
+	return nil
+}
+
+// claim marks target busy, or reports that it already is.
+func (in *injector) claim(target string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.busy[target] {
+		return false
+	}
+	in.busy[target] = true
+	return true
+}
+
+func (in *injector) release(target string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.busy, target)
+}
+
+// Total is the number of faults injected so far.
+func (in *injector) Total() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.total
+}
+
+// Counts returns faults by kind (and heals of partitions by mode).
+func (in *injector) Counts() map[string]int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range in.counts {
+		out[k] = v
+	}
+	for k, v := range in.healing {
+		out["heal-"+k] = v
+	}
+	return out
+}
+
+func (in *injector) nextKind() string {
+	if len(in.round) == 0 {
+		in.round = append([]string(nil), faultKinds...)
+		in.rnd.Shuffle(len(in.round), func(i, j int) { in.round[i], in.round[j] = in.round[j], in.round[i] })
+	}
+	k := in.round[0]
+	in.round = in.round[1:]
+	return k
+}
+
+// run injects faults until ctx ends, then waits for the faults under way to
+// end (every fault heals itself).
+func (in *injector) run(ctx context.Context) {
+	defer in.running.Wait()
+	for {
+		t := time.NewTimer(in.between(in.minGap, in.maxGap))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		kind := in.nextKind()
+		for try := 0; try < 10; try++ {
+			if f := in.plan(kind); f != nil {
+				in.mu.Lock()
+				in.counts[kind]++
+				in.total++
+				in.mu.Unlock()
+				in.running.Add(1)
+				go func() {
+					defer in.running.Done()
+					f()
+				}()
+				break
+			}
+			kind = faultKinds[in.rnd.Intn(len(faultKinds))] // its target was busy: something else
+		}
+	}
+}
+
+// plan draws a fault's target and parameters now (from the seeded source) and
+// returns the fault, or nil when no target is free.
+func (in *injector) plan(kind string) func() {
+	w := in.pickWorker()
+	switch kind {
+	case faultPauseShort, faultPauseLong:
+		d := in.between(in.lease/10, in.lease*4/5)
+		if kind == faultPauseLong {
+			d = in.between(in.lease*3/2, in.lease*3)
+		}
+		if !in.claim(w.name) {
+			return nil
+		}
+		return func() {
+			defer in.release(w.name)
+			in.logf("%s: SIGSTOP %s for %v", kind, w.name, d.Round(time.Millisecond))
+			if err := w.signal(syscall.SIGSTOP); err != nil {
+				in.logf("%s: %v", kind, err)
+			}
+			time.Sleep(d)
+			if err := w.signal(syscall.SIGCONT); err != nil {
+				in.logf("%s: %v", kind, err)
+			}
+		}
+	case faultWorkerKill:
+		d := in.between(200*time.Millisecond, 2*time.Second)
+		if !in.claim(w.name) {
+			return nil
+		}
+		return func() {
+			defer in.release(w.name)
+			in.logf("%s: kill -9 %s, restart after %v", kind, w.name, d.Round(time.Millisecond))
+			if p := w.proc(); p != nil {
+				p.kill()
+			}
+			time.Sleep(d)
+			if err := in.workers.start(w); err != nil {
+				in.fail(fmt.Errorf("restarting %s: %w", w.name, err))
+			}
+		}
+	case faultOperatorKill:
+		d := in.between(200*time.Millisecond, 2500*time.Millisecond)
+		if !in.claim("operator") {
+			return nil
+		}
+		return func() {
+			defer in.release("operator")
+			in.logf("%s: kill -9 the operator, restart after %v", kind, d.Round(time.Millisecond))
+			in.cluster.killOperator()
+			time.Sleep(d)
+			if err := in.cluster.startOperator(context.Background()); err != nil {
+				in.fail(fmt.Errorf("restarting the operator: %w", err))
+			}
+		}
+	case faultLeaseRecreate:
+		lease := in.leases[in.rnd.Intn(len(in.leases))]
+		if !in.claim("lease/" + lease) {
+			return nil
+		}
+		return func() {
+			defer in.release("lease/" + lease)
+			in.logf("%s: delete lease %s and create it again", kind, lease)
+			start := time.Now()
+			if err := in.cluster.recreateLease(context.Background(), lease); err != nil {
+				in.fail(err)
+				return
+			}
+			in.logf("%s: lease %s back after %v", kind, lease, time.Since(start).Round(time.Millisecond))
+		}
+	case faultNetDelay:
+		delay := in.between(20*time.Millisecond, 400*time.Millisecond)
+		d := in.between(time.Second, 4*time.Second)
+		if !in.claim("net/" + w.name) {
+			return nil
+		}
+		return func() {
+			defer in.release("net/" + w.name)
+			in.logf("%s: delay %s's traffic by %v for %v", kind, w.name, delay.Round(time.Millisecond), d.Round(time.Millisecond))
+			w.proxy.SetDelay(delay)
+			time.Sleep(d)
+			w.proxy.Heal(false)
+		}
+	case faultNetPartition, faultLoseResponses:
+		d := in.between(in.lease/4, in.lease*2)
+		mode := faultHealReset
+		if in.rnd.Intn(2) == 0 {
+			mode = faultHealLate
+		}
+		if !in.claim("net/" + w.name) {
+			return nil
+		}
+		return func() {
+			defer in.release("net/" + w.name)
+			in.logf("%s: hold %s's traffic for %v, then heal (%s)", kind, w.name, d.Round(time.Millisecond), mode)
+			w.proxy.Hold(kind == faultNetPartition, true)
+			time.Sleep(d)
+			w.proxy.Heal(mode == faultHealReset)
+			in.mu.Lock()
+			in.healing[mode]++
+			in.mu.Unlock()
+		}
+	}
+	panic("unknown fault kind " + kind)
+}
+
+// pickWorker picks a worker: mostly one that holds a lease right now (a
+// fault matters most to a holder in the middle of its writes), else any.
+func (in *injector) pickWorker() *worker {
+	any := in.workers.workers[in.rnd.Intn(len(in.workers.workers))]
+	if in.rnd.Float64() >= 0.75 {
+		return any
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var leases coordv1alpha1.FencedLeaseList
+	if err := in.cluster.admin.List(ctx, &leases, client.InNamespace(historyNamespace)); err != nil {
+		return any
+	}
+	var holders []*worker
+	for _, l := range leases.Items {
+		for _, w := range in.workers.workers {
+			if w.name == l.Status.HolderIdentity {
+				holders = append(holders, w)
+			}
+		}
+	}
+	sort.Slice(holders, func(i, j int) bool { return holders[i].name < holders[j].name })
+	if len(holders) == 0 {
+		return any
+	}
+	return holders[in.rnd.Intn(len(holders))]
+}
+
+// summary formats counts as "kind=n" in a stable order.
+func summary(counts map[string]int) string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := ""
+	for _, k := range keys {
+		if s != "" {
+			s += " "
+		}
+		s += fmt.Sprintf("%s=%d", k, counts[k])
+	}
+	return s
+}

@@ -1,0 +1,403 @@
+// Package history is kubefence's Jepsen-style history test: worker processes
+// compete for FencedLeases and append to guarded Widgets through the client
+// helper while a fault injector pauses and kills them, kills the operator,
+// recreates leases and disturbs the network; the checker
+// (test/history/checker) then judges every recorded attempt against the
+// objects' final state. See docs/reliability.md.
+//
+// Profiles (environment):
+//
+//	go test ./test/history/                                  # short: >= 2,000 writes, >= 20 faults
+//	HISTORY_PROFILE=soak HISTORY_WRITES=100000 HISTORY_FAULTS=1000 go test ./test/history/ -timeout 0 -v
+//
+// HISTORY_SEED replays a fault schedule (the choices; timing differs),
+// HISTORY_DURATION caps the run, HISTORY_WORKERS and HISTORY_LEASES size it,
+// and HISTORY_ARTIFACTS keeps the logs in that directory.
+package history
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/history/checker"
+)
+
+// profile sizes a run.
+type profile struct {
+	name string
+	// writes and faults are the targets: the run goes on until both are
+	// reached (or maxRun passes).
+	writes, faults int
+	maxRun         time.Duration
+	// required: falling short of a target fails the test (short profile).
+	required                bool
+	workers, leases         int
+	objectsPerLease, segCap int
+	leaseSeconds            int32
+	minGap, maxGap          time.Duration
+	seed                    int64
+}
+
+func loadProfile(t *testing.T) profile {
+	p := profile{name: "short", writes: 2000, faults: 24, maxRun: 240 * time.Second, required: true,
+		workers: 5, leases: 3, objectsPerLease: 2, segCap: 200, leaseSeconds: 2,
+		minGap: 2 * time.Second, maxGap: 5 * time.Second, seed: time.Now().UnixNano() % 1_000_000_000}
+	if os.Getenv("HISTORY_PROFILE") == "soak" {
+		p.name, p.writes, p.faults, p.maxRun, p.required = "soak", 100_000, 1000, 0, false
+		p.minGap, p.maxGap = time.Second, 4*time.Second
+	}
+	envInt := func(key string, v *int) {
+		if s := os.Getenv(key); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: expected a non-negative integer", key, s)
+			}
+			*v = n
+		}
+	}
+	envInt("HISTORY_WRITES", &p.writes)
+	envInt("HISTORY_FAULTS", &p.faults)
+	envInt("HISTORY_WORKERS", &p.workers)
+	envInt("HISTORY_LEASES", &p.leases)
+	if s := os.Getenv("HISTORY_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HISTORY_SEED=%q: %v", s, err)
+		}
+		p.seed = n
+	}
+	if s := os.Getenv("HISTORY_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("HISTORY_DURATION=%q: %v", s, err)
+		}
+		p.maxRun = d
+	}
+	if p.workers < 2 || p.leases < 1 {
+		t.Fatalf("HISTORY_WORKERS must be at least 2 and HISTORY_LEASES at least 1")
+	}
+	return p
+}
+
+func TestHistory(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
+	}
+	if testing.Short() {
+		t.Skip("runs workers, faults and the operator against a real control plane for minutes")
+	}
+	prof := loadProfile(t)
+	logf.SetLogger(logr.Discard())
+	t.Logf("history profile %s: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
+		prof.name, prof.seed, prof.seed, prof.writes, prof.faults)
+
+	dir := os.Getenv("HISTORY_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	managerBin, workerBin, err := buildBinaries(ctx, root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl, err := startCluster(ctx, root, dir, managerBin, int32(prof.leaseSeconds))
+	if cl != nil {
+		defer func() {
+			if err := cl.stop(); err != nil {
+				t.Errorf("stopping the control plane: %v", err)
+			}
+		}()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.startOperator(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var leases []string
+	for i := 0; i < prof.leases; i++ {
+		name := fmt.Sprintf("job-%c", 'a'+i)
+		leases = append(leases, name)
+		if err := cl.createLease(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	ws := &workerSet{bin: workerBin, seed: prof.seed, args: []string{
+		"--namespace=" + historyNamespace,
+		"--leases=" + joinLeases(leases),
+		"--objects-per-lease=" + strconv.Itoa(prof.objectsPerLease),
+		"--segment-cap=" + strconv.Itoa(prof.segCap),
+		"--start=" + strconv.FormatInt(start.UnixNano(), 10),
+	}}
+	apiAddr, err := cl.apiServerAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < prof.workers; i++ {
+		w := newWorker(dir, i)
+		if w.proxy, err = newFaultProxy(apiAddr); err != nil {
+			t.Fatal(err)
+		}
+		w.kubeconfig = filepath.Join(dir, w.name+".kubeconfig")
+		if err := cl.workerKubeconfig(w.name, w.proxy.Addr(), w.kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		ws.workers = append(ws.workers, w)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			ws.stopAll(5 * time.Second)
+		}
+	}()
+	for _, w := range ws.workers {
+		if err := ws.start(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	faultLog, err := os.Create(filepath.Join(dir, "faults.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer faultLog.Close()
+	inj := &injector{
+		rnd: newRand(prof.seed), cluster: cl, workers: ws, leases: leases, lease: time.Duration(prof.leaseSeconds) * time.Second,
+		minGap: prof.minGap, maxGap: prof.maxGap, log: faultLog, start: start, errs: make(chan error, 16),
+		busy: map[string]bool{}, counts: map[string]int{}, healing: map[string]int{},
+	}
+	injCtx, stopInjector := context.WithCancel(ctx)
+	injected := make(chan struct{})
+	go func() { defer close(injected); inj.run(injCtx) }()
+
+	// Run until both targets are reached.
+	counter := newAppendCounter()
+	lastReport := time.Now()
+	var harnessErr error
+	for {
+		time.Sleep(time.Second)
+		n := counter.update(ws.logPaths())
+		if time.Since(lastReport) >= 30*time.Second {
+			t.Logf("%v: %d writes attempted, %d faults injected", time.Since(start).Round(time.Second), n, inj.Total())
+			lastReport = time.Now()
+		}
+		select {
+		case harnessErr = <-inj.errs:
+		default:
+		}
+		if harnessErr == nil {
+			harnessErr = inj.deadWorker()
+		}
+		if harnessErr != nil || (n >= prof.writes && inj.Total() >= prof.faults) ||
+			(prof.maxRun > 0 && time.Since(start) >= prof.maxRun) {
+			break
+		}
+	}
+	stopInjector()
+	<-injected
+	runTime := time.Since(start)
+	if harnessErr != nil {
+		t.Fatalf("the harness failed (not a finding about kubefence): %v", harnessErr)
+	}
+
+	// Heal everything, let the system settle, then stop the workers: they finish
+	// the attempts in flight. Only then is the final state read.
+	for _, w := range ws.workers {
+		w.proxy.Heal(true)
+		_ = w.signal(syscall.SIGCONT)
+		if p := w.proc(); p == nil || p.exited() {
+			if err := ws.start(w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(3 * time.Second)
+	ws.stopAll(20 * time.Second)
+	stopped = true
+	time.Sleep(time.Second)
+
+	finals, err := readFinals(ctx, cl.admin, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records []checker.Record
+	for _, path := range ws.logPaths() {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := checker.ReadRecords(f)
+		_ = f.Close()
+		if err != nil {
+			t.Fatalf("reading %s: %v", path, err)
+		}
+		records = append(records, recs...)
+	}
+	ops := checker.Ops(records)
+	checkStart := time.Now()
+	res := checker.Check(ops, finals, checker.Options{VisualizeDir: dir})
+	checkTime := time.Since(checkStart)
+
+	s := summarize(prof, ops, records, finals, inj.Counts(), inj.Total(), res, runTime, checkTime)
+	t.Log("\n" + s)
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(s), 0o644); err != nil {
+		t.Error(err)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	if len(res.Inconclusive) > 0 {
+		t.Errorf("linearizability check inconclusive (timed out) for %v", res.Inconclusive)
+	}
+	if prof.required {
+		if n := countAppends(ops); n < prof.writes {
+			t.Errorf("only %d guarded writes attempted in %v, the %s profile needs %d", n, runTime.Round(time.Second), prof.name, prof.writes)
+		}
+		if inj.Total() < prof.faults {
+			t.Errorf("only %d faults injected in %v, the %s profile needs %d", inj.Total(), runTime.Round(time.Second), prof.name, prof.faults)
+		}
+	}
+	if byOutcome(ops)[checker.OK] == 0 || byOutcome(ops)[checker.Stale] == 0 {
+		t.Errorf("the run has no accepted or no stale-refused write: it tested nothing")
+	}
+	if t.Failed() {
+		t.Logf("logs: %s (set HISTORY_ARTIFACTS to keep them)", dir)
+	}
+}
+
+var widgetListGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "WidgetList"}
+
+// readFinals lists the Widgets: their entries, lease and token annotation.
+func readFinals(ctx context.Context, c client.Client, start time.Time) ([]checker.Final, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(widgetListGVK)
+	invoke := time.Since(start).Nanoseconds()
+	if err := c.List(ctx, list, client.InNamespace(historyNamespace)); err != nil {
+		return nil, fmt.Errorf("listing widgets: %w", err)
+	}
+	complete := time.Since(start).Nanoseconds()
+	var finals []checker.Final
+	for _, u := range list.Items {
+		entries, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "entries")
+		f := checker.Final{Object: u.GetName(), Lease: u.GetLabels()[coordv1alpha1.GuardLeaseLabel], Exists: true, Entries: entries,
+			Invoke: invoke, Complete: complete}
+		if tok, ok := u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation]; ok {
+			n, err := strconv.ParseInt(tok, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("widget %s: token annotation %q: %w", u.GetName(), tok, err)
+			}
+			f.Token, f.HasToken = n, true
+		}
+		finals = append(finals, f)
+	}
+	return finals, nil
+}
+
+func newRand(seed int64) *rand.Rand { return rand.New(rand.NewSource(seed)) }
+
+func countAppends(ops []checker.Op) int {
+	n := 0
+	for _, op := range ops {
+		if op.Kind == checker.Append {
+			n++
+		}
+	}
+	return n
+}
+
+func byOutcome(ops []checker.Op) map[checker.Outcome]int {
+	m := map[checker.Outcome]int{}
+	for _, op := range ops {
+		if op.Kind == checker.Append {
+			m[op.Outcome]++
+		}
+	}
+	return m
+}
+
+// summarize prints what the run did and what the checker found.
+func summarize(prof profile, ops []checker.Op, records []checker.Record, finals []checker.Final, faults map[string]int, totalFaults int,
+	res checker.Result, runTime, checkTime time.Duration) string {
+	var b strings.Builder
+	outcomes := byOutcome(ops)
+	reads, staleAccepted, staleRefused, appliedUnknown := 0, 0, 0, 0
+	final := map[string]bool{}
+	for _, f := range finals {
+		for _, e := range f.Entries {
+			final[e] = true
+		}
+	}
+	for _, op := range ops {
+		if op.Kind == checker.Read {
+			reads++
+		}
+		if op.Kind == checker.Append && op.Phase == "stale" {
+			if op.Outcome == checker.OK {
+				staleAccepted++
+			} else if op.Outcome == checker.Stale {
+				staleRefused++
+			}
+		}
+	}
+	tenures, tokens := 0, map[string]int64{}
+	for _, r := range records {
+		if r.Type == checker.TypeEvent && r.Event == "granted" {
+			tenures++
+			tokens[r.Lease] = max(tokens[r.Lease], r.Token)
+		}
+	}
+	for _, op := range ops {
+		if op.Indeterminate() && final[op.Value] {
+			appliedUnknown++
+		}
+	}
+	fmt.Fprintf(&b, "kubefence history test, profile %s, seed %d\n", prof.name, prof.seed)
+	fmt.Fprintf(&b, "  run: %v with %d workers, %d leases (%ds), %d objects\n", runTime.Round(time.Second), prof.workers, prof.leases,
+		prof.leaseSeconds, res.Objects)
+	fmt.Fprintf(&b, "  guarded writes attempted: %d\n", countAppends(ops))
+	fmt.Fprintf(&b, "    accepted (ok):           %d\n", outcomes[checker.OK])
+	fmt.Fprintf(&b, "    refused as stale:        %d\n", outcomes[checker.Stale])
+	fmt.Fprintf(&b, "    conflicts (retried):     %d\n", outcomes[checker.Conflict])
+	fmt.Fprintf(&b, "    other refusals:          %d\n", outcomes[checker.Error])
+	fmt.Fprintf(&b, "    indeterminate (timeout): %d, of which %d took effect\n", outcomes[checker.Timeout], appliedUnknown)
+	fmt.Fprintf(&b, "  writes in the stale phase: %d accepted (token still current), %d refused as stale\n", staleAccepted, staleRefused)
+	fmt.Fprintf(&b, "  reads: %d; tenures granted: %d; highest tokens: %v\n", reads, tenures, tokens)
+	fmt.Fprintf(&b, "  faults injected: %d (%s)\n", totalFaults, summary(faults))
+	var counts []string
+	total := 0
+	for _, p := range checker.Properties {
+		counts = append(counts, fmt.Sprintf("%s=%d", p, res.Counts[p]))
+		total += res.Counts[p]
+	}
+	sort.Strings(counts)
+	fmt.Fprintf(&b, "  violations: %d (%s)\n", total, strings.Join(counts, " "))
+	fmt.Fprintf(&b, "  linearizability: %d ops checked with porcupine in %v, %d inconclusive\n", res.LinearizableOps,
+		checkTime.Round(time.Millisecond), len(res.Inconclusive))
+	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
+	return b.String()
+}

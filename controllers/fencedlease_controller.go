@@ -12,12 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/metrics"
@@ -50,6 +52,12 @@ type FencedLeaseReconciler struct {
 	Timing Timing
 	// MaxConcurrentReconciles bounds parallel reconciles (default 4).
 	MaxConcurrentReconciles int
+	// APIReader reads a lease from the API server after a write conflicted: the
+	// cache is then known to be behind (default: the manager's API reader).
+	APIReader client.Reader
+	// MaxRetryDelay caps the backoff after a failed reconcile (default 1 s), so
+	// that leases move again soon after an API server or etcd outage.
+	MaxRetryDelay time.Duration
 
 	mu           sync.Mutex
 	observations map[types.UID]*observation
@@ -90,7 +98,11 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	// Write until there is nothing left to decide: at most an expiry-and-grant,
-	// the removal of the expired request, and (rarely) one more of each.
+	// the removal of the expired request, and (rarely) one more of each. A
+	// conflict means the cache is behind: read the lease from the API server
+	// and decide again, rather than wait for a watch that can lag for seconds
+	// after an outage.
+	conflicts := 0
 	for range 5 {
 		now := r.Clock.Now()
 		d, err := decide(&lease, r.observation(lease.UID), stored, now, r.Timing)
@@ -101,12 +113,18 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		switch {
 		case d.removeRequest != "":
 			if err := r.removeExpired(ctx, &lease, d.removeRequest); err != nil {
+				if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
+					continue
+				}
 				return r.retryOnConflict(err)
 			}
 		case d.status != nil:
 			updated := lease.DeepCopy()
 			updated.Status = *d.status
 			if err := r.Status().Update(ctx, updated); err != nil {
+				if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
+					continue
+				}
 				return r.retryOnConflict(err)
 			}
 			lease = *updated
@@ -250,6 +268,27 @@ func latest(a, b time.Time) time.Time {
 // watches can lag for seconds, so the retry does not wait for them.
 const conflictRetry = 50 * time.Millisecond
 
+// rereadAfterConflict reads the lease from the API server after the first
+// conflict of a reconcile and tells whether the caller should decide again on
+// it. A second conflict falls back to a short requeue.
+func (r *FencedLeaseReconciler) rereadAfterConflict(ctx context.Context, err error, lease *coordv1alpha1.FencedLease, conflicts *int) bool {
+	if !apierrors.IsConflict(err) || r.APIReader == nil || *conflicts > 0 {
+		return false
+	}
+	*conflicts++
+	var fresh coordv1alpha1.FencedLease
+	if r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &fresh) != nil {
+		return false
+	}
+	if fresh.UID != lease.UID || !fresh.DeletionTimestamp.IsZero() {
+		// Deleted or recreated: the next reconcile starts from the top (the
+		// epoch store, the finalizer).
+		return false
+	}
+	*lease = fresh
+	return true
+}
+
 func (r *FencedLeaseReconciler) retryOnConflict(err error) (ctrl.Result, error) {
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -268,9 +307,20 @@ func (r *FencedLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 4
 	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.MaxRetryDelay == 0 {
+		r.MaxRetryDelay = time.Second
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&coordv1alpha1.FencedLease{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
+			// The default backoff grows to 16 minutes; a lease stuck that long
+			// after an outage would be a liveness failure.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, r.MaxRetryDelay),
+		}).
 		Named("fencedlease").
 		Complete(r)
 }

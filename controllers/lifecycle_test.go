@@ -12,9 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
 )
 
 var _ = Describe("FencedLease lifecycle", func() {
@@ -389,3 +393,58 @@ func (c *pausableClient) Patch(ctx context.Context, obj client.Object, p client.
 	c.wait(ctx)
 	return c.WithWatch.Patch(ctx, obj, p, opts...)
 }
+
+// laggingClient serves one lease from a frozen, older copy, as an informer
+// cache does while its watch is down after an API server outage; every other
+// call goes to the API server.
+type laggingClient struct {
+	client.Client
+	stale *coordv1alpha1.FencedLease
+}
+
+func (c laggingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if l, ok := obj.(*coordv1alpha1.FencedLease); ok && key == client.ObjectKeyFromObject(c.stale) {
+		c.stale.DeepCopyInto(l)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+var _ = Describe("FencedLease controller with a cache that lags", func() {
+	It("decides again on a fresh read after its write conflicts, instead of waiting for the watch", func() {
+		ns := newNamespace()
+		newLease(ns, "lag", 600, 0)
+		// The finalizer is in place, as a running controller would have put it.
+		l := getLease(ns, "lag")
+		l.Finalizers = append(l.Finalizers, controllers.EpochFinalizer)
+		Expect(k8sClient.Update(suiteCtx, l)).To(Succeed())
+
+		j := &journal{}
+		alice := startElector("alice", ns, "lag", "alice", j)
+		DeferCleanup(alice.stop)
+		waitQueued(ns, "lag", "alice")
+		stale := getLease(ns, "lag") // what the cache still shows below
+		bob := startElector("bob", ns, "lag", "bob", j)
+		DeferCleanup(bob.stop)
+		waitQueued(ns, "lag", "bob")
+
+		r := &controllers.FencedLeaseReconciler{
+			Client:    laggingClient{Client: k8sClient, stale: stale},
+			APIReader: k8sClient,
+			Clock:     clock.RealClock{},
+			Recorder:  events.NewFakeRecorder(100),
+			Epochs: &controllers.EpochStore{Reader: k8sClient, Writer: k8sClient,
+				Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
+			Timing: controllers.DefaultTiming(),
+		}
+		// The stale copy has no bob: the grant written from it conflicts. One
+		// reconcile must still grant alice, with bob waiting (read afresh).
+		_, err := r.Reconcile(suiteCtx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "lag"}})
+		Expect(err).NotTo(HaveOccurred())
+		got := getLease(ns, "lag")
+		Expect(got.Status.HolderIdentity).To(Equal("alice"))
+		Expect(got.Status.Waiting).To(HaveLen(1))
+		Expect(got.Status.Waiting[0].HolderIdentity).To(Equal("bob"))
+		Eventually(j.identities).Should(Equal([]string{"alice"}))
+	})
+})

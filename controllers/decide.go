@@ -25,7 +25,28 @@ type observation struct {
 	holder        string
 	token         int64
 	renewSequence int64
-	at            time.Time
+	// at is what expiry counts from. recorded is the time written to status
+	// (renewTime, and expireTime = recorded + L + allowance); a grant's at is
+	// moved later, to when its write returned, while recorded stays, so that
+	// the persisted expireTime never falls after the controller's own expiry.
+	at       time.Time
+	recorded time.Time
+}
+
+// written updates the decision's observation once its status write returned
+// at now: a grant counts from then (the new holder can only learn of it then,
+// and a slow write, etcd or the API server restarting, must not eat into its
+// tenure; later is the safe direction: expiry only moves later). A renewal
+// needs no such care: its holder counts from when it sent it, which precedes
+// the controller's observation.
+func (d decision) written(now time.Time) {
+	if o := d.observation; o != nil && d.granted && now.After(o.at) {
+		o.at = now
+	}
+}
+
+func newObservation(holder string, token, renewSequence int64, now time.Time) *observation {
+	return &observation{holder: holder, token: token, renewSequence: renewSequence, at: now, recorded: now}
 }
 
 // Transition is a change of holder that the reconciler reports as an event and a metric.
@@ -53,7 +74,10 @@ type decision struct {
 	// observation to remember once the write succeeds (nil: forget).
 	observation *observation
 	// renewed is true when status records a newly observed renewal.
-	renewed     bool
+	renewed bool
+	// granted is true when status records a grant: its observation counts
+	// from when the write returned.
+	granted     bool
 	transitions []Transition
 	// requeueAfter is when the lease must be looked at again if nothing changes.
 	requeueAfter time.Duration
@@ -103,17 +127,17 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			switch {
 			case obs == nil || obs.holder != holder || obs.token != st.FencingToken:
 				// First time this controller sees this tenure: count from now.
-				obs = &observation{holder: holder, token: st.FencingToken, renewSequence: renewSeq, at: now}
+				obs = newObservation(holder, st.FencingToken, renewSeq, now)
 			case renewSeq > obs.renewSequence:
-				obs = &observation{holder: holder, token: st.FencingToken, renewSequence: renewSeq, at: now}
+				obs = newObservation(holder, st.FencingToken, renewSeq, now)
 				d.renewed = true
 			}
 			l := time.Duration(st.LeaseDurationSeconds) * time.Second
 			expire := obs.at.Add(l + timing.Allowance(l))
 			switch {
 			case now.Before(expire):
-				renewAt := micro(obs.at)
-				expireAt := micro(expire)
+				renewAt := micro(obs.recorded)
+				expireAt := micro(obs.recorded.Add(l + timing.Allowance(l)))
 				st.RenewSequence = obs.renewSequence
 				st.RenewTime = &renewAt
 				st.ExpireTime = &expireAt
@@ -163,7 +187,8 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			}
 			tr := grant(st, lease, next, token, len(d.transitions) > 0, now, timing)
 			d.transitions = append(d.transitions, tr)
-			obs = &observation{holder: next.HolderIdentity, token: token, renewSequence: next.RenewSequence, at: now}
+			obs = newObservation(next.HolderIdentity, token, next.RenewSequence, now)
+			d.granted = true
 			d.observation = obs
 			l := time.Duration(st.LeaseDurationSeconds) * time.Second
 			d.requeueAfter = l + timing.Allowance(l)

@@ -21,6 +21,10 @@ type sim struct {
 	timing Timing
 	stored int64
 	trs    []Transition
+	// writeTook is how long each status write takes on the fake clock.
+	writeTook time.Duration
+	// statusWrites counts status writes.
+	statusWrites int
 }
 
 func newSim(t *testing.T, durationSeconds, lockDelaySeconds int32) *sim {
@@ -82,6 +86,9 @@ func (s *sim) reconcile() time.Duration {
 			s.lease.Annotations[ExpiredAnnotation] = d.removeRequest + "/" + itoa(token)
 		case d.status != nil:
 			s.lease.Status = *d.status
+			s.statusWrites++
+			s.clock.Step(s.writeTook)
+			d.written(s.clock.Now())
 			s.obs = d.observation
 			s.trs = append(s.trs, d.transitions...)
 		default:
@@ -330,5 +337,59 @@ func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 	s.reconcile()
 	if i := requestIndex(s.lease.Spec.Requests, "a"); i < 0 {
 		t.Fatalf("a's new request was removed as if it were the expired one")
+	}
+}
+
+func TestGrantCountsFromWhenItsWriteReturnedWithOneWrite(t *testing.T) {
+	const slow = 300 * time.Millisecond
+	s := newSim(t, 10, 0)
+	s.writeTook = slow
+	l := 10 * time.Second
+	total := l + s.timing.Allowance(l)
+	s.join("a")
+	grantedAt := s.clock.Now()
+	s.reconcile()
+	if s.statusWrites != 1 {
+		t.Fatalf("a grant took %d status writes, want 1", s.statusWrites)
+	}
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("holder %q, want a", h)
+	}
+	// expireTime in status counts from the decision; the controller counts
+	// from when the write returned: the persisted expiry is never the later one.
+	if got, want := s.lease.Status.ExpireTime.Time, grantedAt.Add(total); !got.Equal(want) {
+		t.Fatalf("expireTime %v, want %v", got, want)
+	}
+	s.writeTook = 0
+	s.join("b")
+	s.reconcile()
+	s.clock.Step(total - slow)
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("expired at the persisted expireTime, before the controller's own expiry: holder %q", h)
+	}
+	s.clock.Step(slow)
+	s.reconcile()
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q at grant return + L + allowance, want b", h)
+	}
+
+	// A renewal is recorded in one write and counts from its observation.
+	s.writeTook = slow
+	writes := s.statusWrites
+	s.clock.Step(time.Second)
+	s.renew("b")
+	observedAt := s.clock.Now()
+	s.reconcile()
+	if n := s.statusWrites - writes; n != 1 {
+		t.Fatalf("a renewal took %d status writes, want 1", n)
+	}
+	s.writeTook = 0
+	s.join("c")
+	s.reconcile()
+	s.clock.Step(observedAt.Add(total).Sub(s.clock.Now()))
+	s.reconcile()
+	if h, _ := s.holder(); h != "c" {
+		t.Fatalf("holder %q at renewal observation + L + allowance, want c", h)
 	}
 }

@@ -128,12 +128,7 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				return r.retryOnConflict(err)
 			}
 			lease = *updated
-			if o := d.observation; o != nil && o != r.observation(lease.UID) {
-				// Count a grant or renewal from when its write returned: a slow write
-				// (etcd or the API server restarting) must not eat into the tenure.
-				// Later is the safe direction: expiry only moves later.
-				o.at = latest(o.at, r.Clock.Now())
-			}
+			d.written(r.Clock.Now())
 			r.setObservation(lease.UID, d.observation)
 			r.report(ctx, &lease, d)
 		default:
@@ -254,13 +249,6 @@ func (r *FencedLeaseReconciler) setObservation(uid types.UID, o *observation) {
 		return
 	}
 	r.observations[uid] = o
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // conflictRetry is how soon a reconcile whose write conflicted runs again. The

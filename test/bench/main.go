@@ -72,6 +72,9 @@ type options struct {
 	only          string
 	guardedWrites int
 	liveWrites    int
+	clientGoRetry time.Duration
+	// allowAllWrites is the size of the allow-all webhook baseline pass.
+	allowAllWrites int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -90,6 +93,8 @@ func main() {
 	flag.StringVar(&o.crdDir, "crd-dir", "", "directory of the CRD manifests (default: config/crd/bases of the module)")
 	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal) or "guarded" (guarded writes through the fencing webhook); default all`)
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
+	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
+	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
 	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
 	flag.Parse()
 

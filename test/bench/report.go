@@ -102,7 +102,7 @@ func table(w io.Writer, rows [][]string) {
 func (r *report) print(w io.Writer, b *bench) {
 	o := b.opts
 	l := b.lease
-	cgLease, cgRenew, cgRetry := clientGoTiming(l)
+	cgLease, cgRenew, cgRetry := clientGoTiming(l, o.clientGoRetry)
 	mode := "side by side (both systems at once in each phase)"
 	if o.serial {
 		mode = "one system after the other"

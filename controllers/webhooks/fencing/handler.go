@@ -76,8 +76,13 @@ func Register(srv webhook.Server, base Handler) {
 	}
 }
 
-type metadataOnly struct {
-	Metadata metav1.ObjectMeta `json:"metadata"`
+// guardOnly is the part of an object the fencing rule reads: decoding only
+// labels and annotations skips the rest of metadata (managedFields above all).
+type guardOnly struct {
+	Metadata struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
 }
 
 // Handle decides one write.
@@ -96,12 +101,25 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if pods := req.UserInfo.Extra[webhooks.PodNameExtraKey]; len(pods) == 1 {
 		in.Requester.PodName = pods[0]
 	}
+	// One decision may consult a lease more than once (an inherited token, then
+	// the holder check): read each lease once per source.
+	type leaseRead struct {
+		st  LeaseState
+		err error
+	}
+	reads := map[string]leaseRead{}
 	in.Lease = func(name string, live bool) (LeaseState, error) {
+		key := name
 		r := h.Leases
 		if live {
-			r, fresh = h.LiveLeases, true
+			r, fresh, key = h.LiveLeases, true, "live/"+name
 		}
-		return readLease(ctx, r, req.Namespace, name)
+		if got, ok := reads[key]; ok {
+			return got.st, got.err
+		}
+		st, err := readLease(ctx, r, req.Namespace, name)
+		reads[key] = leaseRead{st, err}
+		return st, err
 	}
 	var err error
 	if req.SubResource == "scale" {
@@ -169,7 +187,7 @@ func decodeObjects(req admission.Request) (oldObj, newObj *Object, err error) {
 }
 
 func decode(raw []byte, kind metav1.GroupVersionKind) (*Object, error) {
-	var m metadataOnly
+	var m guardOnly
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("cannot decode the %s object to read its kubefence.io/ guard (expected a JSON object with metadata): %v", kind.Kind, err)
 	}

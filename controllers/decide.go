@@ -31,6 +31,9 @@ type observation struct {
 	// the persisted expireTime never falls after the controller's own expiry.
 	at       time.Time
 	recorded time.Time
+	// acked is false from a grant until this controller observes the new
+	// holder's first renewal (its acknowledgement).
+	acked bool
 }
 
 // written updates the decision's observation once its status write returned
@@ -46,8 +49,14 @@ func (d decision) written(now time.Time) {
 }
 
 func newObservation(holder string, token, renewSequence int64, now time.Time) *observation {
-	return &observation{holder: holder, token: token, renewSequence: renewSequence, at: now, recorded: now}
+	return &observation{holder: holder, token: token, renewSequence: renewSequence, at: now, recorded: now, acked: true}
 }
+
+// ackGrace is how long after a grant the controller leaves the expired
+// predecessor's request in place while the new holder has not acknowledged:
+// removing it shifts the list under the new holder's acknowledging patch (a
+// JSON patch testing its index), which then has to read and try again.
+func ackGrace(l time.Duration) time.Duration { return l / 3 }
 
 // Transition is a change of holder that the reconciler reports as an event and a metric.
 type Transition struct {
@@ -188,6 +197,7 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			tr := grant(st, lease, next, token, len(d.transitions) > 0, now, timing)
 			d.transitions = append(d.transitions, tr)
 			obs = newObservation(next.HolderIdentity, token, next.RenewSequence, now)
+			obs.acked = false
 			d.granted = true
 			d.observation = obs
 			l := time.Duration(st.LeaseDurationSeconds) * time.Second
@@ -200,8 +210,18 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 		d.status = st
 	} else if pending >= 0 {
 		// Removing the request shifts the queue under the new holder's
-		// acknowledging renewal (a JSON patch testing its index); the helper
-		// re-reads and retries at once when that happens.
+		// acknowledging renewal (a JSON patch testing its index): wait for the
+		// acknowledgement, for at most ackGrace (the helper re-reads and retries
+		// at once if the removal comes first anyway).
+		if obs != nil && !obs.acked && st.HolderIdentity != "" {
+			l := time.Duration(st.LeaseDurationSeconds) * time.Second
+			if wait := obs.at.Add(ackGrace(l)).Sub(now); wait > 0 {
+				if d.requeueAfter == 0 || wait < d.requeueAfter {
+					d.requeueAfter = wait
+				}
+				return d, nil
+			}
+		}
 		d.removeRequest = reqs[pending].HolderIdentity
 	}
 	return d, nil

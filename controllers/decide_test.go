@@ -324,14 +324,19 @@ func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 	if d.status.FencingToken <= tokA {
 		t.Fatalf("token %d after %d", d.status.FencingToken, tokA)
 	}
-	s.reconcile() // grant, then remove a's expired request
-	if i := requestIndex(s.lease.Spec.Requests, "a"); i >= 0 {
-		t.Fatalf("a's expired request is still queued: %+v", s.lease.Spec.Requests)
+	s.reconcile() // grant; a's expired request waits for b's acknowledgement
+	if i := requestIndex(s.lease.Spec.Requests, "a"); i < 0 {
+		t.Fatalf("a's expired request was removed before b acknowledged: the removal would shift b's acknowledging patch")
 	}
 	for _, w := range s.lease.Status.Waiting {
 		if w.HolderIdentity == "a" {
 			t.Fatalf("a listed as waiting after its expiry: %+v", s.lease.Status.Waiting)
 		}
+	}
+	s.renew("b") // b acknowledges
+	s.reconcile()
+	if i := requestIndex(s.lease.Spec.Requests, "a"); i >= 0 {
+		t.Fatalf("a's expired request is still queued after b acknowledged: %+v", s.lease.Spec.Requests)
 	}
 	s.join("a") // a queues afresh: this request must stay
 	s.reconcile()
@@ -374,6 +379,9 @@ func TestGrantCountsFromWhenItsWriteReturnedWithOneWrite(t *testing.T) {
 		t.Fatalf("holder %q at grant return + L + allowance, want b", h)
 	}
 
+	// b acknowledges: a's expired request is removed after that.
+	s.renew("b")
+	s.reconcile()
 	// A renewal is recorded in one write and counts from its observation.
 	s.writeTook = slow
 	writes := s.statusWrites
@@ -391,5 +399,34 @@ func TestGrantCountsFromWhenItsWriteReturnedWithOneWrite(t *testing.T) {
 	s.reconcile()
 	if h, _ := s.holder(); h != "c" {
 		t.Fatalf("holder %q at renewal observation + L + allowance, want c", h)
+	}
+}
+
+func TestExpiredRequestRemovedAfterAckGraceWithoutAcknowledgement(t *testing.T) {
+	s := newSim(t, 3, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	s.renew("a")
+	s.reconcile()
+	l := 3 * time.Second
+	s.clock.Step(l + s.timing.Allowance(l))
+	requeue := s.reconcile() // b granted, never acknowledges
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q, want b", h)
+	}
+	if requeue != ackGrace(l) {
+		t.Fatalf("requeueAfter %v, want the acknowledgement grace %v", requeue, ackGrace(l))
+	}
+	if requestIndex(s.lease.Spec.Requests, "a") < 0 {
+		t.Fatal("a's request removed before the grace ended")
+	}
+	s.clock.Step(requeue)
+	s.reconcile()
+	if requestIndex(s.lease.Spec.Requests, "a") >= 0 {
+		t.Fatalf("a's expired request still queued after the grace: %+v", s.lease.Spec.Requests)
+	}
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q after the removal, want b still", h)
 	}
 }

@@ -41,8 +41,8 @@ func benchHandler(b *testing.B) (*Handler, []byte) {
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
 			UID: "u", Kind: metav1.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"},
-			Resource:  metav1.GroupVersionResource{Group: "example.kubefence.io", Version: "v1", Resource: "widgets"},
-			Name:      "w", Namespace: "ns", Operation: admissionv1.Update,
+			Resource: metav1.GroupVersionResource{Group: "example.kubefence.io", Version: "v1", Resource: "widgets"},
+			Name:     "w", Namespace: "ns", Operation: admissionv1.Update,
 			UserInfo:  authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}},
 			Object:    runtime.RawExtension{Raw: widgetJSON("42", "a")},
 			OldObject: runtime.RawExtension{Raw: widgetJSON("42", "b")},

@@ -34,6 +34,10 @@ type LeaseState struct {
 	Binding            coordv1alpha1.IdentityBinding
 	// ExpireTime is status.expireTime (zero when unknown).
 	ExpireTime time.Time
+	// TokenBase is status.tokenBase: every token up to it was issued by an
+	// earlier incarnation of the lease (before a delete-then-recreate) or is
+	// below the administrator's minFencingToken.
+	TokenBase int64
 }
 
 // Requester is who sent the write.
@@ -206,6 +210,12 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	switch {
 	case token < st.Token:
 		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, token, scope, st.Token)
+	case token > st.Token && token <= st.TokenBase:
+		// Issued before the lease was deleted and created again (the new
+		// incarnation has granted nothing yet): stale, not forged.
+		return refuse(409, ReasonStale, scope, token, st.Token,
+			"%s %d for lease %s: the lease was deleted and created again, and tokens up to %d belong to its earlier incarnations; it has issued no token since (current token is %d)",
+			StaleMarker, token, scope, st.TokenBase, st.Token)
 	case token > st.Token:
 		return refuse(409, ReasonNotIssued, scope, token, st.Token,
 			"fencing token %d for lease %s was never issued: current token is %d", token, scope, st.Token)
@@ -230,7 +240,11 @@ func checkHolder(in Input, lease string) Verdict {
 				return v
 			}
 			if t > st.Token {
-				return refuse(409, ReasonStale, scope, st.Token, t, "%s %d for lease %s: the object already accepted token %d", StaleMarker, st.Token, scope, t)
+				// The lease is behind the object: it was deleted and created again,
+				// or restored from an older backup, and has not caught up.
+				return refuse(409, ReasonStale, scope, 0, st.Token,
+					"%s: the object already accepted token %d, above the current token %d of lease %s (was the lease deleted and created again, or restored from an older backup?); it takes a write with a token of at least %d",
+					StaleMarker, t, st.Token, scope, t)
 			}
 		}
 	}

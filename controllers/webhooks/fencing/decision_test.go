@@ -40,6 +40,7 @@ func TestDecide(t *testing.T) {
 	expired.ExpireTime = now.Add(50 * time.Millisecond) // inside the skew
 	released := held()
 	released.Holder, released.HolderUser = "", ""
+	recreated := LeaseState{Exists: true, TokenBase: 141} // deleted and created again, nothing granted yet
 	pod := held()
 	pod.Binding, pod.Holder = coordv1alpha1.IdentityBindingPod, "worker-1"
 	cases := []struct {
@@ -61,6 +62,11 @@ func TestDecide(t *testing.T) {
 		{"unchanged but old token from a holder granted again", input(admissionv1.Update, "", guarded("34"), guarded("34"), "bob", held()), false, 409,
 			"stale fencing token 34 for lease jobs/job: current token is 42"},
 		{"never issued", input(admissionv1.Create, "", nil, guarded("43"), "bob", held()), false, 409, "was never issued"},
+		{"token of an earlier incarnation", input(admissionv1.Update, "", guarded("139"), guarded("141"), "bob", recreated), false, 409,
+			"stale fencing token 141 for lease jobs/job: the lease was deleted and created again, and tokens up to 141 belong to its earlier incarnations"},
+		{"beyond every incarnation", input(admissionv1.Create, "", nil, guarded("142"), "bob", recreated), false, 409, "fencing token 142 for lease jobs/job was never issued"},
+		{"tokenless write to an object ahead of a recreated lease", input(admissionv1.Delete, "", guarded("141"), nil, "bob", recreated), false, 409,
+			"stale fencing token: the object already accepted token 141, above the current token 0 of lease jobs/job"},
 		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "expired at"},
 		{"released lease", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", released), false, 409, "has no holder"},
 		{"missing token", input(admissionv1.Create, "", nil, &Object{Lease: "job"}, "bob", held()), false, 400, "missing fencing token"},

@@ -219,7 +219,7 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 		}
 		return LeaseState{}, err
 	}
-	st := LeaseState{Exists: true, Token: l.Status.FencingToken, Holder: l.Status.HolderIdentity, Binding: l.Spec.IdentityBinding}
+	st := LeaseState{Exists: true, Token: l.Status.FencingToken, Holder: l.Status.HolderIdentity, Binding: l.Spec.IdentityBinding, TokenBase: l.Status.TokenBase}
 	if l.Status.ExpireTime != nil {
 		st.ExpireTime = l.Status.ExpireTime.Time
 	}

@@ -3,21 +3,17 @@ package controllers_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,12 +22,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -64,16 +57,7 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases"), filepath.Join("..", "test", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{
-				filepath.Join("..", "config", "webhook", "manifests.yaml"),
-				filepath.Join("..", "config", "webhook", "fencing.yaml"),
-			},
-		},
-	}
+	testEnv = testenv.NewEnvironment("..")
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
@@ -81,10 +65,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	// The admin identity the test manager runs as is trusted as "the controller".
-	review := &authenticationv1.SelfSubjectReview{}
-	Expect(k8sClient.Create(suiteCtx, review)).To(Succeed())
-	adminUser := review.Status.UserInfo.Username
-	Expect(adminUser).NotTo(BeEmpty())
+	adminUser, err := testenv.AdminUser(suiteCtx, k8sClient)
+	Expect(err).NotTo(HaveOccurred())
 
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantClientRole()
@@ -98,23 +80,9 @@ var _ = BeforeSuite(func() {
 
 	// The webhook runs in its own manager for the whole suite, so that controller
 	// managers can be stopped and started (restart, fail-over) underneath it.
-	wopts := testEnv.WebhookInstallOptions
-	whMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect((&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(whMgr)).To(Succeed())
-	dyn, err := dynamic.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-	fencing.Register(whMgr.GetWebhookServer(), fencing.Handler{
-		Leases: whMgr.GetClient(), LiveLeases: whMgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
-	})
+	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())
@@ -176,14 +144,7 @@ func startController(leaderElection bool) *controllerProcess {
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect((&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}).SetupWithManager(mgr)).To(Succeed())
+	Expect(testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr)).To(Succeed())
 	p := &controllerProcess{cancel: cancelMgr, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()

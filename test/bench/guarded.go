@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,16 +27,15 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/webhooks"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // Phase 4: what the fencing webhook adds to a write of a guarded object.
@@ -71,14 +69,6 @@ const (
 )
 
 var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
-// webhookPaths are the admission configurations the deployed operator installs.
-func webhookPaths(root string) []string {
-	return []string{
-		filepath.Join(root, "config", "webhook", "manifests.yaml"),
-		filepath.Join(root, "config", "webhook", "fencing.yaml"),
-	}
-}
 
 // leaseReader is the fencing handler's Leases reader: the manager's cache, or,
 // while live is set, the API server (every check then reads the lease live).
@@ -156,21 +146,15 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 	if err := wopts.Cleanup(); err != nil {
 		return nil, err
 	}
-	*wopts = envtest.WebhookInstallOptions{Paths: webhookPaths(root)}
+	*wopts = envtest.WebhookInstallOptions{Paths: testenv.WebhookPaths(root)}
 	if err := wopts.PrepWithoutInstalling(); err != nil {
 		return nil, fmt.Errorf("preparing the webhooks: %w", err)
 	}
 
 	mgrCtx, cancel := context.WithCancel(ctx)
-	mgr, err := ctrl.NewManager(b.cfg, ctrl.Options{
-		Scheme:                 b.scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgrOpts := testenv.WebhookManagerOptions(b.testEnv, b.scheme)
+	mgrOpts.HealthProbeBindAddress = "0"
+	mgr, err := ctrl.NewManager(b.cfg, mgrOpts)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("creating the webhook manager: %w", err)

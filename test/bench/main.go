@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,7 +41,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +51,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -305,13 +303,8 @@ func (b *bench) setup(ctx context.Context) (environment, error) {
 	if err != nil {
 		return env, err
 	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := b.admin.Create(ctx, review); err != nil {
-		return env, fmt.Errorf("asking who the admin is: %w", err)
-	}
-	b.adminUser = review.Status.UserInfo.Username
-	if b.adminUser == "" {
-		return env, errors.New("the API server returned an empty username for the admin")
+	if b.adminUser, err = testenv.AdminUser(ctx, b.admin); err != nil {
+		return env, err
 	}
 	if err := b.createNamespace(ctx, operatorNamespace); err != nil {
 		return env, err
@@ -354,15 +347,7 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	r := &controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

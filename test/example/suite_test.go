@@ -12,30 +12,21 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
@@ -69,17 +60,7 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	root := filepath.Join("..", "..")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{
-				filepath.Join(root, "config", "webhook", "manifests.yaml"),
-				filepath.Join(root, "config", "webhook", "fencing.yaml"),
-			},
-		},
-	}
+	testEnv = testenv.NewEnvironment(filepath.Join("..", ".."))
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
@@ -87,10 +68,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	// The admin identity the kubefence controller runs as is trusted as "the controller".
-	review := &authenticationv1.SelfSubjectReview{}
-	Expect(k8sClient.Create(suiteCtx, review)).To(Succeed())
-	adminUser := review.Status.UserInfo.Username
-	Expect(adminUser).NotTo(BeEmpty())
+	adminUser, err := testenv.AdminUser(suiteCtx, k8sClient)
+	Expect(err).NotTo(HaveOccurred())
 
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantClientRole()
@@ -100,31 +79,10 @@ var _ = BeforeSuite(func() {
 		users[name] = u.Config()
 	}
 
-	wopts := testEnv.WebhookInstallOptions
-	whMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect((&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(whMgr)).To(Succeed())
-	dyn, err := dynamic.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-	fencing.Register(whMgr.GetWebhookServer(), fencing.Handler{
-		Leases: whMgr.GetClient(), LiveLeases: whMgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
-	})
-	Expect((&controllers.FencedLeaseReconciler{
-		Client:   whMgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: whMgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: whMgr.GetAPIReader(), Writer: whMgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}).SetupWithManager(whMgr)).To(Succeed())
+	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
+	Expect(testenv.NewReconciler(whMgr, operatorNamespace).SetupWithManager(whMgr)).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())

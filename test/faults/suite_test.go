@@ -19,15 +19,12 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,12 +33,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
@@ -110,24 +104,14 @@ func setup() error {
 	if certDir, err = os.MkdirTemp("", "kubefence-faults-apiserver-"); err != nil {
 		return err
 	}
-	root := filepath.Join("..", "..")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{
-				filepath.Join(root, "config", "webhook", "manifests.yaml"),
-				filepath.Join(root, "config", "webhook", "fencing.yaml"),
-			},
-		},
-		// Explicit directories: envtest then neither deletes nor regenerates them on
-		// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
-		// the same port with the same serving and client CAs (every rest.Config
-		// keeps working).
-		ControlPlane: envtest.ControlPlane{
-			Etcd:      &envtest.Etcd{DataDir: etcdDir},
-			APIServer: &envtest.APIServer{CertDir: certDir},
-		},
+	testEnv = testenv.NewEnvironment(filepath.Join("..", ".."))
+	// Explicit directories: envtest then neither deletes nor regenerates them on
+	// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
+	// the same port with the same serving and client CAs (every rest.Config
+	// keeps working).
+	testEnv.ControlPlane = envtest.ControlPlane{
+		Etcd:      &envtest.Etcd{DataDir: etcdDir},
+		APIServer: &envtest.APIServer{CertDir: certDir},
 	}
 	// Without a grace period kube-apiserver does not end watches of custom
 	// resources when it shuts down, and its graceful shutdown then waits for
@@ -149,11 +133,9 @@ func setup() error {
 	if k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := k8sClient.Create(suiteCtx, review); err != nil {
+	if adminUser, err = testenv.AdminUser(suiteCtx, k8sClient); err != nil {
 		return err
 	}
-	adminUser = review.Status.UserInfo.Username
 	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
 		return err
 	}
@@ -253,29 +235,13 @@ func (p *managerProcess) kill(t *testing.T) {
 }
 
 func startWebhooks() (*managerProcess, error) {
-	wopts := testEnv.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	if err != nil {
 		return nil, err
 	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{adminUser}}).SetupWithManager(mgr); err != nil {
+	if err := testenv.RegisterWebhooks(mgr, cfg, []string{adminUser}); err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
-	})
 	ctx, cancel := context.WithCancel(suiteCtx)
 	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
 	p.run(ctx)
@@ -333,14 +299,7 @@ func startController(t *testing.T, o controllerOptions) *managerProcess {
 	if err != nil {
 		t.Fatalf("creating controller manager: %v", err)
 	}
-	if err := (&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}).SetupWithManager(mgr); err != nil {
+	if err := testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
 	ctx, cancel := context.WithCancel(suiteCtx)

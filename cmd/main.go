@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,6 +51,7 @@ func main() {
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		namespace, serviceAccount                        string
 		controllerUsers, webhookConfigs, adminGroups     stringList
+		cleanupUsers                                     stringList
 		webhookPort                                      int
 		webhookCertMode, webhookServiceName              string
 		webhookSecretName                                string
@@ -91,6 +93,9 @@ func main() {
 		"Clock-drift allowance added to every lease, as a fraction of its duration.")
 	flag.DurationVar(&minDrift, "min-drift", controllers.DefaultTiming().MinDrift,
 		"Smallest clock-drift allowance added to every lease.")
+	flag.Var(&cleanupUsers, "fencing-cleanup-user",
+		"A user whose DELETEs of guarded objects are accepted without holding their lease (repeatable; default: the namespace controller "+
+			"and the garbage collector of kube-controller-manager, "+strings.Join(fencing.DefaultCleanupUsers, ", ")+"; \"-\" for nobody).")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	opts := zap.Options{Development: false}
@@ -194,9 +199,15 @@ func main() {
 		setupLog.Error(err, "Failed to create dynamic client")
 		os.Exit(1)
 	}
+	switch {
+	case len(cleanupUsers) == 0:
+		cleanupUsers = fencing.DefaultCleanupUsers
+	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
+		cleanupUsers = nil
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
 		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: webhookSkew,
+		Clock: clock.RealClock{}, Skew: webhookSkew, CleanupUsers: cleanupUsers,
 	})
 
 	for _, w := range []*certwatcher.CertWatcher{webhookCertWatcher, metricsCertWatcher} {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 
@@ -150,6 +151,20 @@ var _ = Describe("Fencing at the write boundary (I4, I5)", func() {
 			expectRefused(err, 403, fmt.Sprintf("alice is not the holder of lease %s/job (held by bob with token %d)", ns, current))
 			Expect(fence.IsStale(err)).To(BeTrue())
 			Expect(users["bob"].Delete(suiteCtx, widget(ns, "w", "", "", ""))).To(Succeed())
+		})
+
+		It("lets the namespace controller and the garbage collector DELETE it without the lease, and nothing else", func() {
+			nsController := cleanupUser("system:serviceaccount:kube-system:namespace-controller")
+			w := getWidget(ns, "w")
+			w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(current)})
+			_ = unstructured.SetNestedField(w.Object, "namespace-controller", "spec", "writer")
+			expectRefused(nsController.Update(suiteCtx, w), 403, "is not the holder of lease")
+			Expect(writerOf(getWidget(ns, "w"))).To(Equal("bob"))
+			Expect(nsController.Delete(suiteCtx, widget(ns, "w", "", "", ""))).To(Succeed())
+
+			Expect(users["bob"].Create(suiteCtx, widget(ns, "w2", "job", tok(current), "bob"))).To(Succeed())
+			gc := cleanupUser("system:kube-controller-manager")
+			Expect(gc.Delete(suiteCtx, widget(ns, "w2", "", "", ""))).To(Succeed())
 		})
 
 		It("refuses a stale holder's /status write, whose metadata the API server drops", func() {
@@ -406,3 +421,14 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 type fixedToken int64
 
 func (f fixedToken) Token() (int64, bool) { return int64(f), true }
+
+// cleanupUser is a client authenticated as one of the cluster's clean-up
+// controllers (fencing.DefaultCleanupUsers), with the lease clients' rights.
+func cleanupUser(name string) client.Client {
+	GinkgoHelper()
+	u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(u.Config(), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}

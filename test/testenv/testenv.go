@@ -98,8 +98,8 @@ func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctr
 // validator, trusting controllerUsers as the controller (no admin groups),
 // and the three fencing handlers (guarded, required, scale), reading leases
 // from mgr's cache and, live, from its API reader, and the parents of /scale
-// writes with a dynamic client for cfg, with the real clock and
-// fencing.DefaultSkew.
+// writes with a dynamic client for cfg, with the real clock,
+// fencing.DefaultSkew and fencing.DefaultCleanupUsers, as cmd/main.go does.
 func RegisterWebhooks(mgr ctrl.Manager, cfg *rest.Config, controllerUsers []string) error {
 	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: controllerUsers}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)
@@ -110,7 +110,7 @@ func RegisterWebhooks(mgr ctrl.Manager, cfg *rest.Config, controllerUsers []stri
 	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
 		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CleanupUsers: fencing.DefaultCleanupUsers,
 	})
 	return nil
 }

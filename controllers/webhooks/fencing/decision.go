@@ -45,6 +45,23 @@ type Requester struct {
 	Username string
 	// PodName comes from a pod-bound service-account token (may be empty).
 	PodName string
+	// Cleanup is true for the cluster's own clean-up controllers (the
+	// namespace controller, the garbage collector): their DELETEs of guarded
+	// objects are accepted without a lease (see Handler.CleanupUsers).
+	Cleanup bool
+}
+
+// DefaultCleanupUsers are the users whose DELETEs of guarded objects are
+// accepted without holding the lease: kube-controller-manager's namespace
+// controller and garbage collector, with and without
+// --use-service-account-credentials. Without them a namespace holding guarded
+// objects could never finish terminating, and owner references could not
+// cascade. They are the cluster's own controllers, not lease holders, so they
+// cannot be stale.
+var DefaultCleanupUsers = []string{
+	"system:serviceaccount:kube-system:namespace-controller",
+	"system:serviceaccount:kube-system:generic-garbage-collector",
+	"system:kube-controller-manager",
 }
 
 // Input is one admission request, reduced to what the decision needs.
@@ -125,6 +142,11 @@ func Decide(in Input) Verdict {
 				"fencing is required for this kind in namespace %s: label the object %s=<lease name> and annotate it %s=<token>",
 				in.Namespace, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 		}
+		return allow("", 0, 0)
+	}
+
+	if in.Operation == admissionv1.Delete && in.Requester.Cleanup {
+		// Namespace deletion and garbage collection: not a lease holder's write.
 		return allow("", 0, 0)
 	}
 

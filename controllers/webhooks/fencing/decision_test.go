@@ -35,6 +35,8 @@ func input(op admissionv1.Operation, sub string, old, new *Object, user string, 
 	}
 }
 
+func cleanup(in Input) Input { in.Requester.Cleanup = true; return in }
+
 func TestDecide(t *testing.T) {
 	expired := held()
 	expired.ExpireTime = now.Add(50 * time.Millisecond) // inside the skew
@@ -76,6 +78,9 @@ func TestDecide(t *testing.T) {
 		{"unknown lease", input(admissionv1.Create, "", nil, &Object{Lease: "nope", Token: "1", HasToken: true}, "bob", held()), false, 404, "does not exist"},
 		{"holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true, 0, ""},
 		{"stale holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()), false, 403, "alice is not the holder of lease jobs/job"},
+		{"namespace controller deletes", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:namespace-controller", held())), true, 0, ""},
+		{"garbage collector deletes after the lease was released", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:kube-controller-manager", released)), true, 0, ""},
+		{"a clean-up user may not update", cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:kube-controller-manager", held())), false, 403, "is not the holder"},
 		{"delete after release", input(admissionv1.Delete, "", guarded("42"), nil, "bob", released), false, 409, "has no holder"},
 		{"holder writes status", input(admissionv1.Update, "status", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
 		{"stale status", input(admissionv1.Update, "status", guarded("41"), guarded("41"), "alice", held()), false, 403, "writes to /status"},

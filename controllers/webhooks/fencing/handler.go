@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,10 @@ type Handler struct {
 	// Clock is the webhook's clock; Skew covers its difference from the controller's.
 	Clock clock.PassiveClock
 	Skew  time.Duration
+	// CleanupUsers may DELETE guarded objects without holding their lease:
+	// the cluster's namespace controller and garbage collector
+	// (DefaultCleanupUsers in the deployed operator). Nil: nobody.
+	CleanupUsers []string
 }
 
 // Register adds the three fencing handlers to the webhook server.
@@ -101,6 +106,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if pods := req.UserInfo.Extra[webhooks.PodNameExtraKey]; len(pods) == 1 {
 		in.Requester.PodName = pods[0]
 	}
+	in.Requester.Cleanup = slices.Contains(h.CleanupUsers, req.UserInfo.Username)
 	// One decision may consult a lease more than once (an inherited token, then
 	// the holder check): read each lease once per source.
 	type leaseRead struct {

@@ -63,7 +63,7 @@ HISTORY_WRITES ?= 100000
 HISTORY_FAULTS ?= 1000
 
 .PHONY: soak
-soak: setup-envtest ## Run the history test's soak profile (HISTORY_WRITES, HISTORY_FAULTS; HISTORY_DURATION, HISTORY_SEED pass through; see docs/reliability.md).
+soak: setup-envtest ## Run the history test's soak profile (HISTORY_WRITES, HISTORY_FAULTS; HISTORY_DURATION, HISTORY_SEED, HISTORY_ARTIFACTS pass through; about 45 min; see docs/reliability.md).
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" HISTORY_PROFILE=soak HISTORY_WRITES=$(HISTORY_WRITES) HISTORY_FAULTS=$(HISTORY_FAULTS) go test ./test/history/ -run '^TestHistory$$' -count=1 -timeout 0 -v
 
 FUZZTIME ?= 10s

@@ -136,17 +136,18 @@ func Decide(in Input) Verdict {
 	guardedNew := in.New != nil && in.New.Lease != ""
 	metadataWrite := in.SubResource == "" && in.Operation != admissionv1.Delete
 
+	if in.Operation == admissionv1.Delete && in.Requester.Cleanup {
+		// Namespace deletion and garbage collection: not a lease holder's write
+		// (and, with mandatory fencing, possibly of an object never guarded).
+		return allow("", 0, 0)
+	}
+
 	if !guardedOld && !guardedNew {
 		if in.Required {
 			return refuse(403, ReasonUnguarded, "", 0, 0,
 				"fencing is required for this kind in namespace %s: label the object %s=<lease name> and annotate it %s=<token>",
 				in.Namespace, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 		}
-		return allow("", 0, 0)
-	}
-
-	if in.Operation == admissionv1.Delete && in.Requester.Cleanup {
-		// Namespace deletion and garbage collection: not a lease holder's write.
 		return allow("", 0, 0)
 	}
 
@@ -233,10 +234,10 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	case token < st.Token:
 		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, token, scope, st.Token)
 	case token > st.Token && token <= st.TokenBase:
-		// Issued before the lease was deleted and created again (the new
-		// incarnation has granted nothing yet): stale, not forged.
+		// Issued before the lease was deleted and created again, or below a
+		// raised minFencingToken (nothing granted since): stale, not forged.
 		return refuse(409, ReasonStale, scope, token, st.Token,
-			"%s %d for lease %s: the lease was deleted and created again, and tokens up to %d belong to its earlier incarnations; it has issued no token since (current token is %d)",
+			"%s %d for lease %s: tokens up to %d were issued before the lease was deleted and created again (or are below its minFencingToken), and it has issued none since (current token is %d)",
 			StaleMarker, token, scope, st.TokenBase, st.Token)
 	case token > st.Token:
 		return refuse(409, ReasonNotIssued, scope, token, st.Token,

@@ -35,7 +35,8 @@ func input(op admissionv1.Operation, sub string, old, new *Object, user string, 
 	}
 }
 
-func cleanup(in Input) Input { in.Requester.Cleanup = true; return in }
+func cleanup(in Input) Input  { in.Requester.Cleanup = true; return in }
+func required(in Input) Input { in.Required = true; return in }
 
 func TestDecide(t *testing.T) {
 	expired := held()
@@ -65,7 +66,7 @@ func TestDecide(t *testing.T) {
 			"stale fencing token 34 for lease jobs/job: current token is 42"},
 		{"never issued", input(admissionv1.Create, "", nil, guarded("43"), "bob", held()), false, 409, "was never issued"},
 		{"token of an earlier incarnation", input(admissionv1.Update, "", guarded("139"), guarded("141"), "bob", recreated), false, 409,
-			"stale fencing token 141 for lease jobs/job: the lease was deleted and created again, and tokens up to 141 belong to its earlier incarnations"},
+			"stale fencing token 141 for lease jobs/job: tokens up to 141 were issued before the lease was deleted and created again"},
 		{"beyond every incarnation", input(admissionv1.Create, "", nil, guarded("142"), "bob", recreated), false, 409, "fencing token 142 for lease jobs/job was never issued"},
 		{"tokenless write to an object ahead of a recreated lease", input(admissionv1.Delete, "", guarded("141"), nil, "bob", recreated), false, 409,
 			"stale fencing token: the object already accepted token 141, above the current token 0 of lease jobs/job"},
@@ -80,6 +81,8 @@ func TestDecide(t *testing.T) {
 		{"stale holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()), false, 403, "alice is not the holder of lease jobs/job"},
 		{"namespace controller deletes", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:namespace-controller", held())), true, 0, ""},
 		{"garbage collector deletes after the lease was released", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:kube-controller-manager", released)), true, 0, ""},
+		{"namespace controller deletes an unguarded object where fencing is required", required(cleanup(input(admissionv1.Delete, "", &Object{}, nil, "system:serviceaccount:kube-system:namespace-controller", held()))), true, 0, ""},
+		{"others may not delete it there", required(input(admissionv1.Delete, "", &Object{}, nil, "bob", held())), false, 403, "fencing is required"},
 		{"a clean-up user may not update", cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:kube-controller-manager", held())), false, 403, "is not the holder"},
 		{"delete after release", input(admissionv1.Delete, "", guarded("42"), nil, "bob", released), false, 409, "has no holder"},
 		{"holder writes status", input(admissionv1.Update, "status", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},

@@ -24,6 +24,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
@@ -76,11 +77,11 @@ func staleAndCurrent(ns string) (stale, current int64) {
 	joinRaw("alice", ns, "job", "alice")
 	Eventually(func() string { h, _ := holderOf(ns, "job"); return h }, 10*time.Second).Should(Equal("alice"))
 	_, stale = holderOf(ns, "job")
-	j := &journal{}
+	j := &testenv.Journal{}
 	b := startElector("bob", ns, "job", "bob", j)
 	DeferCleanup(b.stop)
-	Eventually(j.identities, 15*time.Second).Should(Equal([]string{"bob"}))
-	current = j.snapshot()[0].token
+	Eventually(j.Identities, 15*time.Second).Should(Equal([]string{"bob"}))
+	current = j.Snapshot()[0].Token
 	Expect(current).To(BeNumerically(">", stale))
 	return stale, current
 }
@@ -200,11 +201,11 @@ var _ = Describe("Fencing at the write boundary (I4, I5)", func() {
 
 		It("refuses re-pointing the object at another lease unless the current holder does it", func() {
 			newLease(ns, "other", 30, 0)
-			j := &journal{}
+			j := &testenv.Journal{}
 			e := startElector("bob", ns, "other", "bob", j)
 			DeferCleanup(e.stop)
-			Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
-			other := j.snapshot()[0].token
+			Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+			other := j.Snapshot()[0].Token
 			repoint := func(user string) error {
 				w := getWidget(ns, "w")
 				w.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: "other"})
@@ -285,12 +286,12 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		p := startController(false)
 		DeferCleanup(p.stop)
 		newLease(ns, "job", 2, 0)
-		jA, jB := &journal{}, &journal{}
+		jA, jB := &testenv.Journal{}, &testenv.Journal{}
 		pausedA := &pausableClient{WithWatch: users["alice"]}
 		a := startElectorWithClient(pausedA, ns, "job", "alice", jA)
 		DeferCleanup(a.stop)
-		Eventually(jA.identities, 10*time.Second).Should(HaveLen(1))
-		tokenA := jA.snapshot()[0].token
+		Eventually(jA.Identities, 10*time.Second).Should(HaveLen(1))
+		tokenA := jA.Snapshot()[0].Token
 		fa := a.Client(users["alice"])
 		Expect(fa.Create(suiteCtx, widget(ns, "w", "", "", "alice"))).To(Succeed())
 
@@ -298,8 +299,8 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		b := startElector("bob", ns, "job", "bob", jB)
 		DeferCleanup(b.stop)
 		pausedA.pause()
-		Eventually(jB.identities, 15*time.Second).Should(HaveLen(1))
-		tokenB := jB.snapshot()[0].token
+		Eventually(jB.Identities, 15*time.Second).Should(HaveLen(1))
+		tokenB := jB.Snapshot()[0].Token
 		Expect(tokenB).To(BeNumerically(">", tokenA))
 		fb := b.Client(users["bob"])
 		w := getWidget(ns, "w")

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,6 +14,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var nsCounter int
@@ -42,47 +42,6 @@ func getLease(ns, name string) *coordv1alpha1.FencedLease {
 	return &l
 }
 
-// grant is one tenure as the holder saw it.
-type grant struct {
-	identity string
-	token    int64
-	start    time.Time
-	stop     time.Time // when the holder's context was cancelled
-}
-
-// journal collects the tenures of several electors.
-type journal struct {
-	mu     sync.Mutex
-	grants []grant
-}
-
-func (j *journal) started(id string, token int64) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.grants = append(j.grants, grant{identity: id, token: token, start: time.Now()})
-	return len(j.grants) - 1
-}
-
-func (j *journal) stopped(i int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.grants[i].stop = time.Now()
-}
-
-func (j *journal) snapshot() []grant {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]grant(nil), j.grants...)
-}
-
-func (j *journal) identities() []string {
-	var ids []string
-	for _, g := range j.snapshot() {
-		ids = append(ids, g.identity)
-	}
-	return ids
-}
-
 // runningElector is a fence.Elector running in the background for one user.
 type runningElector struct {
 	*fence.Elector
@@ -92,18 +51,18 @@ type runningElector struct {
 
 // startElector runs an elector as user (a client with the editor role) that
 // records its tenures in j.
-func startElector(user, ns, lease, identity string, j *journal, mutate ...func(*fence.Config)) *runningElector {
+func startElector(user, ns, lease, identity string, j *testenv.Journal, mutate ...func(*fence.Config)) *runningElector {
 	return startElectorWithClient(users[user], ns, lease, identity, j, mutate...)
 }
 
-func startElectorWithClient(cl client.WithWatch, ns, lease, identity string, j *journal, mutate ...func(*fence.Config)) *runningElector {
+func startElectorWithClient(cl client.WithWatch, ns, lease, identity string, j *testenv.Journal, mutate ...func(*fence.Config)) *runningElector {
 	cfg := fence.Config{
 		Client: cl, Namespace: ns, Name: lease, Identity: identity,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: func(ctx context.Context, token int64) {
-				i := j.started(identity, token)
+				i := j.Started(identity, token)
 				<-ctx.Done()
-				j.stopped(i)
+				j.Stopped(i)
 			},
 		},
 	}

@@ -19,6 +19,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var _ = Describe("FencedLease lifecycle", func() {
@@ -37,7 +38,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 
 	It("grants in arrival order (FIFO), each grant with a larger token", func() {
 		newLease(ns, "fifo", 10, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		var electors []*runningElector
 		for _, u := range []string{"alice", "bob", "carol"} {
 			e := startElector(u, ns, "fifo", u, j)
@@ -46,23 +47,23 @@ var _ = Describe("FencedLease lifecycle", func() {
 			electors = append(electors, e)
 		}
 		for i, want := range []string{"alice", "bob", "carol"} {
-			Eventually(j.identities, 10*time.Second).Should(HaveLen(i + 1))
-			Expect(j.identities()[i]).To(Equal(want))
+			Eventually(j.Identities, 10*time.Second).Should(HaveLen(i + 1))
+			Expect(j.Identities()[i]).To(Equal(want))
 			Expect(electors[i].Release(suiteCtx)).To(Succeed())
 		}
-		g := j.snapshot()
-		Expect(g[0].token).To(BeNumerically("<", g[1].token))
-		Expect(g[1].token).To(BeNumerically("<", g[2].token))
+		g := j.Snapshot()
+		Expect(g[0].Token).To(BeNumerically("<", g[1].Token))
+		Expect(g[1].Token).To(BeNumerically("<", g[2].Token))
 	})
 
 	It("keeps the token on renewal (I2) with one API write per renewal", func() {
 		newLease(ns, "renew", 1, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		counting := &countingClient{WithWatch: users["alice"]}
 		e := startElectorWithClient(counting, ns, "renew", "alice", j)
 		DeferCleanup(e.stop)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
-		token := j.snapshot()[0].token
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+		token := j.Snapshot()[0].Token
 		before := counting.patches()
 		time.Sleep(3 * time.Second) // three lease durations: about nine renewals
 		renewals := counting.patches() - before
@@ -72,27 +73,27 @@ var _ = Describe("FencedLease lifecycle", func() {
 		h, tok := holderOf(ns, "renew")
 		Expect(h).To(Equal("alice"))
 		Expect(tok).To(Equal(token))
-		Expect(j.snapshot()).To(HaveLen(1), "the tenure never broke")
+		Expect(j.Snapshot()).To(HaveLen(1), "the tenure never broke")
 		Expect(getLease(ns, "renew").Status.RenewSequence).To(BeNumerically(">=", renewals))
 	})
 
 	It("hands over at once on release", func() {
 		newLease(ns, "handover", 30, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		a := startElector("alice", ns, "handover", "alice", j)
 		DeferCleanup(a.stop)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
 		b := startElector("bob", ns, "handover", "bob", j)
 		DeferCleanup(b.stop)
 		waitQueued(ns, "handover", "bob")
 		released := time.Now()
 		Expect(a.Release(suiteCtx)).To(Succeed())
-		Eventually(j.identities, 5*time.Second).Should(Equal([]string{"alice", "bob"}))
-		g := j.snapshot()
-		Expect(g[0].stop).NotTo(BeZero())
-		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped before bob started")
+		Eventually(j.Identities, 5*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := j.Snapshot()
+		Expect(g[0].Stop).NotTo(BeZero())
+		Expect(g[0].Stop.Before(g[1].Start)).To(BeTrue(), "alice stopped before bob started")
 		// Far below the 30 s lease: the release, not an expiry, moved the lease.
-		Expect(g[1].start.Sub(released)).To(BeNumerically("<", 5*time.Second))
+		Expect(g[1].Start.Sub(released)).To(BeNumerically("<", 5*time.Second))
 		l := getLease(ns, "handover")
 		Expect(heldCondition(l).Reason).To(Equal(coordv1alpha1.ReasonHandedOver))
 		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonReleased))
@@ -112,7 +113,8 @@ var _ = Describe("FencedLease lifecycle", func() {
 		Expect(heldCondition(l).Reason).To(Equal(coordv1alpha1.ReasonTakenOver))
 		Expect(l.Status.PreviousHolder.HolderIdentity).To(Equal("alice"))
 		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonSuperseded))
-		// The grant comes first; the expired request is removed right after it.
+		// The grant comes first; the expired request is removed after it (bob,
+		// who joined without an elector, never acknowledges: L/3 after the grant).
 		Eventually(func() []coordv1alpha1.LeaseRequest { return getLease(ns, "expiry").Spec.Requests }, 5*time.Second).
 			Should(HaveLen(1), "alice's expired request is removed")
 	})
@@ -142,11 +144,11 @@ var _ = Describe("FencedLease lifecycle", func() {
 
 	It("keeps tokens increasing across a controller restart, and the holder keeps its token", func() {
 		newLease(ns, "restart", 2, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		a := startElector("alice", ns, "restart", "alice", j)
 		DeferCleanup(a.stop)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
-		tokA := j.snapshot()[0].token
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+		tokA := j.Snapshot()[0].Token
 		ctrlProc.stop()
 		ctrlProc = startController(false)
 		time.Sleep(3 * time.Second) // longer than the lease: alice must keep it by renewing
@@ -158,25 +160,25 @@ var _ = Describe("FencedLease lifecycle", func() {
 		waitQueued(ns, "restart", "bob")
 		Expect(a.Release(suiteCtx)).To(Succeed())
 		Eventually(func() string {
-			ids := j.identities()
+			ids := j.Identities()
 			return ids[len(ids)-1]
 		}, 10*time.Second).Should(Equal("bob"))
-		g := j.snapshot()
+		g := j.Snapshot()
 		for _, t := range g[:len(g)-1] {
 			// On a loaded machine alice may pass her local deadline and resume the
 			// same tenure with her next renewal: same token, never a new one.
-			Expect(t.identity).To(Equal("alice"))
-			Expect(t.token).To(Equal(tokA), "alice's token changed across the controller restart")
+			Expect(t.Identity).To(Equal("alice"))
+			Expect(t.Token).To(Equal(tokA), "alice's token changed across the controller restart")
 		}
-		Expect(g[len(g)-1].token).To(BeNumerically(">", tokA))
+		Expect(g[len(g)-1].Token).To(BeNumerically(">", tokA))
 	})
 
 	It("issues larger tokens after the lease is deleted and created again (I1)", func() {
 		newLease(ns, "phoenix", 5, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		a := startElector("alice", ns, "phoenix", "alice", j)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
-		old := j.snapshot()[0].token
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+		old := j.Snapshot()[0].Token
 		// Push the token up a little so that generation alone would not beat it.
 		time.Sleep(2 * time.Second)
 		_, old = holderOf(ns, "phoenix")
@@ -189,8 +191,8 @@ var _ = Describe("FencedLease lifecycle", func() {
 		newLease(ns, "phoenix", 5, 0)
 		b := startElector("bob", ns, "phoenix", "bob", j)
 		DeferCleanup(b.stop)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(2))
-		Expect(j.snapshot()[1].token).To(BeNumerically(">", old))
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(2))
+		Expect(j.Snapshot()[1].Token).To(BeNumerically(">", old))
 		Expect(getLease(ns, "phoenix").Status.TokenBase).To(BeNumerically(">=", old))
 	})
 
@@ -219,7 +221,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 				mu.Unlock()
 			}
 		}()
-		j := &journal{}
+		j := &testenv.Journal{}
 		var es []*runningElector
 		for _, u := range []string{"alice", "bob", "carol"} {
 			e := startElector(u, ns, "split", u, j)
@@ -231,7 +233,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 			_ = es[i%3].Release(suiteCtx)
 			time.Sleep(150 * time.Millisecond)
 		}
-		Expect(len(j.snapshot())).To(BeNumerically(">=", 5))
+		Expect(len(j.Snapshot())).To(BeNumerically(">=", 5))
 		mu.Lock()
 		defer mu.Unlock()
 		holderOfToken := map[int64]string{}
@@ -251,36 +253,36 @@ var _ = Describe("FencedLease lifecycle", func() {
 		// renewal came back after its local deadline (a loaded machine) stops,
 		// then leads on with the same token once a renewal succeeds: the same
 		// tenure, which the controller never ended. Anything else needs a larger token.
-		g := j.snapshot()
+		g := j.Snapshot()
 		for i := 1; i < len(g); i++ {
-			if g[i].identity == g[i-1].identity && g[i].token == g[i-1].token {
-				Expect(g[i-1].stop).NotTo(BeZero(), "tenures overlap: %+v", g)
-				Expect(g[i-1].stop.After(g[i].start)).To(BeFalse(), "tenures overlap: %+v", g)
+			if g[i].Identity == g[i-1].Identity && g[i].Token == g[i-1].Token {
+				Expect(g[i-1].Stop).NotTo(BeZero(), "tenures overlap: %+v", g)
+				Expect(g[i-1].Stop.After(g[i].Start)).To(BeFalse(), "tenures overlap: %+v", g)
 				continue
 			}
-			Expect(g[i].token).To(BeNumerically(">", g[i-1].token), "tenures %+v", g)
+			Expect(g[i].Token).To(BeNumerically(">", g[i-1].Token), "tenures %+v", g)
 		}
 	})
 
 	It("cancels the holder's context before anyone else is granted, under a client pause (I3)", func() {
 		newLease(ns, "pause", 2, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		paused := &pausableClient{WithWatch: users["alice"]}
 		a := startElectorWithClient(paused, ns, "pause", "alice", j)
 		DeferCleanup(a.stop)
-		Eventually(j.identities, 10*time.Second).Should(HaveLen(1))
+		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
 		b := startElector("bob", ns, "pause", "bob", j)
 		DeferCleanup(b.stop)
 		waitQueued(ns, "pause", "bob")
 		paused.pause() // alice's renewals now hang, as if the network or the process stalled
 		DeferCleanup(paused.resume)
-		Eventually(j.identities, 15*time.Second).Should(Equal([]string{"alice", "bob"}))
-		g := j.snapshot()
-		Expect(g[0].stop).NotTo(BeZero(), "alice's context was cancelled")
-		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].stop, g[1].start)
+		Eventually(j.Identities, 15*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := j.Snapshot()
+		Expect(g[0].Stop).NotTo(BeZero(), "alice's context was cancelled")
+		Expect(g[0].Stop.Before(g[1].Start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].Stop, g[1].Start)
 		granted := getLease(ns, "pause").Status.AcquireTime.Time
-		Expect(g[0].stop.Before(granted)).To(BeTrue(), "alice stopped (%v) before the controller granted bob (%v)", g[0].stop, granted)
-		Expect(g[1].token).To(BeNumerically(">", g[0].token))
+		Expect(g[0].Stop.Before(granted)).To(BeTrue(), "alice stopped (%v) before the controller granted bob (%v)", g[0].Stop, granted)
+		Expect(g[1].Token).To(BeNumerically(">", g[0].Token))
 	})
 })
 
@@ -291,18 +293,18 @@ var _ = Describe("Controller high availability", func() {
 		second := startController(true)
 		DeferCleanup(second.stop)
 		newLease(ns, "ha", 2, 0)
-		j := &journal{}
+		j := &testenv.Journal{}
 		a := startElector("alice", ns, "ha", "alice", j)
 		DeferCleanup(a.stop)
-		Eventually(j.identities, 20*time.Second).Should(HaveLen(1))
-		tokA := j.snapshot()[0].token
+		Eventually(j.Identities, 20*time.Second).Should(HaveLen(1))
+		tokA := j.Snapshot()[0].Token
 		first.stop() // the leader (or the standby) goes away; the other takes over
 		b := startElector("bob", ns, "ha", "bob", j)
 		DeferCleanup(b.stop)
 		waitQueued(ns, "ha", "bob")
 		Expect(a.Release(suiteCtx)).To(Succeed())
-		Eventually(j.identities, 30*time.Second).Should(Equal([]string{"alice", "bob"}))
-		Expect(j.snapshot()[1].token).To(BeNumerically(">", tokA))
+		Eventually(j.Identities, 30*time.Second).Should(Equal([]string{"alice", "bob"}))
+		Expect(j.Snapshot()[1].Token).To(BeNumerically(">", tokA))
 	})
 })
 
@@ -427,7 +429,7 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		l.Finalizers = append(l.Finalizers, controllers.EpochFinalizer)
 		Expect(k8sClient.Update(suiteCtx, l)).To(Succeed())
 
-		j := &journal{}
+		j := &testenv.Journal{}
 		alice := startElector("alice", ns, "lag", "alice", j)
 		DeferCleanup(alice.stop)
 		waitQueued(ns, "lag", "alice")
@@ -453,6 +455,6 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		Expect(got.Status.HolderIdentity).To(Equal("alice"))
 		Expect(got.Status.Waiting).To(HaveLen(1))
 		Expect(got.Status.Waiting[0].HolderIdentity).To(Equal("bob"))
-		Eventually(j.identities).Should(Equal([]string{"alice"}))
+		Eventually(j.Identities).Should(Equal([]string{"alice"}))
 	})
 })

@@ -112,13 +112,8 @@ func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
 	for i := range b.opts.takeovers {
 		if err := b.cgTakeoverOnce(ctx, ns, name, i, retry, &res); err != nil {
-			if ctx.Err() != nil {
+			if err := tolerate(ctx, &res.failures, b.opts.takeovers, "client-go takeover", i, err); err != nil {
 				return res, err
-			}
-			res.failures++
-			fmt.Fprintf(os.Stderr, "bench: client-go takeover %d: %v\n", i, err)
-			if res.failures > b.opts.takeovers/4 {
-				return res, fmt.Errorf("too many failed iterations: %w", err)
 			}
 		}
 	}
@@ -217,13 +212,8 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		h.cancel()
 		began, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
 		if err != nil {
-			if ctx.Err() != nil {
+			if err := tolerate(ctx, &res.failures, b.opts.handovers, "client-go hand-over", i, err); err != nil {
 				return res, err
-			}
-			res.failures++
-			fmt.Fprintf(os.Stderr, "bench: client-go hand-over %d: %v\n", i, err)
-			if res.failures > b.opts.handovers/4 {
-				return res, errors.New("too many failed hand-overs")
 			}
 			h.stop()
 			h = w

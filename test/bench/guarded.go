@@ -561,15 +561,7 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 		err := f(ctx, i)
 		d := time.Since(start)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			p.failures++
-			fmt.Fprintf(os.Stderr, "bench: write %d: %v\n", i, err)
-			if p.failures > n/4 {
-				return fmt.Errorf("too many failed writes: %w", err)
-			}
-			return nil
+			return tolerate(ctx, &p.failures, n, "write", i, err)
 		}
 		*into = append(*into, d)
 		return nil

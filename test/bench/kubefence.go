@@ -230,13 +230,8 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
 	for i := range b.opts.takeovers {
 		if err := b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res); err != nil {
-			if ctx.Err() != nil {
+			if err := tolerate(ctx, &res.failures, b.opts.takeovers, "kubefence takeover", i, err); err != nil {
 				return res, err
-			}
-			res.failures++
-			fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: %v\n", i, err)
-			if res.failures > b.opts.takeovers/4 {
-				return res, fmt.Errorf("too many failed iterations: %w", err)
 			}
 		}
 	}
@@ -399,13 +394,8 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 		}
 		start, err := w.waitStart(ctx, 10*time.Second)
 		if err != nil {
-			if ctx.Err() != nil {
+			if err := tolerate(ctx, &res.failures, b.opts.handovers, "kubefence hand-over", i, err); err != nil {
 				return res, err
-			}
-			res.failures++
-			fmt.Fprintf(os.Stderr, "bench: kubefence hand-over %d: %v\n", i, err)
-			if res.failures > b.opts.handovers/4 {
-				return res, errors.New("too many failed hand-overs")
 			}
 			continue
 		}

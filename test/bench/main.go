@@ -419,3 +419,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// tolerate counts a failed iteration of n, reporting it on stderr, and returns
+// an error only when the run must stop: its context is done, or more than a
+// quarter of the n iterations failed.
+func tolerate(ctx context.Context, failures *int, n int, what string, i int, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	*failures++
+	fmt.Fprintf(os.Stderr, "bench: %s %d: %v\n", what, i, err)
+	if *failures > n/4 {
+		return fmt.Errorf("too many failed iterations (%s): %w", what, err)
+	}
+	return nil
+}

@@ -24,6 +24,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // Fault 1: the holder's process stalls (GC, SIGSTOP, a suspended VM) past its
@@ -38,12 +39,12 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 	newLease(g, ns, "job", 2)
 	mon := startMonitor(t, ns)
 
-	j := &journal{}
+	j := &testenv.Journal{}
 	paused := &gate{}
 	aliceCl := gatedClient(t, "alice", paused)
 	startElector(t, aliceCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.snapshot()[0].token
+	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
+	tokA := j.Snapshot()[0].Token
 	g.Expect(createWidget(aliceCl, ns, "w", "job", tokA, "alice")).To(Succeed())
 	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
 	waitQueued(g, ns, "job", "bob")
@@ -60,13 +61,13 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 	}()
 
 	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.snapshot()
-	g.Expect(gs[1].identity).To(Equal("bob"))
-	t.Logf("takeover %v after the pause (bound %v)", gs[1].start.Sub(pausedAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].start.Sub(pausedAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	j.expectIncreasing(g)
-	tokB := gs[1].token
+	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
+	gs := j.Snapshot()
+	g.Expect(gs[1].Identity).To(Equal("bob"))
+	t.Logf("takeover %v after the pause (bound %v)", gs[1].Start.Sub(pausedAt).Round(time.Millisecond), bound)
+	g.Expect(gs[1].Start.Sub(pausedAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
+	expectIncreasing(g, j)
+	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 
 	paused.open()
@@ -137,13 +138,13 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	newLease(g, ns, "job", 2)
 	mon := startMonitor(t, ns)
 
-	j := &journal{}
+	j := &testenv.Journal{}
 	partition := &gate{}
 	leaseCl := gatedClient(t, "alice", partition) // lease traffic: will be cut
 	writeCl := users["alice"]                     // the guarded resource's path: stays up
 	a := startElector(t, leaseCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.snapshot()[0].token
+	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
+	tokA := j.Snapshot()[0].Token
 	g.Expect(createWidget(writeCl, ns, "w", "job", tokA, "alice")).To(Succeed())
 	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
 	waitQueued(g, ns, "job", "bob")
@@ -163,18 +164,18 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	partition.close()
 	cutAt := time.Now()
 	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.snapshot()
-	g.Expect(gs[1].identity).To(Equal("bob"))
-	t.Logf("takeover %v after the partition (bound %v)", gs[1].start.Sub(cutAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].start.Sub(cutAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	j.expectIncreasing(g)
-	tokB := gs[1].token
+	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
+	gs := j.Snapshot()
+	g.Expect(gs[1].Identity).To(Equal("bob"))
+	t.Logf("takeover %v after the partition (bound %v)", gs[1].Start.Sub(cutAt).Round(time.Millisecond), bound)
+	g.Expect(gs[1].Start.Sub(cutAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
+	expectIncreasing(g, j)
+	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 	time.Sleep(500 * time.Millisecond)
 	honestAttempts, stubbornAttempts := honest.halt(), stubborn.halt()
 
-	aliceStop := gs[0].stop
+	aliceStop := gs[0].Stop
 	var honestBefore, honestAfter, stubbornAfter int
 	for _, at := range honestAttempts {
 		switch {
@@ -187,7 +188,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 		}
 	}
 	for _, at := range stubbornAttempts {
-		if at.sent.After(gs[1].start) {
+		if at.sent.After(gs[1].Start) {
 			expectStale(g, at.err, "alice's write with her old token after bob's grant")
 			stubbornAfter++
 		}
@@ -299,7 +300,7 @@ func TestFault3OperatorCrashBetweenGrantAndStatusWrite(t *testing.T) {
 			const l = 2 * time.Second
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
-			j := &journal{}
+			j := &testenv.Journal{}
 			// Alice never renews. For the spec-first sequence bob queues before alice's
 			// grant, so that nothing raises the generation during her tenure and the
 			// controller must remove her request (a spec write) before granting.
@@ -342,12 +343,12 @@ func TestFault3OperatorCrashBetweenGrantAndStatusWrite(t *testing.T) {
 			restartedAt := time.Now()
 			startController(t, controllerOptions{})
 			bound := recoveryBound(l, 4*time.Second)
-			g.Eventually(j.len, bound, 10*time.Millisecond).Should(Equal(1), "bob was never granted")
-			bobT := j.snapshot()[0]
-			g.Expect(bobT.identity).To(Equal("bob"))
-			g.Expect(bobT.token).To(BeNumerically(">", tokA))
-			t.Logf("takeover %v after alice's grant, %v after the restart (bound %v)", bobT.start.Sub(grantedA).Round(time.Millisecond), bobT.start.Sub(restartedAt).Round(time.Millisecond), bound)
-			g.Expect(bobT.start.Sub(grantedA)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + restart slack")
+			g.Eventually(j.Len, bound, 10*time.Millisecond).Should(Equal(1), "bob was never granted")
+			bobT := j.Snapshot()[0]
+			g.Expect(bobT.Identity).To(Equal("bob"))
+			g.Expect(bobT.Token).To(BeNumerically(">", tokA))
+			t.Logf("takeover %v after alice's grant, %v after the restart (bound %v)", bobT.Start.Sub(grantedA).Round(time.Millisecond), bobT.Start.Sub(restartedAt).Round(time.Millisecond), bound)
+			g.Expect(bobT.Start.Sub(grantedA)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + restart slack")
 			if tc.point == grantRequestLost {
 				g.Expect(getLease(g, ns, "job").Status.AcquireTime.Time).To(BeTemporally(">=", restartedAt.Truncate(time.Microsecond)),
 					"the grant is the new controller's")
@@ -359,13 +360,13 @@ func TestFault3OperatorCrashBetweenGrantAndStatusWrite(t *testing.T) {
 			g.Eventually(func() []string { return queued(ns, "job") }, 5*time.Second, 50*time.Millisecond).Should(Equal([]string{"bob"}))
 			final := getLease(g, ns, "job")
 			g.Expect(final.Status.HolderIdentity).To(Equal("bob"))
-			g.Expect(final.Status.FencingToken).To(Equal(bobT.token))
+			g.Expect(final.Status.FencingToken).To(Equal(bobT.Token))
 			g.Expect(final.Status.PreviousHolder).NotTo(BeNil())
 			g.Expect(final.Status.PreviousHolder.HolderIdentity).To(Equal("alice"))
 			g.Expect(final.Status.PreviousHolder.FencingToken).To(Equal(tokA))
 			g.Expect(final.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonSuperseded))
 
-			g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", bobT.token, "bob")).To(Succeed())
+			g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", bobT.Token, "bob")).To(Succeed())
 			expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w", "job", tokA, "alice-again"), "alice's write with her expired token")
 			mon.check(g)
 		})
@@ -396,12 +397,12 @@ func TestFault4OperatorFailover(t *testing.T) {
 			ns := newNamespace(t)
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
-			j := &journal{}
+			j := &testenv.Journal{}
 			silent := &gate{}
 			a := startElector(t, gatedClient(t, "alice", silent), "alice", ns, "job", "alice", j)
 			t.Cleanup(silent.open)
-			g.Eventually(j.len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-			tokA := j.snapshot()[0].token
+			g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
+			tokA := j.Snapshot()[0].Token
 			g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
 			startElector(t, users["bob"], "bob", ns, "job", "bob", j)
 			waitQueued(g, ns, "job", "bob")
@@ -421,12 +422,12 @@ func TestFault4OperatorFailover(t *testing.T) {
 				bound = leLeaseDuration + leRetryPeriod + 2*time.Second
 			}
 			g.Eventually(standby.elected(), leLeaseDuration+leRetryPeriod+3*time.Second).Should(BeClosed(), "the standby was never elected")
-			g.Eventually(j.len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-			gs := j.snapshot()
-			g.Expect(gs[1].identity).To(Equal("bob"))
-			t.Logf("bob granted %v after the leader died (bound %v)", gs[1].start.Sub(killedAt).Round(time.Millisecond), bound)
-			g.Expect(gs[1].start.Sub(killedAt)).To(BeNumerically("<=", bound), "fail-over slower than the leader-election lease + L + allowance + slack")
-			j.expectIncreasing(g)
+			g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
+			gs := j.Snapshot()
+			g.Expect(gs[1].Identity).To(Equal("bob"))
+			t.Logf("bob granted %v after the leader died (bound %v)", gs[1].Start.Sub(killedAt).Round(time.Millisecond), bound)
+			g.Expect(gs[1].Start.Sub(killedAt)).To(BeNumerically("<=", bound), "fail-over slower than the leader-election lease + L + allowance + slack")
+			expectIncreasing(g, j)
 			lease := getLease(g, ns, "job")
 			g.Expect(lease.Status.HolderIdentity).To(Equal("bob"))
 			if tc.takeover {
@@ -434,7 +435,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 			} else {
 				g.Expect(heldReason(lease)).To(Equal(coordv1alpha1.ReasonHandedOver))
 			}
-			g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", gs[1].token, "bob")).To(Succeed())
+			g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", gs[1].Token, "bob")).To(Succeed())
 			expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w", "job", tokA, "alice-again"), "alice's write with her old token")
 			mon.check(g)
 		})
@@ -472,13 +473,13 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	const lShort, lLong = 2 * time.Second, 30 * time.Second
 	mon := startMonitor(t, ns)
 	leases := []string{"dead", "either", "long"}
-	journals := map[string]*journal{}
+	journals := map[string]*testenv.Journal{}
 	tokens := map[string]int64{}
 	stall := &gate{}
 	t.Cleanup(stall.open)
 	for _, name := range leases {
 		newLease(g, ns, name, map[bool]int32{true: 30, false: 2}[name == "long"])
-		journals[name] = &journal{}
+		journals[name] = &testenv.Journal{}
 		cl := users["alice"]
 		if name == "dead" {
 			cl = gatedClient(t, "alice", stall)
@@ -486,8 +487,8 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 		startElector(t, cl, "alice", ns, name, "alice", journals[name])
 	}
 	for _, name := range leases {
-		g.Eventually(journals[name].len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-		tokens[name] = journals[name].snapshot()[0].token
+		g.Eventually(journals[name].Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
+		tokens[name] = journals[name].Snapshot()[0].Token
 		g.Eventually(func() error {
 			return createWidget(users["alice"], ns, "w-"+name, name, tokens[name], "alice")
 		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
@@ -513,17 +514,17 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	// "dead": bob takes over within the bound, counted from the restart.
 	bound := recoveryBound(lShort, 5*time.Second)
 	jd := journals["dead"]
-	g.Eventually(jd.len, bound+30*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted the lease of the dead holder")
-	gs := jd.snapshot()
-	g.Expect(gs[1].identity).To(Equal("bob"))
-	takeover := gs[1].start.Sub(upAt)
+	g.Eventually(jd.Len, bound+30*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted the lease of the dead holder")
+	gs := jd.Snapshot()
+	g.Expect(gs[1].Identity).To(Equal("bob"))
+	takeover := gs[1].Start.Sub(upAt)
 	t.Logf("%s: takeover %v after the restart (bound %v)", what, takeover.Round(time.Millisecond), bound)
-	jd.expectIncreasing(g)
+	expectIncreasing(g, jd)
 	// The new holder leads (its helper says so): its writes must be accepted.
 	if err := retryFor(bound, func() error {
-		return writeWidget(suiteCtx, users["bob"], ns, "w-dead", "dead", gs[1].token, "bob")
+		return writeWidget(suiteCtx, users["bob"], ns, "w-dead", "dead", gs[1].Token, "bob")
 	}); err != nil {
-		t.Errorf("recovery: bob leads with token %d, yet his write was still refused %v later: %v", gs[1].token, bound, err)
+		t.Errorf("recovery: bob leads with token %d, yet his write was still refused %v later: %v", gs[1].Token, bound, err)
 	}
 	expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w-dead", "dead", tokens["dead"], "alice-again"), "the dead holder's write with its old token")
 
@@ -532,28 +533,28 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	je := journals["either"]
 	g.Eventually(func() error {
 		h, tok := holderOf(ns, "either")
-		ge := je.snapshot()
-		if last := ge[len(ge)-1]; h != "" && last.identity == h && last.token == tok && last.stop.IsZero() {
+		ge := je.Snapshot()
+		if last := ge[len(ge)-1]; h != "" && last.Identity == h && last.Token == tok && last.Stop.IsZero() {
 			return nil
 		}
 		return fmt.Errorf("lease held by %q with token %d; tenures %+v", h, tok, ge)
 	}, bound+30*time.Second, 50*time.Millisecond).Should(Succeed())
-	ge := je.snapshot()
+	ge := je.Snapshot()
 	for i := 1; i < len(ge); i++ {
-		g.Expect(ge[i-1].stop).NotTo(BeZero())
-		g.Expect(ge[i-1].stop.Before(ge[i].start)).To(BeTrue(), "tenures overlap: %+v", ge)
-		if ge[i].identity == ge[i-1].identity && ge[i].token == ge[i-1].token {
+		g.Expect(ge[i-1].Stop).NotTo(BeZero())
+		g.Expect(ge[i-1].Stop.Before(ge[i].Start)).To(BeTrue(), "tenures overlap: %+v", ge)
+		if ge[i].Identity == ge[i-1].Identity && ge[i].Token == ge[i-1].Token {
 			continue // alice stopped at her deadline, then renewed the same tenure in time
 		}
-		g.Expect(ge[i].token).To(BeNumerically(">", ge[i-1].token), "tenures %+v", ge)
+		g.Expect(ge[i].Token).To(BeNumerically(">", ge[i-1].Token), "tenures %+v", ge)
 	}
 	last := ge[len(ge)-1]
-	t.Logf("%s: lease \"either\" is held by %s with token %d (alice's was %d)", what, last.identity, last.token, tokens["either"])
-	g.Expect(last.token).To(BeNumerically(">=", tokens["either"]))
+	t.Logf("%s: lease \"either\" is held by %s with token %d (alice's was %d)", what, last.Identity, last.Token, tokens["either"])
+	g.Expect(last.Token).To(BeNumerically(">=", tokens["either"]))
 	g.Eventually(func() error {
-		return writeWidget(suiteCtx, users[last.identity], ns, "w-either", "either", last.token, last.identity)
+		return writeWidget(suiteCtx, users[last.Identity], ns, "w-either", "either", last.Token, last.Identity)
 	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
-	if last.token > tokens["either"] {
+	if last.Token > tokens["either"] {
 		expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w-either", "either", tokens["either"], "alice-again"), "a write with alice's expired token")
 	}
 
@@ -566,9 +567,9 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	l := getLease(g, ns, "long")
 	g.Expect(l.Status.HolderIdentity).To(Equal("alice"))
 	g.Expect(l.Status.FencingToken).To(Equal(tokens["long"]))
-	jl := journals["long"].snapshot()
+	jl := journals["long"].Snapshot()
 	g.Expect(jl).To(HaveLen(1))
-	g.Expect(jl[0].stop).To(BeZero(), "alice's context on the long lease was cancelled")
+	g.Expect(jl[0].Stop).To(BeZero(), "alice's context on the long lease was cancelled")
 	g.Expect(writeWidget(suiteCtx, users["alice"], ns, "w-long", "long", tokens["long"], "alice-2")).To(Succeed(), "alice's token is still current")
 	mon.check(g)
 
@@ -579,7 +580,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	// Bob took "dead" over from alice's tenure, with nothing in between: no
 	// tenure was granted that its holder had no chance to acknowledge.
 	dead := getLease(g, ns, "dead")
-	if p := dead.Status.PreviousHolder; dead.Status.FencingToken != gs[1].token || p == nil || p.HolderIdentity != "alice" || p.FencingToken != tokens["dead"] {
+	if p := dead.Status.PreviousHolder; dead.Status.FencingToken != gs[1].Token || p == nil || p.HolderIdentity != "alice" || p.FencingToken != tokens["dead"] {
 		t.Errorf("BUG: bob holds %q with token %d, taken over from %+v, not from alice's token %d: a tenure was granted in between "+
 			"and expired before its holder could acknowledge it (the controller stamps a grant with the time it decided it, "+
 			"not when the write landed; TestFault9 reproduces it deterministically)", "dead", dead.Status.FencingToken, p, tokens["dead"])
@@ -633,10 +634,10 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	}
 	mon := startMonitor(t, ns)
 
-	j := &journal{}
+	j := &testenv.Journal{}
 	startElector(t, users["alice"], "alice", ns, "phoenix", "alice", j)
-	g.Eventually(j.len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.snapshot()[0].token
+	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
+	tokA := j.Snapshot()[0].Token
 	g.Expect(tokA).To(BeNumerically(">", 10))
 	g.Expect(createWidget(users["alice"], ns, "w", "phoenix", tokA, "alice")).To(Succeed())
 	startElector(t, users["bob"], "bob", ns, "phoenix", "bob", j)
@@ -651,24 +652,24 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName}, &epochs)).To(Succeed())
 	g.Expect(epochs.Data).To(HaveKeyWithValue(ns+".phoenix", itoa(highest)))
 	// Alice's tenure ends with the lease that granted it.
-	g.Eventually(func() time.Time { return j.snapshot()[0].stop }, l, 10*time.Millisecond).ShouldNot(BeZero())
+	g.Eventually(func() time.Time { return j.Snapshot()[0].Stop }, l, 10*time.Millisecond).ShouldNot(BeZero())
 
 	newLease(g, ns, "phoenix", 2)
 	recreatedAt := time.Now()
 	bound := recoveryBound(l, 3*time.Second)
-	g.Eventually(j.len, bound, 10*time.Millisecond).Should(Equal(2), "nobody was granted the recreated lease")
-	gs := j.snapshot()
-	t.Logf("%s granted token %d %v after the lease was recreated (tokens before: %d)", gs[1].identity, gs[1].token, gs[1].start.Sub(recreatedAt).Round(time.Millisecond), highest)
-	g.Expect(gs[1].start.Sub(recreatedAt)).To(BeNumerically("<=", bound))
-	g.Expect(gs[1].token).To(BeNumerically(">", highest), "the new incarnation's first token does not exceed every earlier one")
+	g.Eventually(j.Len, bound, 10*time.Millisecond).Should(Equal(2), "nobody was granted the recreated lease")
+	gs := j.Snapshot()
+	t.Logf("%s granted token %d %v after the lease was recreated (tokens before: %d)", gs[1].Identity, gs[1].Token, gs[1].Start.Sub(recreatedAt).Round(time.Millisecond), highest)
+	g.Expect(gs[1].Start.Sub(recreatedAt)).To(BeNumerically("<=", bound))
+	g.Expect(gs[1].Token).To(BeNumerically(">", highest), "the new incarnation's first token does not exceed every earlier one")
 	g.Expect(getLease(g, ns, "phoenix").Status.TokenBase).To(BeNumerically(">=", highest))
-	j.expectIncreasing(g)
+	expectIncreasing(g, j)
 
 	cur := gs[1]
-	g.Expect(writeWidget(suiteCtx, users[cur.identity], ns, "w", "phoenix", cur.token, cur.identity)).To(Succeed())
+	g.Expect(writeWidget(suiteCtx, users[cur.Identity], ns, "w", "phoenix", cur.Token, cur.Identity)).To(Succeed())
 	expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w", "phoenix", tokA, "alice-old"), "a write with the first incarnation's token")
 	_, tok := widgetState(g, ns, "w")
-	g.Expect(tok).To(Equal(cur.token))
+	g.Expect(tok).To(Equal(cur.Token))
 	mon.check(g)
 }
 
@@ -691,12 +692,12 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	// ...), writes the Widget guarded by it with each token, and withdraws, so
 	// that the lease is idle afterwards. It returns the tokens in order.
 	cycle := func(lease string, n int) []int64 {
-		j := &journal{}
+		j := &testenv.Journal{}
 		e := startElector(t, users["alice"], "alice", ns, lease, "alice", j)
 		var tokens []int64
 		for i := range n {
-			g.Eventually(j.len, 10*time.Second, 10*time.Millisecond).Should(Equal(i + 1))
-			tok := j.snapshot()[i].token
+			g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(i + 1))
+			tok := j.Snapshot()[i].Token
 			tokens = append(tokens, tok)
 			if i == 0 && !widgetExists(ns, "w-"+lease) {
 				g.Expect(createWidget(users["alice"], ns, "w-"+lease, lease, tok, "alice")).To(Succeed())
@@ -833,7 +834,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 	g.Eventually(func() string { h, _ := holderOf(ns, "job"); return h }, 10*time.Second, 10*time.Millisecond).Should(Equal("alice"))
 	tokA := getLease(g, ns, "job").Status.FencingToken
 	g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
-	j := &journal{}
+	j := &testenv.Journal{}
 	bobCfg := rest.CopyConfig(userConfigs["bob"])
 	bobCfg.Wrap(slowWrites(200 * time.Millisecond))
 	bobCl, err := client.NewWithWatch(bobCfg, client.Options{Scheme: scheme})
@@ -845,13 +846,13 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 
 	var sent time.Time
 	g.Eventually(slow.sentAt, recoveryBound(l, 5*time.Second)).Should(Receive(&sent))
-	g.Eventually(j.len, 15*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", 1), "bob was never granted")
+	g.Eventually(j.Len, 15*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", 1), "bob was never granted")
 	time.Sleep(l) // let any further tenure show
-	gs := j.snapshot()
-	j.expectIncreasing(g)
-	g.Expect(gs[0].identity).To(Equal("bob"))
-	g.Expect(gs[0].token).To(BeNumerically(">", tokA))
-	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", gs[len(gs)-1].token, "bob")).To(Succeed())
+	gs := j.Snapshot()
+	expectIncreasing(g, j)
+	g.Expect(gs[0].Identity).To(Equal("bob"))
+	g.Expect(gs[0].Token).To(BeNumerically(">", tokA))
+	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", gs[len(gs)-1].Token, "bob")).To(Succeed())
 	expectStale(g, writeWidget(suiteCtx, users["alice"], ns, "w", "job", tokA, "alice-again"), "alice's write with her expired token")
 	mon.check(g)
 

@@ -26,6 +26,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // recoveryBound is the longest a takeover may take after the holder went
@@ -102,53 +103,14 @@ func joinRaw(g Gomega, user, ns, lease, identity string) {
 	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
 }
 
-// grant is one tenure as the holder saw it.
-type grant struct {
-	identity string
-	token    int64
-	start    time.Time // OnStartedLeading
-	stop     time.Time // the holder's context was cancelled
-}
-
-// journal collects the tenures of several electors.
-type journal struct {
-	mu     sync.Mutex
-	grants []grant
-}
-
-func (j *journal) started(id string, token int64) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.grants = append(j.grants, grant{identity: id, token: token, start: time.Now()})
-	return len(j.grants) - 1
-}
-
-func (j *journal) stopped(i int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.grants[i].stop = time.Now()
-}
-
-func (j *journal) snapshot() []grant {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]grant(nil), j.grants...)
-}
-
-func (j *journal) len() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.grants)
-}
-
 // expectIncreasing asserts that the tenures' tokens strictly increase and
 // that each tenure ended before the next began (the holders' own view).
-func (j *journal) expectIncreasing(g Gomega) {
-	gs := j.snapshot()
+func expectIncreasing(g Gomega, j *testenv.Journal) {
+	gs := j.Snapshot()
 	for i := 1; i < len(gs); i++ {
-		g.Expect(gs[i].token).To(BeNumerically(">", gs[i-1].token), "tenures %v", gs)
-		g.Expect(gs[i-1].stop).NotTo(BeZero(), "%s's tenure %d never ended, yet %s was granted %d", gs[i-1].identity, gs[i-1].token, gs[i].identity, gs[i].token)
-		g.Expect(gs[i-1].stop.Before(gs[i].start)).To(BeTrue(), "%s stopped (%v) after %s started (%v)", gs[i-1].identity, gs[i-1].stop, gs[i].identity, gs[i].start)
+		g.Expect(gs[i].Token).To(BeNumerically(">", gs[i-1].Token), "tenures %v", gs)
+		g.Expect(gs[i-1].Stop).NotTo(BeZero(), "%s's tenure %d never ended, yet %s was granted %d", gs[i-1].Identity, gs[i-1].Token, gs[i].Identity, gs[i].Token)
+		g.Expect(gs[i-1].Stop.Before(gs[i].Start)).To(BeTrue(), "%s stopped (%v) after %s started (%v)", gs[i-1].Identity, gs[i-1].Stop, gs[i].Identity, gs[i].Start)
 	}
 }
 
@@ -161,15 +123,15 @@ type runningElector struct {
 
 // startElector runs an elector through cl that records its tenures in j; the
 // test's cleanup stops it.
-func startElector(t *testing.T, cl client.WithWatch, user, ns, lease, identity string, j *journal) *runningElector {
+func startElector(t *testing.T, cl client.WithWatch, user, ns, lease, identity string, j *testenv.Journal) *runningElector {
 	t.Helper()
 	e, err := fence.New(fence.Config{
 		Client: cl, User: user, Namespace: ns, Name: lease, Identity: identity,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: func(ctx context.Context, token int64) {
-				i := j.started(identity, token)
+				i := j.Started(identity, token)
 				<-ctx.Done()
-				j.stopped(i)
+				j.Stopped(i)
 			},
 		},
 	})

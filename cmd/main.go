@@ -205,8 +205,13 @@ func main() {
 	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
 		cleanupUsers = nil
 	}
+	leases, err := fencing.NewLeaseReader(mgr.GetConfig(), mgr.GetScheme())
+	if err != nil {
+		setupLog.Error(err, "Failed to create the fencing webhook's lease reader")
+		os.Exit(1)
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
+		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
 		Clock: clock.RealClock{}, Skew: webhookSkew, CleanupUsers: cleanupUsers,
 	})
 

@@ -17,6 +17,14 @@ import (
 // release when it finds the holder's request gone.
 const ExpiredAnnotation = "coordination.kubefence.io/expired"
 
+// RevokedAnnotation is written by an operator action (kubectl fence release or
+// handover) in the same write that removes the holder's request, as
+// "<holderIdentity>/<token>": the tenure was ended by someone other than its
+// holder, whose writes may still be in flight, so the controller waits
+// Timing.CommitLag before it grants the next tenure. The FencedLease webhook
+// requires it whenever anyone but the holder removes the holder's request.
+const RevokedAnnotation = "coordination.kubefence.io/revoked"
+
 // observation is what this controller process has seen of the current tenure.
 // It is kept in memory only: a controller that restarts or takes over starts
 // counting from its own first observation, so it never expires a holder earlier
@@ -104,6 +112,13 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 	base := st.TokenBase
 	if old.ObservedGeneration == 0 && storedEpoch > base {
 		base = storedEpoch
+		if timing.CommitLag > 0 && st.FencingToken == 0 {
+			// A new incarnation of a deleted lease name: writes admitted under the
+			// old incarnation's last tenure may still commit. Its first grant
+			// comes in a later write, CommitLag after this controller first saw it.
+			until := micro(now.Add(timing.CommitLag))
+			st.LockDelayUntil = &until
+		}
 	}
 	if lease.Spec.MinFencingToken > base {
 		base = lease.Spec.MinFencingToken
@@ -124,10 +139,19 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			if lease.Annotations[ExpiredAnnotation] == expiredMark(holder, st.FencingToken) {
 				reason = coordv1alpha1.EndReasonExpired
 			}
+			revoked := lease.Annotations[RevokedAnnotation] == expiredMark(holder, st.FencingToken)
 			tr := endTenure(st, reason, now)
 			if reason == coordv1alpha1.EndReasonExpired && lease.Spec.LockDelaySeconds > 0 {
 				until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
 				st.LockDelayUntil = &until
+			}
+			if revoked && timing.CommitLag > 0 {
+				// Ended by an operator, not by its holder: writes the holder had
+				// admitted may still commit. Grant in a later write, CommitLag on.
+				until := micro(now.Add(timing.CommitLag))
+				if st.LockDelayUntil == nil || st.LockDelayUntil.Before(&until) {
+					st.LockDelayUntil = &until
+				}
 			}
 			d.transitions = append(d.transitions, tr)
 			obs = nil
@@ -143,10 +167,24 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 			}
 			l := time.Duration(st.LeaseDurationSeconds) * time.Second
 			expire := obs.at.Add(l + timing.Allowance(l))
+			if old.ExpireTime != nil && old.ExpireTime.After(expire) {
+				// Never before the persisted expireTime, whoever wrote it (an earlier
+				// leader, or a second controller still running): the fencing webhook
+				// accepts the token until just before it.
+				expire = old.ExpireTime.Time
+			}
 			switch {
 			case now.Before(expire):
 				renewAt := micro(obs.recorded)
 				expireAt := micro(obs.recorded.Add(l + timing.Allowance(l)))
+				if old.ExpireTime != nil && old.ExpireTime.After(expireAt.Time) {
+					// Status never moves back: two controllers would otherwise
+					// rewrite each other's renewTime forever.
+					expireAt = *old.ExpireTime
+					if old.RenewTime != nil {
+						renewAt = *old.RenewTime
+					}
+				}
 				st.RenewSequence = obs.renewSequence
 				st.RenewTime = &renewAt
 				st.ExpireTime = &expireAt
@@ -184,7 +222,7 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 		case st.LockDelayUntil != nil && now.Before(st.LockDelayUntil.Time):
 			d.requeueAfter = st.LockDelayUntil.Sub(now)
 			setHeld(st, lease.Generation, now, metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay,
-				fmt.Sprintf("previous holder expired; no grant before %s", st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
+				fmt.Sprintf("%s; no grant before %s", lockDelayCause(st), st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
 		default:
 			next := &queue[0]
 			token := base + lease.Generation
@@ -304,6 +342,17 @@ func grant(st *coordv1alpha1.FencedLeaseStatus, lease *coordv1alpha1.FencedLease
 	setHeld(st, lease.Generation, now, metav1.ConditionTrue, kind,
 		fmt.Sprintf("granted to %s with fencing token %d", next.HolderIdentity, token))
 	return tr
+}
+
+func lockDelayCause(st *coordv1alpha1.FencedLeaseStatus) string {
+	switch {
+	case st.PreviousHolder == nil:
+		return "the lease name had an earlier incarnation, whose writes may still be committing"
+	case st.PreviousHolder.Reason == coordv1alpha1.EndReasonReleased:
+		return "the previous tenure was revoked by an operator, and its writes may still be committing"
+	default:
+		return "previous holder expired"
+	}
 }
 
 func idleReason(st *coordv1alpha1.FencedLeaseStatus) string {

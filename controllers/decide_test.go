@@ -256,6 +256,13 @@ func TestTokensContinueAboveStoredEpochAndFloor(t *testing.T) {
 	s := newSim(t, 5, 0)
 	s.stored = 1000
 	s.join("a")
+	if requeue := s.reconcile(); requeue != s.timing.CommitLag {
+		t.Fatalf("first reconcile of a recreated lease requeues after %v, want the commit lag %v", requeue, s.timing.CommitLag)
+	}
+	if h, _ := s.holder(); h != "" || heldReason(s.lease) != coordv1alpha1.ReasonLockDelay {
+		t.Fatalf("a recreated lease granted %q at once (reason %q): writes of the earlier incarnation may still commit; want a grant CommitLag later", h, heldReason(s.lease))
+	}
+	s.clock.Step(s.timing.CommitLag)
 	s.reconcile()
 	if _, tok := s.holder(); tok <= 1000 {
 		t.Fatalf("token %d after recreate with stored epoch 1000, want > 1000", tok)
@@ -428,5 +435,69 @@ func TestExpiredRequestRemovedAfterAckGraceWithoutAcknowledgement(t *testing.T) 
 	}
 	if h, _ := s.holder(); h != "b" {
 		t.Fatalf("holder %q after the removal, want b still", h)
+	}
+}
+
+// An operator's revocation (kubectl fence release/handover: the holder's
+// request removed with the revoked annotation) ends the tenure at once, but
+// the next grant waits the commit lag: the revoked holder's admitted writes
+// may still commit. A voluntary release hands over at once
+// (TestLockDelayAfterExpiryButNotAfterRelease).
+func TestRevokedTenureGrantsOnlyAfterTheCommitLag(t *testing.T) {
+	s := newSim(t, 15, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	_, tok := s.holder()
+	s.lease.Annotations = map[string]string{RevokedAnnotation: "a/" + itoa(tok)}
+	s.withdraw("a")
+	if requeue := s.reconcile(); requeue != s.timing.CommitLag {
+		t.Fatalf("requeue after a revocation %v, want the commit lag %v", requeue, s.timing.CommitLag)
+	}
+	if h, _ := s.holder(); h != "" {
+		t.Fatalf("granted %q at once after a revocation, want nobody for the commit lag", h)
+	}
+	s.clock.Step(s.timing.CommitLag - time.Millisecond)
+	s.reconcile()
+	if h, _ := s.holder(); h != "" {
+		t.Fatalf("granted %q before the commit lag passed", h)
+	}
+	s.clock.Step(time.Millisecond)
+	s.reconcile()
+	if h, next := s.holder(); h != "b" || next <= tok {
+		t.Fatalf("holder %q token %d after the commit lag, want b above %d", h, next, tok)
+	}
+}
+
+// A controller never expires a tenure before the persisted expireTime,
+// whoever wrote it: an old leader that wakes up from a pause, or a second
+// controller, counts from an earlier observation than the expireTime its peer
+// wrote, and the fencing webhook accepts the token until just before that.
+func TestNeverExpiresBeforeThePersistedExpireTime(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	s.renew("a")
+	zombie := &observation{holder: "a", token: s.lease.Status.FencingToken, renewSequence: 1, at: s.clock.Now(), recorded: s.clock.Now(), acked: true}
+	s.clock.Step(5 * time.Second)
+	s.reconcile() // the leader observes the renewal 5 s later: expireTime moves to now+L+a
+	persisted := s.lease.Status.ExpireTime.Time
+	renewTime := s.lease.Status.RenewTime.Time
+	s.clock.Step(6 * time.Second) // past the zombie's own expiry, 4 s before the persisted one
+	s.obs = zombie
+	writes := s.statusWrites
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("a controller counting from an older observation expired a at %v, before the persisted expireTime %v (holder now %q)", s.clock.Now(), persisted, h)
+	}
+	if !s.lease.Status.RenewTime.Time.Equal(renewTime) || !s.lease.Status.ExpireTime.Time.Equal(persisted) || s.statusWrites != writes {
+		t.Fatalf("the older observation moved status back (renewTime %v, expireTime %v, %d writes), want it untouched",
+			s.lease.Status.RenewTime.Time, s.lease.Status.ExpireTime.Time, s.statusWrites-writes)
+	}
+	s.clock.Step(persisted.Sub(s.clock.Now()))
+	s.reconcile()
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q at the persisted expireTime, want b", h)
 	}
 }

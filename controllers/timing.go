@@ -20,18 +20,27 @@ type Timing struct {
 	DriftRatio float64
 	// MinDrift is the smallest allowance, whatever the lease duration.
 	MinDrift time.Duration
+	// CommitLag bounds how long the API server may take to commit a write after
+	// the fencing webhook admitted it. After a tenure an operator revoked, and
+	// before the first grant of a lease name's new incarnation, the controller
+	// waits this long before it grants (the fencing webhook's cut-off before an
+	// expiry covers the same lag; see docs/design.md).
+	CommitLag time.Duration
 }
 
 // DefaultTiming allows 0.5% of the lease duration (5000 ppm, fifty times a
 // generous bound for an undisciplined quartz clock) and at least 10 ms.
 func DefaultTiming() Timing {
-	return Timing{DriftRatio: 0.005, MinDrift: 10 * time.Millisecond}
+	return Timing{DriftRatio: 0.005, MinDrift: 10 * time.Millisecond, CommitLag: time.Second}
 }
 
 // Validate reports a setting that would break the expiry arithmetic.
 func (t Timing) Validate() error {
 	if t.DriftRatio < 0 || t.DriftRatio >= 1 {
 		return fmt.Errorf("drift ratio %v is out of range: expected 0 <= ratio < 1", t.DriftRatio)
+	}
+	if t.CommitLag < 0 {
+		return fmt.Errorf("commit lag %v is negative: expected >= 0", t.CommitLag)
 	}
 	if t.MinDrift < 0 {
 		return fmt.Errorf("minimum drift allowance %v is negative: expected >= 0", t.MinDrift)

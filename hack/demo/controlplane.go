@@ -191,8 +191,12 @@ func (cp *controlPlane) startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	leases, err := fencing.NewLeaseReader(cp.cfg, mgr.GetScheme())
+	if err != nil {
+		return err
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
+		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
 		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
 	})
 

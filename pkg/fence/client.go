@@ -92,6 +92,21 @@ func (e *Elector) Client(c client.Client) *FencedClient {
 	return fc
 }
 
+// writeTracker is implemented by *Elector: it counts writes in flight so
+// that a release waits for them.
+type writeTracker interface{ beginWrite() func(error) }
+
+// track counts a write in flight while it runs, if the token source tracks them.
+func (c *FencedClient) track(write func() error) error {
+	if t, ok := c.tokens.(writeTracker); ok {
+		done := t.beginWrite()
+		err := write()
+		done(err)
+		return err
+	}
+	return write()
+}
+
 func (c *FencedClient) token() (int64, error) {
 	t, ok := c.tokens.Token()
 	if !ok {
@@ -139,7 +154,7 @@ func (c *FencedClient) Create(ctx context.Context, obj client.Object, opts ...cl
 	if err := c.stamp(obj); err != nil {
 		return err
 	}
-	return c.check(obj, c.Client.Create(ctx, obj, opts...))
+	return c.check(obj, c.track(func() error { return c.Client.Create(ctx, obj, opts...) }))
 }
 
 // Update stamps and updates obj.
@@ -147,7 +162,7 @@ func (c *FencedClient) Update(ctx context.Context, obj client.Object, opts ...cl
 	if err := c.stamp(obj); err != nil {
 		return err
 	}
-	return c.check(obj, c.Client.Update(ctx, obj, opts...))
+	return c.check(obj, c.track(func() error { return c.Client.Update(ctx, obj, opts...) }))
 }
 
 // Patch adds the guard label and the token to the patch, whatever its type.
@@ -156,7 +171,9 @@ func (c *FencedClient) Patch(ctx context.Context, obj client.Object, patch clien
 	if err != nil {
 		return err
 	}
-	return c.check(obj, c.Client.Patch(ctx, obj, &stampedPatch{Patch: patch, lease: c.lease, token: t}, opts...))
+	return c.check(obj, c.track(func() error {
+		return c.Client.Patch(ctx, obj, &stampedPatch{Patch: patch, lease: c.lease, token: t}, opts...)
+	}))
 }
 
 // Delete sends the delete only while leading; the webhook checks that the
@@ -165,7 +182,7 @@ func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 	if _, err := c.token(); err != nil {
 		return err
 	}
-	return c.check(obj, c.Client.Delete(ctx, obj, opts...))
+	return c.check(obj, c.track(func() error { return c.Client.Delete(ctx, obj, opts...) }))
 }
 
 // Apply with an ApplyConfiguration is refused: it cannot be stamped generically.
@@ -199,21 +216,21 @@ func (s *fencedSubResource) Create(ctx context.Context, obj, sub client.Object, 
 	if _, err := s.c.token(); err != nil {
 		return err
 	}
-	return s.c.check(obj, s.SubResourceClient.Create(ctx, obj, sub, opts...))
+	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Create(ctx, obj, sub, opts...) }))
 }
 
 func (s *fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	if _, err := s.c.token(); err != nil {
 		return err
 	}
-	return s.c.check(obj, s.SubResourceClient.Update(ctx, obj, opts...))
+	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Update(ctx, obj, opts...) }))
 }
 
 func (s *fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	if _, err := s.c.token(); err != nil {
 		return err
 	}
-	return s.c.check(obj, s.SubResourceClient.Patch(ctx, obj, patch, opts...))
+	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) }))
 }
 
 // stampedPatch adds the guard label and token annotation to any patch.

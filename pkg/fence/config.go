@@ -51,9 +51,22 @@ type Config struct {
 	// Callbacks are called on leadership changes. OnStartedLeading is required.
 	Callbacks Callbacks
 
-	// Clock measures deadlines; it must be monotonic. Default: the real clock.
+	// MaxCommitLag is how long the API server may take to commit a write it
+	// admitted. A release waits for the FencedClient writes in flight to end
+	// before it withdraws the request (the next holder is granted at once);
+	// if one ended without an answer (it may still commit), it waits this long
+	// too. Default DefaultMaxCommitLag; keep it at least the operator's
+	// --max-commit-lag.
+	MaxCommitLag time.Duration
+
+	// Clock measures deadlines; it must be monotonic. Default: the real clock,
+	// whose deadlines also hold on CLOCK_BOOTTIME (Linux), so that a machine
+	// suspended past the deadline wakes up not leading.
 	Clock clock.Clock
 }
+
+// DefaultMaxCommitLag is the operator's default --max-commit-lag.
+const DefaultMaxCommitLag = time.Second
 
 // Callbacks are called by Run.
 type Callbacks struct {
@@ -82,7 +95,7 @@ func (c *Config) validate() error {
 	if c.Callbacks.OnStartedLeading == nil {
 		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))
 	}
-	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin} {
+	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin, "MaxCommitLag": c.MaxCommitLag} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s is %v: expected a positive duration, or 0 for the default", name, d))
 		}

@@ -16,6 +16,9 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
+// bootPoll is how often the watchdog compares the deadline with CLOCK_BOOTTIME.
+const bootPoll = 250 * time.Millisecond
+
 // ErrLost is returned by a renewal whose answer no longer names this identity
 // with its token: the lease expired or went to someone else.
 var ErrLost = errors.New("lease lost")
@@ -34,6 +37,21 @@ type Elector struct {
 	release  chan chan error
 	stepDown chan struct{}
 	released time.Time // when this identity last released voluntarily
+
+	// boot reads CLOCK_BOOTTIME when the Elector runs on the real clock (nil
+	// otherwise); bootDeadline is the deadline on it, and sentBoot its reading
+	// when the last renewal was sent. A suspended machine's monotonic clock
+	// stands still, CLOCK_BOOTTIME does not: the deadline holds on both.
+	boot         func() time.Duration
+	bootDeadline time.Duration
+	sentBoot     time.Duration
+	lastSent     time.Time
+
+	// writes tracks the FencedClient writes in flight; unknown is set when one
+	// ended without an answer from the API server (it may still commit).
+	writes  int
+	unknown bool
+	idle    chan struct{}
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -47,7 +65,11 @@ func New(cfg Config) (*Elector, error) {
 		c = clock.RealClock{}
 	}
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
-	return &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error), stepDown: make(chan struct{}, 1)}, nil
+	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
+	if _, real := c.(clock.RealClock); real {
+		e.boot, _ = bootClock()
+	}
+	return e, nil
 }
 
 // Identity is the holder identity this Elector competes as.
@@ -57,7 +79,7 @@ func (e *Elector) Identity() string { return e.cfg.Identity }
 func (e *Elector) Token() (int64, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.leading || !e.clock.Now().Before(e.deadline) {
+	if !e.leading || !e.clock.Now().Before(e.deadline) || (e.boot != nil && e.boot() >= e.bootDeadline) {
 		return 0, false
 	}
 	return e.token, true
@@ -277,6 +299,9 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 		}
 		log.Info("Stopped leading", "token", token)
 		if releaseDone != nil || ctx.Err() != nil {
+			// The writes of this tenure must have committed (or failed) before
+			// the request goes: the next holder is granted at once.
+			e.quiesce(context.WithoutCancel(ctx), l)
 			err := e.withdraw(context.WithoutCancel(ctx))
 			if releaseDone != nil {
 				e.mu.Lock()
@@ -358,7 +383,13 @@ func (e *Elector) watchdog(ctx context.Context, cancel context.CancelFunc, renew
 		if deadline.IsZero() {
 			return
 		}
-		t := e.clock.NewTimer(deadline.Sub(e.clock.Now()))
+		wait := deadline.Sub(e.clock.Now())
+		if e.boot != nil && wait > bootPoll {
+			// Timers count on the monotonic clock, which stands still while the
+			// machine is suspended: look at CLOCK_BOOTTIME every bootPoll too.
+			wait = bootPoll
+		}
+		t := e.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -366,7 +397,7 @@ func (e *Elector) watchdog(ctx context.Context, cancel context.CancelFunc, renew
 		case <-renewed:
 			t.Stop()
 		case <-t.C():
-			if !e.clock.Now().Before(e.Deadline()) {
+			if !e.clock.Now().Before(e.Deadline()) || e.bootExpired() {
 				cancel()
 				return
 			}
@@ -378,6 +409,85 @@ func (e *Elector) setLeading(leading bool, token int64, deadline time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.leading, e.token, e.deadline = leading, token, deadline
+	if leading && e.boot != nil {
+		// deadline = sent + (L - margin); the same span on CLOCK_BOOTTIME.
+		e.bootDeadline = e.sentBoot + deadline.Sub(e.lastSent)
+	}
+}
+
+// bootExpired tells whether the deadline passed on CLOCK_BOOTTIME (the machine
+// was suspended) while the monotonic clock says it has not.
+func (e *Elector) bootExpired() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leading && e.boot != nil && e.boot() >= e.bootDeadline
+}
+
+// beginWrite counts a FencedClient write in flight; the returned function
+// ends it with the write's error.
+func (e *Elector) beginWrite() func(error) {
+	e.mu.Lock()
+	e.writes++
+	e.mu.Unlock()
+	return func(err error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.writes--
+		if err != nil && outcomeUnknown(err) {
+			e.unknown = true
+		}
+		if e.writes == 0 && e.idle != nil {
+			close(e.idle)
+			e.idle = nil
+		}
+	}
+}
+
+// quiesce waits (at most max) until no FencedClient write is in flight; if a
+// write ended without an answer, it then waits MaxCommitLag more, the longest
+// the API server may take to commit a write it admitted. Only then may the
+// request be withdrawn: the next holder is granted at once after a release.
+func (e *Elector) quiesce(ctx context.Context, max time.Duration) {
+	e.mu.Lock()
+	var idle chan struct{}
+	if e.writes > 0 {
+		if e.idle == nil {
+			e.idle = make(chan struct{})
+		}
+		idle = e.idle
+	}
+	e.mu.Unlock()
+	if idle != nil {
+		t := e.clock.NewTimer(max)
+		select {
+		case <-idle:
+		case <-t.C():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	e.mu.Lock()
+	unknown := e.unknown || e.writes > 0
+	e.unknown = false
+	e.mu.Unlock()
+	if unknown {
+		lag := e.cfg.MaxCommitLag
+		if lag <= 0 {
+			lag = DefaultMaxCommitLag
+		}
+		sleep(ctx, lag)
+	}
+}
+
+// outcomeUnknown tells whether a write's error leaves open whether the API
+// server committed it: no answer (a cancelled context, a broken connection) or
+// a server-side timeout.
+func outcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 // renew raises this identity's renewSequence with one JSON patch that first
@@ -394,6 +504,10 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	}
 	updated := lease.DeepCopy()
 	sent := e.clock.Now()
+	var sentBoot time.Duration
+	if e.boot != nil {
+		sentBoot = e.boot()
+	}
 	if err := e.cfg.Client.Patch(ctx, updated, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return time.Time{}, nil, ErrLost
@@ -404,6 +518,9 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	if updated.Status.HolderIdentity != e.cfg.Identity || updated.Status.FencingToken != token {
 		return time.Time{}, nil, ErrLost
 	}
+	e.mu.Lock()
+	e.lastSent, e.sentBoot = sent, sentBoot
+	e.mu.Unlock()
 	return sent, updated, nil
 }
 

@@ -174,8 +174,10 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 		cache:    mgr.GetClient(),
 	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: ws.leases, LiveLeases: ws.fallback, Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+		// The cached pass stands for the webhook before every decision read its
+		// lease live (main at 966f728); the live pass is the webhook as shipped.
+		Leases: &fencing.LeaseReader{Reader: ws.leases}, Parents: dyn,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CommitLag: fencing.DefaultCommitLag,
 	})
 	mgr.GetWebhookServer().Register(allowAllPath, &webhook.Admission{Handler: admission.HandlerFunc(
 		func(context.Context, admission.Request) admission.Response {

@@ -108,8 +108,12 @@ func RegisterWebhooks(mgr ctrl.Manager, cfg *rest.Config, controllerUsers []stri
 	if err != nil {
 		return err
 	}
+	leases, err := fencing.NewLeaseReader(cfg, mgr.GetScheme())
+	if err != nil {
+		return err
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
+		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
 		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CleanupUsers: fencing.DefaultCleanupUsers,
 	})
 	return nil

@@ -21,6 +21,8 @@ type Object struct {
 	// empty value from a missing one.
 	Token    string
 	HasToken bool
+	// Owners are the object's ownerReferences as "Kind/name" (for warnings).
+	Owners []string
 }
 
 // LeaseState is the webhook's view of one FencedLease.
@@ -32,8 +34,12 @@ type LeaseState struct {
 	// Holder is status.holderIdentity; HolderUser is the user of the holder's request.
 	Holder, HolderUser string
 	Binding            coordv1alpha1.IdentityBinding
-	// ExpireTime is status.expireTime (zero when unknown).
+	// ExpireTime is status.expireTime. Zero with a holder set means the status
+	// is malformed: the tenure counts as expired (fail closed).
 	ExpireTime time.Time
+	// LeaseDuration is the tenure's status.leaseDurationSeconds; it caps the
+	// cut-off margin before ExpireTime (see Input.CommitLag).
+	LeaseDuration time.Duration
 	// TokenBase is status.tokenBase: every token up to it was issued by an
 	// earlier incarnation of the lease (before a delete-then-recreate) or is
 	// below the administrator's minFencingToken.
@@ -47,21 +53,32 @@ type Requester struct {
 	PodName string
 	// Cleanup is true for the cluster's own clean-up controllers (the
 	// namespace controller, the garbage collector): their DELETEs of guarded
-	// objects are accepted without a lease (see Handler.CleanupUsers).
+	// objects, and their UPDATEs that change nothing but finalizers and
+	// ownerReferences (finishing foreground and orphan cascades), are accepted
+	// without a lease (see Handler.CleanupUsers).
 	Cleanup bool
 }
 
-// DefaultCleanupUsers are the users whose DELETEs of guarded objects are
-// accepted without holding the lease: kube-controller-manager's namespace
-// controller and garbage collector, with and without
-// --use-service-account-credentials. Without them a namespace holding guarded
-// objects could never finish terminating, and owner references could not
-// cascade. They are the cluster's own controllers, not lease holders, so they
-// cannot be stale.
+// DefaultCleanupUsers are the users whose DELETEs of guarded objects (and
+// updates of only finalizers and ownerReferences) are accepted without holding
+// the lease: kube-controller-manager's namespace controller and garbage
+// collector, as they authenticate with --use-service-account-credentials (the
+// kubeadm default). Without them a namespace holding guarded objects could
+// never finish terminating, and cascades could not finish.
+//
+// system:kube-controller-manager is deliberately not a default: without
+// --use-service-account-credentials every controller of kube-controller-manager
+// (job, replicaset, ttl-after-finished...) runs as that user, and exempting it
+// would exempt them all. Clusters that run that way add it with
+// --fencing-cleanup-user and accept that (docs/operations.md).
+//
+// What an exemption leaves open: the garbage collector deletes a guarded
+// object because its owner was deleted, and the owner's deletion is fenced
+// only if the owner is guarded by the same lease. The webhook warns on every
+// guarded write that sets ownerReferences (docs/design.md).
 var DefaultCleanupUsers = []string{
 	"system:serviceaccount:kube-system:namespace-controller",
 	"system:serviceaccount:kube-system:generic-garbage-collector",
-	"system:kube-controller-manager",
 }
 
 // Input is one admission request, reduced to what the decision needs.
@@ -69,21 +86,31 @@ type Input struct {
 	Operation   admissionv1.Operation
 	SubResource string
 	Namespace   string
-	// Old is nil on CREATE; New is nil on DELETE. On /status and /scale the API
-	// server drops metadata changes, so New's token is not the writer's.
+	// Old is nil on CREATE; New is nil on DELETE. On /scale, /eviction and
+	// /binding both stand for the parent object.
 	Old, New *Object
+	// CleanupOnly is true for an UPDATE that changes nothing of the object but
+	// metadata.finalizers and metadata.ownerReferences (computed only for
+	// Requester.Cleanup).
+	CleanupOnly bool
 	// Required is true for the required-fencing webhook: an unguarded write, or
 	// removing the guard, is refused; guarded writes are left to the guarded
 	// webhook (which sees them too), except /scale, which only this one sees.
 	Required  bool
 	Requester Requester
-	// Lease returns the state of a lease; fresh asks for a read from the API
-	// server rather than the cache.
-	Lease func(name string, fresh bool) (LeaseState, error)
-	// Now is the webhook's clock; Skew is subtracted from a tenure's expiry to
-	// cover the difference between this clock and the controller's.
-	Now  time.Time
-	Skew time.Duration
+	// Lease returns the state of a lease, read from the API server after this
+	// request arrived (a linearizable read: it reflects every grant and every
+	// tenure end committed before the request reached the webhook). Never a
+	// cache: a cache can show a tenure that has ended (docs/design.md).
+	Lease func(name string) (LeaseState, error)
+	// Now is the webhook's clock. A token stops being accepted at
+	//   expireTime - min(Skew + CommitLag, leaseDuration/3)
+	// Skew covers the offset between this clock and the controller's; CommitLag
+	// bounds how long an admitted write may take to commit after the decision
+	// (the controller never grants the next tenure before expireTime).
+	Now       time.Time
+	Skew      time.Duration
+	CommitLag time.Duration
 }
 
 // Reason classifies a refusal (a bounded metric label).
@@ -134,11 +161,17 @@ const StaleMarker = "stale fencing token"
 func Decide(in Input) Verdict {
 	guardedOld := in.Old != nil && in.Old.Lease != ""
 	guardedNew := in.New != nil && in.New.Lease != ""
-	metadataWrite := in.SubResource == "" && in.Operation != admissionv1.Delete
+	// A write to a subresource normally changes no metadata (custom resources
+	// drop it on /status; /scale, /eviction and /binding carry none). Built-in
+	// kinds keep it (pods/status keeps labels and annotations,
+	// deployments/status keeps annotations): a subresource write that changes
+	// the guard or the token is a metadata write and takes the token rules.
+	metadataWrite := in.Operation != admissionv1.Delete && (in.SubResource == "" || guardChanged(in.Old, in.New))
 
-	if in.Operation == admissionv1.Delete && in.Requester.Cleanup {
-		// Namespace deletion and garbage collection: not a lease holder's write
-		// (and, with mandatory fencing, possibly of an object never guarded).
+	if in.Requester.Cleanup && (in.Operation == admissionv1.Delete || (in.Operation == admissionv1.Update && in.CleanupOnly)) {
+		// Namespace deletion and garbage collection, including the finalizer and
+		// ownerReference updates that finish cascades: not a lease holder's
+		// write (and, with mandatory fencing, possibly of an object never guarded).
 		return allow("", 0, 0)
 	}
 
@@ -224,12 +257,6 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	if !v.Allowed {
 		return v
 	}
-	if token > st.Token {
-		// The cache may not have seen the newest grant yet: ask the API server.
-		if st, v = lookupFresh(in, lease, token); !v.Allowed {
-			return v
-		}
-	}
 	switch {
 	case token < st.Token:
 		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, token, scope, st.Token)
@@ -258,17 +285,11 @@ func checkHolder(in Input, lease string) Verdict {
 	}
 	if in.Old != nil && in.Old.HasToken {
 		if t, err := parseToken(in.Old.Token); err == nil && t > st.Token {
-			// The object is ahead of our view of the lease: read it fresh.
-			if st, v = lookupFresh(in, lease, 0); !v.Allowed {
-				return v
-			}
-			if t > st.Token {
-				// The lease is behind the object: it was deleted and created again,
-				// or restored from an older backup, and has not caught up.
-				return refuse(409, ReasonStale, scope, 0, st.Token,
-					"%s: the object already accepted token %d, above the current token %d of lease %s (was the lease deleted and created again, or restored from an older backup?); it takes a write with a token of at least %d",
-					StaleMarker, t, st.Token, scope, t)
-			}
+			// The lease is behind the object: it was deleted and created again,
+			// or restored from an older backup, and has not caught up.
+			return refuse(409, ReasonStale, scope, 0, st.Token,
+				"%s: the object already accepted token %d, above the current token %d of lease %s (was the lease deleted and created again, or restored from an older backup?); it takes a write with a token of at least %d",
+				StaleMarker, t, st.Token, scope, t)
 		}
 	}
 	if st.Holder == "" {
@@ -294,30 +315,42 @@ func subresourceName(in Input) string {
 	return "tokenless writes"
 }
 
-// current checks that the tenure of a token equal to the lease's is live. A
-// tenure the cache shows as expired is read again from the API server before
-// the write is refused: after an outage the cache can lag behind renewals.
+// current checks that the tenure of a token equal to the lease's is live: it
+// has a holder, and the webhook's clock is before the tenure's cut-off.
 func current(in Input, lease string, st LeaseState, token int64) Verdict {
 	scope := in.Namespace + "/" + lease
 	if st.Holder == "" {
 		return refuse(409, ReasonNoHolder, scope, token, st.Token,
 			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", StaleMarker, token, scope, st.Token)
 	}
-	if expired(in, st) {
-		fresh, v := lookupFresh(in, lease, token)
-		if !v.Allowed {
-			return v
-		}
-		if fresh.Token != st.Token || fresh.Holder != st.Holder || expired(in, fresh) {
-			return refuse(409, ReasonExpired, scope, token, fresh.Token,
-				"%s %d for lease %s: the tenure of %s expired at %s", StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano))
-		}
+	if st.ExpireTime.IsZero() {
+		return refuse(409, ReasonExpired, scope, token, st.Token,
+			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", StaleMarker, token, scope, st.Holder)
+	}
+	if cut := CutOff(st.ExpireTime, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
+		return refuse(409, ReasonExpired, scope, token, st.Token,
+			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
+			StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
 	return allow(scope, token, st.Token)
 }
 
-func expired(in Input, st LeaseState) bool {
-	return !st.ExpireTime.IsZero() && !in.Now.Before(st.ExpireTime.Add(-in.Skew))
+// CutOff is the instant from which the webhook refuses the token of a tenure
+// that expires at expire:
+//
+//	expire - min(skew + commitLag, leaseDuration/3)
+//
+// The controller never grants the next tenure before expire, so a write
+// admitted before the cut-off commits before that grant as long as it commits
+// within the margin of its admission (clock offset included). A live holder
+// renews every leaseDuration/3, so its expireTime stays at least 2/3 of a
+// lease ahead and the margin never refuses it.
+func CutOff(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
+	margin := skew + commitLag
+	if leaseDuration > 0 && leaseDuration/3 < margin {
+		margin = leaseDuration / 3
+	}
+	return expire.Add(-margin)
 }
 
 // isHolder tells whether the requester is the lease's current holder: the user
@@ -334,21 +367,18 @@ func isHolder(r Requester, st LeaseState) bool {
 	return true
 }
 
-func lookup(in Input, lease string, token int64) (LeaseState, Verdict) {
-	return lookupWith(in, lease, token, false)
-}
-
-func lookupFresh(in Input, lease string, token int64) (LeaseState, Verdict) {
-	return lookupWith(in, lease, token, true)
-}
-
-func lookupWith(in Input, lease string, token int64, fresh bool) (LeaseState, Verdict) {
-	scope := in.Namespace + "/" + lease
-	st, err := in.Lease(lease, fresh)
-	if err == nil && !st.Exists && !fresh {
-		// Not in the cache: it may be a lease created a moment ago. Ask.
-		st, err = in.Lease(lease, true)
+// guardChanged tells whether a write changes the guard label or the token
+// annotation of an object that exists before and after it.
+func guardChanged(oldObj, newObj *Object) bool {
+	if oldObj == nil || newObj == nil {
+		return false
 	}
+	return oldObj.Lease != newObj.Lease || oldObj.HasToken != newObj.HasToken || oldObj.Token != newObj.Token
+}
+
+func lookup(in Input, lease string, token int64) (LeaseState, Verdict) {
+	scope := in.Namespace + "/" + lease
+	st, err := in.Lease(lease)
 	if err != nil {
 		return st, refuse(500, ReasonLeaseLookup, scope, token, 0, "cannot read lease %s to check the fencing token (refusing, fail closed): %v", scope, err)
 	}
@@ -359,7 +389,9 @@ func lookupWith(in Input, lease string, token int64, fresh bool) (LeaseState, Ve
 	return st, allow(scope, token, st.Token)
 }
 
-// parseToken reads a token: a decimal integer in [0, 2^63-1].
+// parseToken reads a token: a decimal integer in [0, 2^63-1] in its one
+// canonical spelling ("0", or digits without a leading zero; no sign, no
+// spaces), so that a token cannot be re-spelled to look like a new one.
 func parseToken(s string) (int64, error) {
 	if s == "" {
 		return 0, fmt.Errorf("annotation %s is empty: expected a non-negative decimal integer", coordv1alpha1.FencingTokenAnnotation)
@@ -373,6 +405,9 @@ func parseToken(s string) (int64, error) {
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("annotation %s=%q is negative: expected a non-negative decimal integer", coordv1alpha1.FencingTokenAnnotation, s)
+	}
+	if canonical := strconv.FormatInt(n, 10); canonical != s {
+		return 0, fmt.Errorf("annotation %s=%q is not written canonically: expected %q (no sign, no leading zeros)", coordv1alpha1.FencingTokenAnnotation, s, canonical)
 	}
 	return n, nil
 }

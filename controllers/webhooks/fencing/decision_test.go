@@ -25,7 +25,7 @@ func input(op admissionv1.Operation, sub string, old, new *Object, user string, 
 	return Input{
 		Operation: op, SubResource: sub, Namespace: "jobs", Old: old, New: new,
 		Requester: Requester{Username: user},
-		Lease: func(name string, fresh bool) (LeaseState, error) {
+		Lease: func(name string) (LeaseState, error) {
 			if name != "job" {
 				return LeaseState{}, nil
 			}
@@ -70,7 +70,7 @@ func TestDecide(t *testing.T) {
 		{"beyond every incarnation", input(admissionv1.Create, "", nil, guarded("142"), "bob", recreated), false, 409, "fencing token 142 for lease jobs/job was never issued"},
 		{"tokenless write to an object ahead of a recreated lease", input(admissionv1.Delete, "", guarded("141"), nil, "bob", recreated), false, 409,
 			"stale fencing token: the object already accepted token 141, above the current token 0 of lease jobs/job"},
-		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "expired at"},
+		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "writes stop being accepted at"},
 		{"released lease", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", released), false, 409, "has no holder"},
 		{"missing token", input(admissionv1.Create, "", nil, &Object{Lease: "job"}, "bob", held()), false, 400, "missing fencing token"},
 		{"non-numeric", input(admissionv1.Create, "", nil, guarded("4x2"), "bob", held()), false, 400, "is not a decimal integer"},
@@ -80,10 +80,10 @@ func TestDecide(t *testing.T) {
 		{"holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true, 0, ""},
 		{"stale holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()), false, 403, "alice is not the holder of lease jobs/job"},
 		{"namespace controller deletes", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:namespace-controller", held())), true, 0, ""},
-		{"garbage collector deletes after the lease was released", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:kube-controller-manager", released)), true, 0, ""},
+		{"garbage collector deletes after the lease was released", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:generic-garbage-collector", released)), true, 0, ""},
 		{"namespace controller deletes an unguarded object where fencing is required", required(cleanup(input(admissionv1.Delete, "", &Object{}, nil, "system:serviceaccount:kube-system:namespace-controller", held()))), true, 0, ""},
 		{"others may not delete it there", required(input(admissionv1.Delete, "", &Object{}, nil, "bob", held())), false, 403, "fencing is required"},
-		{"a clean-up user may not update", cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:kube-controller-manager", held())), false, 403, "is not the holder"},
+		{"a clean-up user may not update anything else", cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:serviceaccount:kube-system:generic-garbage-collector", held())), false, 403, "is not the holder"},
 		{"delete after release", input(admissionv1.Delete, "", guarded("42"), nil, "bob", released), false, 409, "has no holder"},
 		{"holder writes status", input(admissionv1.Update, "status", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
 		{"stale status", input(admissionv1.Update, "status", guarded("41"), guarded("41"), "alice", held()), false, 403, "writes to /status"},
@@ -110,9 +110,47 @@ func TestDecide(t *testing.T) {
 			in.Requester.PodName = "worker-2"
 			return in
 		}(), false, 403, "bob (pod worker-2) is not the holder"},
+		{"re-spelled token +42", input(admissionv1.Update, "", guarded("42"), guarded("+42"), "alice", held()), false, 400, "not written canonically"},
+		{"re-spelled token 042", input(admissionv1.Update, "", guarded("42"), guarded("042"), "alice", held()), false, 400, "not written canonically"},
+		{"re-spelled token -0", input(admissionv1.Create, "", nil, guarded("-0"), "bob", LeaseState{Exists: true, Holder: "bob", HolderUser: "bob", ExpireTime: now.Add(time.Minute)}), false, 400, "not written canonically"},
+		{"holder without expireTime: fail closed", func() Input {
+			st := held()
+			st.ExpireTime = time.Time{}
+			return input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+		}(), false, 409, "no expireTime"},
+		{"inside the commit-lag margin", func() Input {
+			st := held()
+			st.ExpireTime, st.LeaseDuration = now.Add(900*time.Millisecond), 15*time.Second
+			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+			in.CommitLag = time.Second
+			return in
+		}(), false, 409, "writes stop being accepted at"},
+		{"outside the commit-lag margin", func() Input {
+			st := held()
+			st.ExpireTime, st.LeaseDuration = now.Add(1200*time.Millisecond), 15*time.Second
+			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+			in.CommitLag = time.Second
+			return in
+		}(), true, 0, ""},
+		{"the margin is capped at a third of a short lease", func() Input {
+			st := held()
+			st.ExpireTime, st.LeaseDuration = now.Add(400*time.Millisecond), time.Second
+			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+			in.CommitLag = time.Second
+			return in
+		}(), true, 0, ""},
+		{"pods/status that rewrites the token takes the token rules", input(admissionv1.Update, "status", guarded("42"), guarded("999999999999"), "bob", held()), false, 409, "was never issued"},
+		{"pods/status that lowers the token", input(admissionv1.Update, "status", guarded("42"), guarded("0"), "bob", held()), false, 409, "already accepted token 42"},
+		{"pods/status that removes the guard, from someone else", input(admissionv1.Update, "status", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},
+		{"status write that removes the guard where required", required(input(admissionv1.Update, "status", guarded("42"), &Object{}, "bob", held())), false, 403, "cannot be removed"},
+		{"the garbage collector finishes a cascade (finalizers and ownerReferences only)", func() Input {
+			in := cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:serviceaccount:kube-system:generic-garbage-collector", released))
+			in.CleanupOnly = true
+			return in
+		}(), true, 0, ""},
 		{"lease read fails: fail closed", func() Input {
 			in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
-			in.Lease = func(string, bool) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
+			in.Lease = func(string) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
 			return in
 		}(), false, 500, "fail closed"},
 	}
@@ -129,31 +167,29 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestFreshReadOnlyWhenCacheIsBehind(t *testing.T) {
-	cached := held()
-	live := held()
-	live.Token = 43
-	live.Holder, live.HolderUser = "carol", "carol"
-	reads := map[bool]int{}
-	in := input(admissionv1.Create, "", nil, guarded("43"), "carol", cached)
-	in.Lease = func(_ string, fresh bool) (LeaseState, error) {
-		reads[fresh]++
-		if fresh {
-			return live, nil
-		}
-		return cached, nil
-	}
-	if v := Decide(in); !v.Allowed {
-		t.Fatalf("token of a grant the cache has not seen yet was refused: %s", v.Message)
-	}
-	if reads[true] != 1 {
-		t.Fatalf("fresh reads %d, want 1", reads[true])
-	}
-	reads = map[bool]int{}
-	in.New = guarded("42")
-	in.Lease = func(_ string, fresh bool) (LeaseState, error) { reads[fresh]++; return cached, nil }
-	if v := Decide(in); !v.Allowed || reads[true] != 0 {
-		t.Fatalf("current token: allowed %v, fresh reads %d; want allowed from the cache alone", v.Allowed, reads[true])
+// Every decision that depends on a lease reads it through Input.Lease (the
+// handler's live, linearizable reader, memoized per decision), and a refusal
+// that needs no lease (a token below the object's own) reads nothing.
+func TestEveryLeaseDecisionReadsTheLeaseOnce(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		in    Input
+		reads bool
+	}{
+		{"current token", input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", held()), true},
+		{"inherited token, then the holder check", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", held()), true},
+		{"tokenless delete", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true},
+		{"below the object's token", input(admissionv1.Update, "", guarded("42"), guarded("41"), "alice", held()), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reads := 0
+			lease := c.in.Lease
+			c.in.Lease = func(name string) (LeaseState, error) { reads++; return lease(name) }
+			Decide(c.in)
+			if (reads > 0) != c.reads {
+				t.Fatalf("lease reads %d, want reads: %v", reads, c.reads)
+			}
+		})
 	}
 }
 
@@ -200,7 +236,7 @@ func FuzzDecide(f *testing.F) {
 		}
 		st := LeaseState{Exists: leaseToken >= 0, Token: leaseToken, Holder: holder, HolderUser: holder, ExpireTime: now.Add(time.Second)}
 		in := input(admissionv1.Operation(op), sub, oldObj, newObj, user, st)
-		in.Lease = func(string, bool) (LeaseState, error) { return st, nil }
+		in.Lease = func(string) (LeaseState, error) { return st, nil }
 		v := Decide(in)
 		if !v.Allowed && (v.Message == "" || v.Code == 0 || v.Reason == "") {
 			t.Fatalf("refusal without message, code or reason: %+v", v)

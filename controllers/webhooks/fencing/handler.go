@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -48,24 +46,33 @@ const (
 	PathScale    = "/fence-scale"
 )
 
-// DefaultSkew is subtracted from a tenure's expiry before the webhook refuses
-// its token as expired: it covers the difference between the webhook's clock
-// and the controller's (pods on different nodes).
+// DefaultSkew is part of the margin before a tenure's expiry from which the
+// webhook refuses its token: it covers the difference between the webhook's
+// clock and the controller's (pods on different nodes).
 const DefaultSkew = 100 * time.Millisecond
+
+// DefaultCommitLag bounds the time from the webhook's decision to the commit
+// of the write it admitted (the response's way back, the API server's other
+// admission, the etcd transaction). The webhook stops accepting a tenure's
+// token this long (plus DefaultSkew) before its expiry, and the controller
+// waits this long after a tenure it revoked, or after a lease name's earlier
+// incarnation, before it grants the next one.
+const DefaultCommitLag = time.Second
 
 // Handler is one generic admission.Handler over arbitrary kinds.
 type Handler struct {
 	Mode Mode
-	// Leases reads FencedLeases from the manager's cache.
-	Leases client.Reader
-	// LiveLeases reads FencedLeases from the API server; used only when a token is
-	// ahead of the cache or when the object is ahead of the cache.
-	LiveLeases client.Reader
+	// Leases reads FencedLeases from the API server for every decision that
+	// depends on a lease (never from a cache; see LeaseReader).
+	Leases *LeaseReader
 	// Parents reads the parent object of a /scale write.
 	Parents dynamic.Interface
-	// Clock is the webhook's clock; Skew covers its difference from the controller's.
-	Clock clock.PassiveClock
-	Skew  time.Duration
+	// Clock is the webhook's clock; Skew covers its difference from the
+	// controller's; CommitLag bounds the time from a decision to the write's
+	// commit (see CutOff).
+	Clock     clock.PassiveClock
+	Skew      time.Duration
+	CommitLag time.Duration
 	// CleanupUsers may DELETE guarded objects without holding their lease:
 	// the cluster's namespace controller and garbage collector
 	// (DefaultCleanupUsers in the deployed operator). Nil: nobody.
@@ -85,15 +92,18 @@ func Register(srv webhook.Server, base Handler) {
 // labels and annotations skips the rest of metadata (managedFields above all).
 type guardOnly struct {
 	Metadata struct {
-		Labels      map[string]string `json:"labels"`
-		Annotations map[string]string `json:"annotations"`
+		Labels          map[string]string `json:"labels"`
+		Annotations     map[string]string `json:"annotations"`
+		OwnerReferences []struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"ownerReferences"`
 	} `json:"metadata"`
 }
 
 // Handle decides one write.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
-	fresh := false
 	in := Input{
 		Operation:   req.Operation,
 		SubResource: req.SubResource,
@@ -102,29 +112,25 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		Requester:   Requester{Username: req.UserInfo.Username},
 		Now:         h.Clock.Now(),
 		Skew:        h.Skew,
+		CommitLag:   h.CommitLag,
 	}
 	if pods := req.UserInfo.Extra[webhooks.PodNameExtraKey]; len(pods) == 1 {
 		in.Requester.PodName = pods[0]
 	}
 	in.Requester.Cleanup = slices.Contains(h.CleanupUsers, req.UserInfo.Username)
 	// One decision may consult a lease more than once (an inherited token, then
-	// the holder check): read each lease once per source.
+	// the holder check): read each lease once per decision.
 	type leaseRead struct {
 		st  LeaseState
 		err error
 	}
 	reads := map[string]leaseRead{}
-	in.Lease = func(name string, live bool) (LeaseState, error) {
-		key := name
-		r := h.Leases
-		if live {
-			r, fresh, key = h.LiveLeases, true, "live/"+name
-		}
-		if got, ok := reads[key]; ok {
+	in.Lease = func(name string) (LeaseState, error) {
+		if got, ok := reads[name]; ok {
 			return got.st, got.err
 		}
-		st, err := readLease(ctx, r, req.Namespace, name)
-		reads[key] = leaseRead{st, err}
+		st, err := h.Leases.Read(ctx, req.Namespace, name)
+		reads[name] = leaseRead{st, err}
 		return st, err
 	}
 	var err error
@@ -133,15 +139,18 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	} else {
 		in.Old, in.New, err = decodeObjects(req)
 	}
+	if err == nil && in.Requester.Cleanup && req.Operation == admissionv1.Update {
+		in.CleanupOnly = onlyFinalizersOrOwnersChanged(req.OldObject.Raw, req.Object.Raw)
+	}
 	var v Verdict
 	if err != nil {
 		v = refuse(400, ReasonMalformed, "", 0, 0, "%v", err)
 	} else {
 		v = Decide(in)
 	}
-	metrics.FencingChecks.WithLabelValues(map[bool]string{true: "api", false: "cache"}[fresh]).Observe(time.Since(start).Seconds())
+	metrics.FencingChecks.WithLabelValues(map[bool]string{true: "api", false: "none"}[len(reads) > 0]).Observe(time.Since(start).Seconds())
 	if v.Allowed {
-		return admission.Allowed("")
+		return admission.Allowed("").WithWarnings(ownerWarnings(req, in.New)...)
 	}
 	h.report(ctx, req, v)
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
@@ -178,6 +187,41 @@ func (h *Handler) report(ctx context.Context, req admission.Request, v Verdict) 
 		"namespace", req.Namespace, "name", req.Name, "user", req.UserInfo.Username)
 }
 
+// ownerWarnings warns about every owner of a guarded object written with
+// ownerReferences: the garbage collector deletes the object when its owner
+// goes, and it is exempt from fencing, so the owner's deletion is fenced only
+// if the owner is guarded by the same lease.
+func ownerWarnings(req admission.Request, newObj *Object) []string {
+	if newObj == nil || newObj.Lease == "" || len(newObj.Owners) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(newObj.Owners))
+	for _, o := range newObj.Owners {
+		out = append(out, fmt.Sprintf("kubefence: %s %s/%s is guarded by lease %s and owned by %s; deleting the owner makes the garbage collector delete it without a fencing check, so guard the owner with lease %s too",
+			req.Kind.Kind, req.Namespace, req.Name, newObj.Lease, o, newObj.Lease))
+	}
+	return out
+}
+
+// onlyFinalizersOrOwnersChanged tells whether an update changes nothing but
+// metadata.finalizers and metadata.ownerReferences (besides what the API
+// server maintains itself): what the garbage collector does to finish
+// foreground and orphan cascades.
+func onlyFinalizersOrOwnersChanged(oldRaw, newRaw []byte) bool {
+	var o, n map[string]any
+	if json.Unmarshal(oldRaw, &o) != nil || json.Unmarshal(newRaw, &n) != nil {
+		return false
+	}
+	for _, m := range []map[string]any{o, n} {
+		if md, ok := m["metadata"].(map[string]any); ok {
+			for _, k := range []string{"finalizers", "ownerReferences", "resourceVersion", "managedFields", "generation"} {
+				delete(md, k)
+			}
+		}
+	}
+	return reflect.DeepEqual(o, n)
+}
+
 func decodeObjects(req admission.Request) (oldObj, newObj *Object, err error) {
 	if len(req.OldObject.Raw) > 0 {
 		if oldObj, err = decode(req.OldObject.Raw, req.Kind); err != nil {
@@ -197,7 +241,11 @@ func decode(raw []byte, kind metav1.GroupVersionKind) (*Object, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("cannot decode the %s object to read its kubefence.io/ guard (expected a JSON object with metadata): %v", kind.Kind, err)
 	}
-	return objectOf(m.Metadata.Labels, m.Metadata.Annotations), nil
+	o := objectOf(m.Metadata.Labels, m.Metadata.Annotations)
+	for _, ref := range m.Metadata.OwnerReferences {
+		o.Owners = append(o.Owners, ref.Kind+"/"+ref.Name)
+	}
+	return o, nil
 }
 
 func objectOf(labels, annotations map[string]string) *Object {
@@ -215,24 +263,4 @@ func (h *Handler) scaleParent(ctx context.Context, req admission.Request) (oldOb
 	}
 	o := objectOf(parent.GetLabels(), parent.GetAnnotations())
 	return o, o, nil
-}
-
-func readLease(ctx context.Context, r client.Reader, namespace, name string) (LeaseState, error) {
-	var l coordv1alpha1.FencedLease
-	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &l); err != nil {
-		if apierrors.IsNotFound(err) {
-			return LeaseState{}, nil
-		}
-		return LeaseState{}, err
-	}
-	st := LeaseState{Exists: true, Token: l.Status.FencingToken, Holder: l.Status.HolderIdentity, Binding: l.Spec.IdentityBinding, TokenBase: l.Status.TokenBase}
-	if l.Status.ExpireTime != nil {
-		st.ExpireTime = l.Status.ExpireTime.Time
-	}
-	for _, r := range l.Spec.Requests {
-		if r.HolderIdentity == st.Holder {
-			st.HolderUser = r.User
-		}
-	}
-	return st, nil
 }

@@ -1,0 +1,175 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// DefaultReadTimeout bounds one live read of a lease: well inside the
+// webhooks' 3 s timeout, so that a slow read is refused (fail closed) with a
+// message rather than cut off by the API server.
+const DefaultReadTimeout = 2 * time.Second
+
+// LeaseReader reads FencedLeases from the API server for the fencing rule.
+//
+// Every read is linearizable: a plain GET (no resourceVersion) is a quorum
+// read from etcd, so it reflects every write committed before it started.
+// Concurrent decisions about one lease share reads (single flight), but a
+// decision only joins a read that started after the decision began: a read
+// that started earlier might miss a grant or a tenure end committed just
+// before the write arrived. So there is at most one read in flight and one
+// queued per lease, whatever the write rate, and a flood of writes naming
+// one lease (forged tokens among them) costs at most that lease's queue; the
+// reader's client has its own rate limiter, apart from the manager's.
+type LeaseReader struct {
+	// Reader reads from the API server, never from a cache.
+	Reader client.Reader
+	// Timeout bounds one read (default DefaultReadTimeout).
+	Timeout time.Duration
+
+	mu      sync.Mutex
+	flights map[types.NamespacedName]*leaseFlights
+	// reads counts the API reads made (for tests and benchmarks).
+	reads int64
+}
+
+type leaseFlights struct {
+	running, next *flight
+}
+
+type flight struct {
+	done chan struct{}
+	st   LeaseState
+	err  error
+}
+
+// Reads is how many API reads the reader has made.
+func (r *LeaseReader) Reads() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads
+}
+
+// Read returns the lease's state from a read that started after Read was called.
+func (r *LeaseReader) Read(ctx context.Context, namespace, name string) (LeaseState, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	r.mu.Lock()
+	if r.flights == nil {
+		r.flights = map[types.NamespacedName]*leaseFlights{}
+	}
+	lf := r.flights[key]
+	if lf == nil {
+		lf = &leaseFlights{}
+		r.flights[key] = lf
+	}
+	var f *flight
+	if lf.running == nil {
+		// Nothing in flight: start a read now.
+		f = &flight{done: make(chan struct{})}
+		lf.running = f
+		r.reads++
+		r.mu.Unlock()
+		go r.run(key, lf, f)
+	} else {
+		// A read is in flight, but it started before this call: wait for the
+		// next one, which starts when it ends.
+		if lf.next == nil {
+			lf.next = &flight{done: make(chan struct{})}
+		}
+		f = lf.next
+		r.mu.Unlock()
+	}
+	select {
+	case <-f.done:
+		return f.st, f.err
+	case <-ctx.Done():
+		return LeaseState{}, ctx.Err()
+	}
+}
+
+func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight) {
+	for f != nil {
+		timeout := r.Timeout
+		if timeout <= 0 {
+			timeout = DefaultReadTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		f.st, f.err = readLease(ctx, r.Reader, key.Namespace, key.Name)
+		cancel()
+		close(f.done)
+
+		r.mu.Lock()
+		f = lf.next
+		lf.next = nil
+		lf.running = f
+		if f == nil {
+			delete(r.flights, key)
+		} else {
+			r.reads++
+		}
+		r.mu.Unlock()
+	}
+}
+
+// readLease reduces a FencedLease to what the fencing rule needs. A tenure
+// counts as ended (no holder) as soon as it is ended in the API server, even
+// before the controller records the end in status: when the lease is being
+// deleted, when the holder's request is gone (a release, or an operator's
+// revocation), or when the request was withdrawn and made again (its
+// renewSequence fell below the one the controller acknowledged).
+func readLease(ctx context.Context, r client.Reader, namespace, name string) (LeaseState, error) {
+	var l coordv1alpha1.FencedLease
+	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return LeaseState{}, nil
+		}
+		return LeaseState{}, err
+	}
+	st := LeaseState{Exists: true, Token: l.Status.FencingToken, Holder: l.Status.HolderIdentity, Binding: l.Spec.IdentityBinding,
+		TokenBase: l.Status.TokenBase, LeaseDuration: time.Duration(l.Status.LeaseDurationSeconds) * time.Second}
+	if l.Status.ExpireTime != nil {
+		st.ExpireTime = l.Status.ExpireTime.Time
+	}
+	if st.Holder == "" {
+		return st, nil
+	}
+	found := false
+	for _, req := range l.Spec.Requests {
+		if req.HolderIdentity == st.Holder {
+			found = true
+			st.HolderUser = req.User
+			if req.RenewSequence < l.Status.RenewSequence {
+				found = false
+			}
+		}
+	}
+	if !found || !l.DeletionTimestamp.IsZero() {
+		st.Holder, st.HolderUser, st.ExpireTime = "", "", time.Time{}
+	}
+	return st, nil
+}
+
+// NewLeaseReader is a LeaseReader with a client of its own for cfg: its own
+// connection pool and rate limiter (QPS 500, burst 1000), so that the
+// webhook's reads neither wait behind the manager's other requests nor
+// starve them.
+func NewLeaseReader(cfg *rest.Config, scheme *runtime.Scheme) (*LeaseReader, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.RateLimiter = nil
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the fencing webhook's lease client: %w", err)
+	}
+	return &LeaseReader{Reader: c}, nil
+}

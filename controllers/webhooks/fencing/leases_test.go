@@ -1,0 +1,82 @@
+package fencing
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// gatedReader serves a lease whose token is the number of reads started so
+// far; each read waits for a release.
+type gatedReader struct {
+	client.Reader
+	started atomic.Int64
+	release chan struct{}
+}
+
+func (g *gatedReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	n := g.started.Add(1)
+	<-g.release
+	l := obj.(*coordv1alpha1.FencedLease)
+	exp := metav1.NewMicroTime(time.Now().Add(time.Minute))
+	*l = coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec:   coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{{HolderIdentity: "a", User: "alice"}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: n, ExpireTime: &exp}}
+	return nil
+}
+
+// A decision never uses a read that started before it arrived (it could miss
+// a grant committed just before), and concurrent decisions share the reads
+// that started after they arrived: one running and one queued per lease.
+func TestLeaseReaderJoinsOnlyReadsStartedAfterArrival(t *testing.T) {
+	g := &gatedReader{release: make(chan struct{})}
+	r := &LeaseReader{Reader: g}
+	ctx := context.Background()
+
+	first := make(chan LeaseState, 1)
+	go func() { st, _ := r.Read(ctx, "ns", "job"); first <- st }()
+	waitUntil(t, func() bool { return g.started.Load() == 1 })
+
+	// Ten decisions arrive while read 1 runs: none may use it.
+	var wg sync.WaitGroup
+	later := make(chan LeaseState, 10)
+	for range 10 {
+		wg.Add(1)
+		go func() { defer wg.Done(); st, _ := r.Read(ctx, "ns", "job"); later <- st }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	g.release <- struct{}{} // read 1 ends; read 2 starts for the ten
+	if st := <-first; st.Token != 1 {
+		t.Fatalf("first decision got read %d, want 1", st.Token)
+	}
+	waitUntil(t, func() bool { return g.started.Load() == 2 })
+	g.release <- struct{}{}
+	wg.Wait()
+	close(later)
+	for st := range later {
+		if st.Token != 2 {
+			t.Fatalf("a decision that arrived during read 1 got read %d, want 2 (a read that started after it arrived)", st.Token)
+		}
+	}
+	if got := r.Reads(); got != 2 {
+		t.Fatalf("API reads %d for 11 decisions, want 2", got)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,13 +57,19 @@ func main() {
 		webhookCertMode, webhookServiceName              string
 		webhookSecretName                                string
 		driftRatio                                       float64
-		minDrift, webhookSkew                            time.Duration
+		minDrift, webhookSkew, maxCommitLag              time.Duration
+		singleReplica                                    bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
+	flag.BoolVar(&enableLeaderElection, "leader-elect", true,
 		"Enable leader election for the controller manager, so that only one replica grants and expires leases.")
+	flag.BoolVar(&singleReplica, "single-replica", false,
+		"Run without leader election (with --leader-elect=false): only if this is the only replica. Two controllers deciding at once stay safe but fight over every lease.")
+	flag.DurationVar(&maxCommitLag, "max-commit-lag", fencing.DefaultCommitLag,
+		"The longest the API server may take to commit a guarded write after the fencing webhook admitted it. The webhook stops accepting a token this long (plus --webhook-clock-skew, at most a third of the lease) before its tenure's expiry, "+
+			"and the controller waits this long after an operator revokes a tenure, and before the first grant of a recreated lease.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, behind authentication and authorization.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "The port the webhook server listens on.")
@@ -103,7 +110,11 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 
-	timing := controllers.Timing{DriftRatio: driftRatio, MinDrift: minDrift}
+	if !enableLeaderElection && !singleReplica {
+		setupLog.Error(errors.New("--leader-elect=false needs --single-replica: without leader election every replica grants and expires leases"), "Invalid flags")
+		os.Exit(1)
+	}
+	timing := controllers.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid drift settings")
 		os.Exit(1)
@@ -189,7 +200,14 @@ func main() {
 		os.Exit(1)
 	}
 	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users, AdminGroups: adminGroups}).SetupWithManager(mgr); err != nil {
+	switch {
+	case len(cleanupUsers) == 0:
+		cleanupUsers = fencing.DefaultCleanupUsers
+	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
+		cleanupUsers = nil
+	}
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users, AdminGroups: adminGroups, CleanupUsers: cleanupUsers,
+		ExcludedNamespaces: []string{namespace, "kube-system"}}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
 		os.Exit(1)
 	}
@@ -199,19 +217,13 @@ func main() {
 		setupLog.Error(err, "Failed to create dynamic client")
 		os.Exit(1)
 	}
-	switch {
-	case len(cleanupUsers) == 0:
-		cleanupUsers = fencing.DefaultCleanupUsers
-	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
-		cleanupUsers = nil
-	}
 	leases, err := fencing.NewLeaseReader(mgr.GetConfig(), mgr.GetScheme())
 	if err != nil {
 		setupLog.Error(err, "Failed to create the fencing webhook's lease reader")
 		os.Exit(1)
 	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
+		Leases: leases, Parents: dyn, CommitLag: maxCommitLag,
 		Clock: clock.RealClock{}, Skew: webhookSkew, CleanupUsers: cleanupUsers,
 	})
 

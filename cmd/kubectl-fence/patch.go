@@ -62,9 +62,27 @@ func releasePatch(lease *coordv1alpha1.FencedLease, identity string) ([]patchOp,
 	ops := testRequest(lease, i)
 	if identity == lease.Status.HolderIdentity {
 		ops = append(ops, testHolder(lease))
+		ops = append(ops, revokeOps(lease)...)
 	}
 	return append(ops, patchOp{Op: "remove", Path: requestPath(i)}), nil
 }
+
+// revokeOps mark the holder's tenure as revoked by an operator (annotation
+// coordination.kubefence.io/revoked=<holder>/<token>), which the webhook
+// requires in the write that removes the holder's request: the controller then
+// waits for the revoked holder's admitted writes to commit before the next
+// grant. The JSON pointer escapes "/" as "~1".
+func revokeOps(lease *coordv1alpha1.FencedLease) []patchOp {
+	mark := fmt.Sprintf("%s/%d", lease.Status.HolderIdentity, lease.Status.FencingToken)
+	if lease.Annotations == nil {
+		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: map[string]string{revokedAnnotation: mark}}}
+	}
+	return []patchOp{{Op: "add", Path: "/metadata/annotations/" + strings.ReplaceAll(revokedAnnotation, "/", "~1"), Value: mark}}
+}
+
+// revokedAnnotation is controllers.RevokedAnnotation (the plugin does not
+// import the operator).
+const revokedAnnotation = "coordination.kubefence.io/revoked"
 
 // handoverPatch moves to's request to the front of the queue and removes the
 // holder's, so that the controller ends the tenure as Released and grants to
@@ -88,6 +106,7 @@ func handoverPatch(lease *coordv1alpha1.FencedLease, to string) ([]patchOp, erro
 	}
 	ops := append([]patchOp{testHolder(lease)}, testRequest(lease, hi)...)
 	ops = append(ops, testRequest(lease, ti)...)
+	ops = append(ops, revokeOps(lease)...)
 	if ti != 0 {
 		ops = append(ops, patchOp{Op: "move", From: requestPath(ti), Path: requestPath(0)})
 		// Moving to's request to the front shifts the ones it passed by one.

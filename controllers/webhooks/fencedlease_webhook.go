@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -32,11 +33,23 @@ type FencedLeaseValidator struct {
 	// AdminGroups may change a lease's settings (leaseDurationSeconds,
 	// lockDelaySeconds, minFencingToken) after it was created; clients, who may
 	// update the lease to queue and renew, may not (a shorter duration or a huge
-	// floor would let them disturb other holders). Default: system:masters.
+	// floor would let them disturb other holders). They may also act as
+	// operators (kubectl fence release and handover: remove or reorder others'
+	// requests, revoking the holder's tenure with the revoked annotation),
+	// change ownerReferences and finalizers, and delete a held lease.
+	// Default: system:masters.
 	AdminGroups []string
+	// CleanupUsers may delete leases and change their ownerReferences and
+	// finalizers: the cluster's namespace controller and garbage collector, so
+	// that a namespace holding FencedLeases can finish terminating.
+	CleanupUsers []string
+	// ExcludedNamespaces are the namespaces the fencing webhooks never look
+	// at (the operator's own, kube-system): a FencedLease there would guard
+	// nothing, so creating one is refused.
+	ExcludedNamespaces []string
 }
 
-// +kubebuilder:webhook:path=/validate-coordination-kubefence-io-v1alpha1-fencedlease,mutating=false,failurePolicy=fail,sideEffects=None,groups=coordination.kubefence.io,resources=fencedleases;fencedleases/status,verbs=create;update,versions=v1alpha1,name=vfencedlease-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=3
+// +kubebuilder:webhook:path=/validate-coordination-kubefence-io-v1alpha1-fencedlease,mutating=false,failurePolicy=fail,sideEffects=None,groups=coordination.kubefence.io,resources=fencedleases;fencedleases/status,verbs=create;update;delete,versions=v1alpha1,name=vfencedlease-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=3
 
 // SetupWithManager registers the webhook.
 func (v *FencedLeaseValidator) SetupWithManager(mgr ctrl.Manager) error {
@@ -47,12 +60,21 @@ var _ admission.Validator[*coordv1alpha1.FencedLease] = &FencedLeaseValidator{}
 
 // ValidateCreate lets a client create a lease with no requests or with its own.
 func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+	if slices.Contains(v.ExcludedNamespaces, lease.Namespace) {
+		return nil, v.refuse(lease, "namespace", fmt.Sprintf(
+			"FencedLeases cannot be created in namespace %s: the fencing webhooks never look at it (excluded: %s), so objects guarded there would not be fenced; create the lease in the namespace of the objects it guards",
+			lease.Namespace, strings.Join(v.ExcludedNamespaces, ", ")))
+	}
 	user, sub, err := requester(ctx)
 	if err != nil || v.isController(user) {
 		return nil, err
 	}
 	if sub != "" {
 		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller")
+	}
+	if len(lease.OwnerReferences) > 0 && !v.isAdmin(user) {
+		return nil, v.refuse(lease, "owner", fmt.Sprintf(
+			"only the kubefence controller and members of %v may set ownerReferences on a FencedLease: the garbage collector deletes a lease whose owner is gone, which would depose its holder", v.adminGroups()))
 	}
 	if _, ok := lease.Annotations[controllers.ExpiredAnnotation]; ok {
 		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
@@ -80,13 +102,43 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if slices.Contains(oldLease.Finalizers, controllers.EpochFinalizer) && !slices.Contains(lease.Finalizers, controllers.EpochFinalizer) {
 		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", controllers.EpochFinalizer))
 	}
+	privileged := v.isAdmin(user) || slices.Contains(v.CleanupUsers, user.Username)
+	if !privileged && !equality.Semantic.DeepEqual(oldLease.OwnerReferences, lease.OwnerReferences) {
+		return nil, v.refuse(lease, "owner", fmt.Sprintf(
+			"only the kubefence controller, members of %v and the cluster's clean-up controllers may change the ownerReferences of a FencedLease: the garbage collector deletes a lease whose owner is gone, which would depose its holder", v.adminGroups()))
+	}
+	if !privileged && !slices.Equal(oldLease.Finalizers, lease.Finalizers) {
+		return nil, v.refuse(lease, "finalizer", fmt.Sprintf(
+			"only the kubefence controller, members of %v and the cluster's clean-up controllers may change the finalizers of a FencedLease: a foreign finalizer would keep a deleted lease terminating forever", v.adminGroups()))
+	}
+	if privileged && !v.isAdmin(user) {
+		// A clean-up controller finishing a cascade: nothing but metadata.
+		if !equality.Semantic.DeepEqual(oldLease.Spec, lease.Spec) || !equality.Semantic.DeepEqual(oldLease.Annotations, lease.Annotations) {
+			return nil, v.refuse(lease, "foreign-request", fmt.Sprintf("%s may change only the ownerReferences and finalizers of a FencedLease", user.Username))
+		}
+		return nil, nil
+	}
 	oldAnn, hadAnn := oldLease.Annotations[controllers.ExpiredAnnotation]
 	newAnn, hasAnn := lease.Annotations[controllers.ExpiredAnnotation]
 	if hadAnn != hasAnn || oldAnn != newAnn {
 		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
 	}
-	if err := checkRequestChanges(oldLease, lease, user); err != nil {
-		return nil, v.refuse(lease, "foreign-request", err.Error())
+	if v.isAdmin(user) {
+		// An operator action: it may remove and reorder others' requests, but
+		// removing the holder's must say so, so that the controller waits for
+		// the revoked holder's admitted writes before the next grant.
+		if err := checkRevocation(oldLease, lease, user); err != nil {
+			return nil, v.refuse(lease, "revocation", err.Error())
+		}
+	} else {
+		oldRev, hadRev := oldLease.Annotations[controllers.RevokedAnnotation]
+		newRev, hasRev := lease.Annotations[controllers.RevokedAnnotation]
+		if hadRev != hasRev || oldRev != newRev {
+			return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by operators (members of %v) revoking a tenure", controllers.RevokedAnnotation, v.adminGroups()))
+		}
+		if err := checkRequestChanges(oldLease, lease, user); err != nil {
+			return nil, v.refuse(lease, "foreign-request", err.Error())
+		}
 	}
 	if settingsChanged(oldLease, lease) && !v.isAdmin(user) {
 		return nil, v.refuse(lease, "settings", fmt.Sprintf(
@@ -118,10 +170,46 @@ func (v *FencedLeaseValidator) isAdmin(user authenticationv1.UserInfo) bool {
 	return false
 }
 
-// ValidateDelete allows deletion: RBAC decides who may delete a lease, and the
-// epoch finalizer carries its tokens forward.
-func (v *FencedLeaseValidator) ValidateDelete(context.Context, *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+// ValidateDelete lets the controller, lease admins and the cluster's clean-up
+// controllers delete a lease, and anyone RBAC allows delete a lease nobody
+// holds: deleting a held lease deposes its holder, which a candidate must not
+// be able to do. The epoch finalizer carries the tokens forward either way.
+func (v *FencedLeaseValidator) ValidateDelete(ctx context.Context, lease *coordv1alpha1.FencedLease) (admission.Warnings, error) {
+	user, _, err := requester(ctx)
+	if err != nil || v.isController(user) || v.isAdmin(user) || slices.Contains(v.CleanupUsers, user.Username) {
+		return nil, err
+	}
+	if lease.Status.HolderIdentity != "" {
+		return nil, v.refuse(lease, "delete", fmt.Sprintf(
+			"fencedlease %s/%s is held by %s (token %d): only the kubefence controller, members of %v and the cluster's clean-up controllers may delete a held lease; release it first (kubectl fence release)",
+			lease.Namespace, lease.Name, lease.Status.HolderIdentity, lease.Status.FencingToken, v.adminGroups()))
+	}
 	return nil, nil
+}
+
+// checkRevocation lets an operator remove the holder's request only with the
+// revoked annotation naming that tenure ("<holder>/<token>").
+func checkRevocation(oldLease, lease *coordv1alpha1.FencedLease, user authenticationv1.UserInfo) error {
+	h := oldLease.Status.HolderIdentity
+	if h == "" {
+		return nil
+	}
+	for _, r := range lease.Spec.Requests {
+		if r.HolderIdentity == h {
+			return nil
+		}
+	}
+	for _, r := range oldLease.Spec.Requests {
+		if r.HolderIdentity == h && ownsRequest(lease, r, user) == nil {
+			return nil // the holder releasing its own request
+		}
+	}
+	want := fmt.Sprintf("%s/%d", h, oldLease.Status.FencingToken)
+	if lease.Annotations[controllers.RevokedAnnotation] != want {
+		return fmt.Errorf("removing the request of holder %q revokes its tenure: set annotation %s=%s in the same write (kubectl fence release and handover do), so that the controller waits for that holder's admitted writes before it grants the lease again",
+			h, controllers.RevokedAnnotation, want)
+	}
+	return nil
 }
 
 func (v *FencedLeaseValidator) isController(user authenticationv1.UserInfo) bool {

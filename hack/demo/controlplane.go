@@ -184,7 +184,7 @@ func (cp *controlPlane) startOperator(ctx context.Context) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{review.Status.UserInfo.Username}}).SetupWithManager(mgr); err != nil {
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{review.Status.UserInfo.Username}, CleanupUsers: fencing.DefaultCleanupUsers, ExcludedNamespaces: []string{"kubefence-system", "kube-system"}}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease webhook: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cp.cfg)
@@ -197,7 +197,7 @@ func (cp *controlPlane) startOperator(ctx context.Context) error {
 	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
 		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
+		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CleanupUsers: fencing.DefaultCleanupUsers,
 	})
 
 	opCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

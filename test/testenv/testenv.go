@@ -101,7 +101,7 @@ func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctr
 // writes with a dynamic client for cfg, with the real clock,
 // fencing.DefaultSkew and fencing.DefaultCleanupUsers, as cmd/main.go does.
 func RegisterWebhooks(mgr ctrl.Manager, cfg *rest.Config, controllerUsers []string) error {
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: controllerUsers}).SetupWithManager(mgr); err != nil {
+	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: controllerUsers, CleanupUsers: fencing.DefaultCleanupUsers, ExcludedNamespaces: []string{"kubefence-system", "kube-system"}}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)

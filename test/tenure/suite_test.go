@@ -1,0 +1,236 @@
+// Package tenure_test proves the fencing promise for every way a tenure ends
+// (expiry, release, operator release and hand-over, delete-then-recreate) and
+// every write path, against a real kube-apiserver and etcd. Its webhook
+// manager's informer cache can be frozen, and its webhook answers can be
+// delayed after the decision, so that neither a lagging cache nor the time
+// from admission to commit can let an old token in (docs/design.md).
+package tenure_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
+)
+
+const operatorNamespace = "kubefence-system"
+
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.WithWatch
+	scheme    = runtime.NewScheme()
+	suiteCtx  context.Context
+	cancel    context.CancelFunc
+	users     = map[string]client.WithWatch{}
+	adminUser string
+	// freeze holds the webhook manager's FencedLease watch: its informer
+	// cache then shows the leases as they were.
+	freeze = &watchFreezer{}
+	// answerDelay delays every fencing webhook answer after the decision.
+	answerDelay atomic.Int64
+)
+
+func TestTenure(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(15 * time.Second)
+	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
+		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
+	suiteCtx, cancel = context.WithCancel(context.Background())
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	testEnv = testenv.NewEnvironment("../..")
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	adminUser, err = testenv.AdminUser(suiteCtx, k8sClient)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	grantRoles()
+	for _, name := range []string{"alice", "bob", "mallory"} {
+		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		users[name] = c
+	}
+	// An operator: a lease admin (system:masters is the default admin group),
+	// not a controller user.
+	op, err := testEnv.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	users["operator"], err = client.NewWithWatch(op.Config(), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	// The webhooks, wired as the operator wires them, on a manager whose
+	// FencedLease watch can be frozen and whose answers can be delayed.
+	whCfg := rest.CopyConfig(cfg)
+	whCfg.Wrap(freeze.wrap)
+	opts := testenv.WebhookManagerOptions(testEnv, scheme)
+	opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
+	whMgr, err := ctrl.NewManager(whCfg, opts)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(whMgr.Start(suiteCtx)).To(Succeed())
+	}()
+	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
+	// The manager reads FencedLeases through its cache: start that informer.
+	Expect(whMgr.GetCache().WaitForCacheSync(suiteCtx)).To(BeTrue())
+	var l coordv1alpha1.FencedLeaseList
+	Expect(whMgr.GetClient().List(suiteCtx, &l)).To(Succeed())
+
+	ctrlMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(testenv.NewReconciler(ctrlMgr, operatorNamespace).SetupWithManager(ctrlMgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(ctrlMgr.Start(suiteCtx)).To(Succeed())
+	}()
+})
+
+var _ = AfterSuite(func() {
+	freeze.set(false)
+	if cancel != nil {
+		cancel()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// grantRoles gives group kubefence:clients what fencedlease-candidate-role
+// gives a lease client, plus full rights on the guarded objects of the tests
+// (Widgets, Pods, Deployments, evictions), so that only fencing refuses.
+func grantRoles() {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenure-client"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		},
+	}
+	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
+	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenure-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
+	})).To(Succeed())
+}
+
+// watchFreezer holds the bodies of FencedLease watch responses while frozen.
+type watchFreezer struct {
+	mu     sync.Mutex
+	frozen bool
+	thaw   chan struct{}
+}
+
+func (f *watchFreezer) set(frozen bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if frozen && !f.frozen {
+		f.thaw = make(chan struct{})
+	}
+	if !frozen && f.frozen {
+		close(f.thaw)
+	}
+	f.frozen = frozen
+}
+
+func (f *watchFreezer) gate() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen {
+		return nil
+	}
+	return f.thaw
+}
+
+func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && req.URL.Query().Get("watch") == "true" && strings.Contains(req.URL.Path, "/fencedleases") {
+			resp.Body = &frozenBody{ReadCloser: resp.Body, f: f}
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+type frozenBody struct {
+	io.ReadCloser
+	f *watchFreezer
+}
+
+func (b *frozenBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if g := b.f.gate(); g != nil {
+		<-g // hold what was read until thawed
+	}
+	return n, err
+}
+
+// delayingServer delays every fencing webhook answer by answerDelay after the
+// handler decided: the time from admission to commit grows by that much.
+type delayingServer struct{ webhook.Server }
+
+func (s *delayingServer) Register(path string, h http.Handler) {
+	if !strings.HasPrefix(path, "/fence-") {
+		s.Server.Register(path, h)
+		return
+	}
+	s.Server.Register(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		time.Sleep(time.Duration(answerDelay.Load()))
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = io.Copy(w, bytes.NewReader(rec.Body.Bytes()))
+	}))
+}

@@ -55,8 +55,8 @@ verify-fmt: ## Fail when gofmt would change a file.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: verify-generated verify-fmt vet kustomize setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./... -count=1 -timeout 30m $(TEST_ARGS)
+test: verify-generated verify-fmt vet kustomize helm gotestsum setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd (one line per package with its duration; GOTESTSUM_FORMAT=testname for one per test).
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" $(GOTESTSUM) --format $(GOTESTSUM_FORMAT) -- ./... -count=1 -timeout 30m $(TEST_ARGS)
 	$(MAKE) --no-print-directory fuzz
 
 HISTORY_WRITES ?= 100000
@@ -121,13 +121,13 @@ uninstall: manifests kustomize ## Uninstall the CRDs. Call with ignore-not-found
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig.
+deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig (DEPLOY_CONFIG=config/cert-manager for cert-manager certificates).
 	cd config/manager && $(KUSTOMIZE) edit set image controller=${IMG}
-	$(KUSTOMIZE) build config/default | $(KUBECTL) apply -f -
+	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) apply -f -
 
 .PHONY: undeploy
-undeploy: kustomize ## Undeploy the operator. Call with ignore-not-found=true to ignore missing resources.
-	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+undeploy: kustomize ## Undeploy the operator, keeping the CRD, the namespace and the epoch store (token history) unless KEEP_HISTORY=false. ignore-not-found=true ignores missing resources.
+	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) $(UNDEPLOY_SELECTOR) -f -
 
 ##@ Dependencies
 
@@ -173,3 +173,77 @@ mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
 } ;\
 ln -sf "$$(realpath -- "$(1)-$(3)")" "$(1)"
 endef
+
+##@ Packaging tools (Helm for dist/chart, gotestsum for make test's progress)
+
+HELM ?= $(LOCALBIN)/helm
+GOTESTSUM ?= $(LOCALBIN)/gotestsum
+
+HELM_VERSION ?= v3.22.0
+GOTESTSUM_VERSION ?= v1.13.0
+
+.PHONY: helm
+helm: $(HELM) ## Install helm into ./bin (built from the Go module proxy).
+$(HELM): | $(LOCALBIN)
+	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
+
+.PHONY: gotestsum
+gotestsum: $(GOTESTSUM) ## Install gotestsum into ./bin.
+$(GOTESTSUM): | $(LOCALBIN)
+	$(call go-install-tool,$(GOTESTSUM),gotest.tools/gotestsum,$(GOTESTSUM_VERSION))
+
+##@ Multi-arch image
+
+# PLATFORMS lists the platforms docker-buildx builds the manager image for.
+PLATFORMS ?= linux/arm64,linux/amd64,linux/s390x,linux/ppc64le
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the manager image for PLATFORMS (docker buildx; the Dockerfile cross-compiles on the build platform).
+	- $(CONTAINER_TOOL) buildx create --name kubefence-builder
+	$(CONTAINER_TOOL) buildx use kubefence-builder
+	- $(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) --tag ${IMG} -f Dockerfile .
+	- $(CONTAINER_TOOL) buildx rm kubefence-builder
+
+##@ Install configurations and token history
+
+# DEPLOY_CONFIG is the kustomize directory deploy and undeploy build:
+# config/default (self-signed webhook certificates) or config/cert-manager.
+DEPLOY_CONFIG ?= config/default
+# KEEP_HISTORY=true (the default) makes undeploy keep every object labelled
+# kubefence.io/token-history=true: the FencedLease CRD (and so every lease),
+# the operator namespace and the epoch store ConfigMap kubefence-epochs.
+# Deleting them makes a reinstalled operator issue tokens from 1 again
+# (docs/operations.md#upgrading).
+KEEP_HISTORY ?= true
+UNDEPLOY_SELECTOR = $(if $(filter false,$(KEEP_HISTORY)),,--selector='kubefence.io/token-history!=true')
+
+##@ Helm chart (dist/chart)
+
+.PHONY: chart-sync
+chart-sync: manifests ## Copy the generated CRD and the alert rules into dist/chart/files (test/install fails when they differ).
+	mkdir -p dist/chart/files/crds
+	cp config/crd/bases/coordination.kubefence.io_fencedleases.yaml dist/chart/files/crds/
+	cp config/prometheus/prometheus_rule.yaml dist/chart/files/
+
+.PHONY: helm-lint
+helm-lint: helm ## Lint the Helm chart.
+	$(HELM) lint --strict dist/chart
+
+##@ Test progress and other Kubernetes minors
+
+# GOTESTSUM_FORMAT is how make test reports: pkgname-and-test-fails prints each
+# package with its duration as it finishes (and the output of failed tests);
+# testname prints every test.
+GOTESTSUM_FORMAT ?= pkgname-and-test-fails
+
+# The suites that exercise the API server itself (CRD validation and CEL,
+# admission webhooks, the controller, the install manifests and chart); the
+# long fault, history and example suites stay on the default version.
+K8S_MINOR_PACKAGES ?= ./test/api/... ./controllers/... ./test/install/...
+
+# K8S_MINOR_VERSION is the other Kubernetes version test-k8s-minor runs against.
+K8S_MINOR_VERSION ?= 1.36.0
+
+.PHONY: test-k8s-minor
+test-k8s-minor: kustomize helm gotestsum $(SETUP_ENVTEST) ## Run the API-server suites against another Kubernetes (K8S_MINOR_VERSION, default 1.36.0; hack/setup-envtest.sh builds it from the module proxy in about 15 min the first time).
+	KUBEBUILDER_ASSETS="$$(ENVTEST_K8S_VERSION=$(K8S_MINOR_VERSION) ./hack/setup-envtest.sh | tail -n1)" $(GOTESTSUM) --format $(GOTESTSUM_FORMAT) -- $(K8S_MINOR_PACKAGES) -count=1 -timeout 30m $(TEST_ARGS)

@@ -1,0 +1,35 @@
+{{/* Labels Helm adds to every object, besides those of config/. */}}
+{{- define "kubefence.helmLabels" -}}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The labels of most objects: those of config/ plus Helm's. */}}
+{{- define "kubefence.labels" -}}
+app.kubernetes.io/name: kubefence
+{{ include "kubefence.helmLabels" . }}
+{{- end -}}
+
+{{/* Whether cert-manager issues the webhook certificate. */}}
+{{- define "kubefence.certManager" -}}
+{{- if eq .Values.certificates.mode "cert-manager" -}}true{{- else if eq .Values.certificates.mode "self-signed" -}}{{- else -}}
+{{- fail (printf "certificates.mode %q: expected \"self-signed\" or \"cert-manager\"" .Values.certificates.mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* annotations of the validating webhook configurations. */}}
+{{- define "kubefence.webhookAnnotations" -}}
+{{- if include "kubefence.certManager" . -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/kubefence-serving-cert
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces the fencing webhooks never match. */}}
+{{- define "kubefence.excludedNamespaces" -}}
+{{- $ns := list .Release.Namespace -}}
+{{- range .Values.excludedNamespaces -}}{{- if ne . $.Release.Namespace -}}{{- $ns = append $ns . -}}{{- end -}}{{- end -}}
+{{- toJson $ns -}}
+{{- end -}}

@@ -1,0 +1,259 @@
+package install
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// TestCertManagerComponent checks config/cert-manager (config/default plus
+// the component config/components/cert-manager) object by object.
+func TestCertManagerComponent(t *testing.T) {
+	docs := documents(t, buildDir(t, "config/cert-manager"))
+	defaults := documents(t, buildDir(t, "config/default"))
+
+	for _, d := range docs {
+		name := d["metadata"].(map[string]any)["name"]
+		if d["kind"] == "Secret" || strings.Contains(name.(string), "cert-rotation") {
+			t.Errorf("%s %s is left in: self-signed mode only (cert-manager creates its own Secret of type kubernetes.io/tls)", d["kind"], name)
+		}
+	}
+
+	deps := decodeKind[appsv1.Deployment](t, docs, "Deployment")
+	defDeps := decodeKind[appsv1.Deployment](t, defaults, "Deployment")
+	if len(deps) != 1 || len(defDeps) != 1 {
+		t.Fatalf("%d and %d Deployments, want 1 each", len(deps), len(defDeps))
+	}
+	// The component replaces args whole: they must be config/default's without
+	// the self-signed flags, plus provided mode.
+	var want []string
+	for _, a := range defDeps[0].Spec.Template.Spec.Containers[0].Args {
+		if !strings.HasPrefix(a, "--webhook-cert-mode=") && !strings.HasPrefix(a, "--webhook-service-name=") &&
+			!strings.HasPrefix(a, "--webhook-secret-name=") && !strings.HasPrefix(a, "--webhook-configuration-name=") {
+			want = append(want, a)
+		}
+	}
+	want = append(want, "--webhook-cert-mode=provided")
+	if got := deps[0].Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
+		t.Errorf("manager args %v, want %v (keep config/components/cert-manager/manager_patch.yaml in step with config/manager/manager.yaml)", got, want)
+	}
+	secretName := ""
+	for _, v := range deps[0].Spec.Template.Spec.Volumes {
+		if v.Name == "webhook-certs" && v.Secret != nil {
+			secretName = v.Secret.SecretName
+		}
+	}
+
+	var certName, certNS, issuerName string
+	for _, d := range docs {
+		u := unstructured.Unstructured{Object: d}
+		switch d["kind"] {
+		case "Certificate":
+			certName, certNS = u.GetName(), u.GetNamespace()
+			dns, _, _ := unstructured.NestedStringSlice(d, "spec", "dnsNames")
+			wantDNS := []string{"kubefence-webhook-service.kubefence-system.svc", "kubefence-webhook-service.kubefence-system.svc.cluster.local"}
+			if !slices.Equal(dns, wantDNS) {
+				t.Errorf("Certificate dnsNames %v, want %v", dns, wantDNS)
+			}
+			sn, _, _ := unstructured.NestedString(d, "spec", "secretName")
+			if sn != secretName || sn != "kubefence-webhook-server-cert" {
+				t.Errorf("Certificate secretName %q, the Deployment mounts %q", sn, secretName)
+			}
+			issuerName, _, _ = unstructured.NestedString(d, "spec", "issuerRef", "name")
+		case "Issuer":
+			if u.GetNamespace() != "kubefence-system" {
+				t.Errorf("Issuer in namespace %q", u.GetNamespace())
+			}
+		}
+	}
+	if certName == "" || certNS != "kubefence-system" {
+		t.Fatalf("Certificate %s/%s, want one in kubefence-system", certNS, certName)
+	}
+	found := false
+	for _, d := range docs {
+		if d["kind"] == "Issuer" && d["metadata"].(map[string]any)["name"] == issuerName {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the Certificate's issuer %q is not rendered", issuerName)
+	}
+	hooks := decodeKind[admissionregistrationv1.ValidatingWebhookConfiguration](t, docs, "ValidatingWebhookConfiguration")
+	if len(hooks) != 2 {
+		t.Fatalf("%d webhook configurations, want 2", len(hooks))
+	}
+	for _, h := range hooks {
+		if got := h.Annotations["cert-manager.io/inject-ca-from"]; got != certNS+"/"+certName {
+			t.Errorf("%s: cert-manager.io/inject-ca-from %q, want %s/%s (else nobody fills caBundle and every write fails closed)", h.Name, got, certNS, certName)
+		}
+	}
+}
+
+// startAPIServer starts kube-apiserver and etcd with the given CRD files
+// installed, and returns a client, a kubectl command line for an admin, and
+// a stop function.
+func startAPIServer(t *testing.T, crdPaths ...string) (client.Client, []string) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: crdPaths, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c, []string{filepath.Join(assets, "kubectl"), "--kubeconfig=" + kc}
+}
+
+// TestPackagedManifestsApplyWithServerSideDryRun dry-runs config/cert-manager
+// and the chart in both certificate modes against one API server, with
+// cert-manager's CRDs (test/crds/cert-manager) installed.
+func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
+	c, kubectl := startAPIServer(t, filepath.Join(root, "test", "crds", "cert-manager"))
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		name     string
+		manifest []byte
+		want     []string
+	}{
+		{"config/cert-manager", buildDir(t, "config/cert-manager"), []string{
+			"certificate.cert-manager.io/kubefence-serving-cert serverside-applied (server dry run)",
+			"issuer.cert-manager.io/kubefence-selfsigned-issuer serverside-applied (server dry run)",
+		}},
+		{"chart, default values", helmTemplate(t), []string{
+			"configmap/kubefence-epochs serverside-applied (server dry run)",
+			"secret/kubefence-webhook-server-cert serverside-applied (server dry run)",
+		}},
+		{"chart, cert-manager", helmTemplate(t, "--set", "certificates.mode=cert-manager"), []string{
+			"certificate.cert-manager.io/kubefence-serving-cert serverside-applied (server dry run)",
+		}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "manifest.yaml")
+			if err := os.WriteFile(file, m.manifest, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(kubectl[0], append(kubectl[1:], "apply", "--server-side", "--dry-run=server", "-f", file)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl apply --server-side --dry-run=server failed: %v\n%s", err, out)
+			}
+			for _, want := range append(m.want,
+				"customresourcedefinition.apiextensions.k8s.io/fencedleases.coordination.kubefence.io serverside-applied (server dry run)",
+				"deployment.apps/kubefence-controller-manager serverside-applied (server dry run)",
+				"validatingwebhookconfiguration.admissionregistration.k8s.io/kubefence-fencing-webhook-configuration serverside-applied (server dry run)",
+			) {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("dry-run output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestUndeployKeepsTokenHistory installs config/default for real, then runs
+// `make undeploy`: the CRD, the namespace and the epoch store stay; with
+// KEEP_HISTORY=false they go too.
+func TestUndeployKeepsTokenHistory(t *testing.T) {
+	c, kubectl := startAPIServer(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "install.yaml")
+	if err := os.WriteFile(file, buildDir(t, "config/default"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(kubectl[0], append(kubectl[1:], "apply", "--server-side", "-f", file)...).CombinedOutput(); err != nil {
+		t.Fatalf("installing config/default: %v\n%s", err, out)
+	}
+	undeploy := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", root, "undeploy",
+			"KUBECTL=" + strings.Join(kubectl, " ")}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make undeploy %v: %v\n%s", args, err, out)
+		}
+		t.Logf("make undeploy %v:\n%s", args, out)
+	}
+	exists := func(obj client.Object, key client.ObjectKey) bool {
+		t.Helper()
+		err := c.Get(ctx, key, obj)
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.GetDeletionTimestamp() == nil
+	}
+	crd := client.ObjectKey{Name: "fencedleases.coordination.kubefence.io"}
+	ns := client.ObjectKey{Name: "kubefence-system"}
+	epochs := client.ObjectKey{Namespace: "kubefence-system", Name: "kubefence-epochs"}
+
+	undeploy()
+	if !exists(&apiextensionsv1.CustomResourceDefinition{}, crd) {
+		t.Error("make undeploy deleted the FencedLease CRD (every lease and its token)")
+	}
+	if !exists(&corev1.Namespace{}, ns) {
+		t.Error("make undeploy deleted the operator namespace (and with it the epoch store)")
+	}
+	if !exists(&corev1.ConfigMap{}, epochs) {
+		t.Error("make undeploy deleted the epoch store kubefence-epochs")
+	}
+	if exists(&appsv1.Deployment{}, client.ObjectKey{Namespace: "kubefence-system", Name: "kubefence-controller-manager"}) {
+		t.Error("make undeploy left the Deployment")
+	}
+	if exists(&admissionregistrationv1.ValidatingWebhookConfiguration{}, client.ObjectKey{Name: "kubefence-fencing-webhook-configuration"}) {
+		t.Error("make undeploy left the fencing webhook configuration (fail closed, with no server behind it)")
+	}
+
+	undeploy("KEEP_HISTORY=false", "ignore-not-found=true")
+	deadline := time.Now().Add(30 * time.Second)
+	for exists(&apiextensionsv1.CustomResourceDefinition{}, crd) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if exists(&apiextensionsv1.CustomResourceDefinition{}, crd) {
+		t.Error("make undeploy KEEP_HISTORY=false left the CRD")
+	}
+	if exists(&corev1.Namespace{}, ns) {
+		t.Error("make undeploy KEEP_HISTORY=false left the namespace")
+	}
+}

@@ -74,7 +74,7 @@ func TestReleaseHolder(t *testing.T) {
 	}
 
 	// The Event shows in the lease's history.
-	if out := mustFence(t, "get", "jobs", "-n", ns); !strings.Contains(out, "OperatorRelease") {
+	if out := mustFence(t, "describe", "jobs", "-n", ns); !strings.Contains(out, "OperatorRelease") {
 		t.Error("get does not show the OperatorRelease event")
 	}
 }

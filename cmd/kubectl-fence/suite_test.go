@@ -31,8 +31,8 @@ var (
 	k8s client.Client
 	// kubeconfig is the admin user's kubeconfig file the plugin runs with.
 	kubeconfig string
-	// cacheDir keeps the plugin's discovery cache out of $HOME.
-	cacheDir string
+	// assets is the envtest binary directory (kube-apiserver, etcd, kubectl).
+	assets string
 	// now is the plugin's (fake) clock in every test.
 	now = time.Now().UTC().Truncate(time.Second)
 )
@@ -91,7 +91,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	kubeconfig = filepath.Join(dir, "kubeconfig")
-	cacheDir = filepath.Join(dir, "cache")
+	assets = os.Getenv("KUBEBUILDER_ASSETS")
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		fmt.Fprintf(os.Stderr, "writing kubeconfig: %v\n", err)
 		return 1
@@ -105,7 +105,7 @@ func fence(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
 	cmd := newRootCmd(streams, testclock.NewFakePassiveClock(now))
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cacheDir}, args...))
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
 	err = cmd.ExecuteContext(context.Background())
 	t.Logf("kubectl fence %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
 	return out.String(), errOut.String(), err

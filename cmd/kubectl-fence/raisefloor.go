@@ -44,8 +44,8 @@ not roll back).
 
 This is step 2 of the etcd restore runbook (docs/operations.md): a restore
 rolls tokens back, and guarded objects may carry tokens the restored lease
-would issue again. The floor only goes up; a floor already high enough is left
-alone. The FencedLease webhook lets only lease admins (--lease-admin-group) and
+would issue again. The floor only goes up: it counts among the tokens seen, so
+every run raises it by --margin at least. The FencedLease webhook lets only lease admins (--lease-admin-group) and
 controller users change it.
 
 The current tenure keeps its token until it ends; end it with
@@ -105,12 +105,9 @@ func (o *raiseFloorOptions) run(ctx context.Context, name string) error {
 			return fmt.Errorf("the floor %d + margin %d would exceed the maximum minFencingToken 2^62 (%d): use a smaller --margin", highest.token, o.margin, maxMinFencingToken)
 		}
 		floor := highest.token + o.margin
+		// floor is above spec.minFencingToken (counted in highest), so the
+		// write raises it, as the API requires.
 		old := lease.Spec.MinFencingToken
-		if floor <= old {
-			fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: spec.minFencingToken %d is already above the highest token seen (%d, %s) plus margin %d; unchanged\n",
-				c.namespace, name, old, highest.token, highest.where, o.margin)
-			return nil
-		}
 		err = o.patch(ctx, c, lease, floor)
 		if err == nil {
 			fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: spec.minFencingToken raised from %d to %d (highest token seen: %d, %s; margin %d)%s\n",

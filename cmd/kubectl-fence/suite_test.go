@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,13 +103,24 @@ func run(m *testing.M) int {
 // fence runs `kubectl fence args...` in-process as the admin user.
 func fence(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return fenceWith(t, kubeconfig, args...)
+}
+
+// fenceWith runs the plugin with another kubeconfig.
+func fenceWith(t *testing.T, kc string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
-	cmd := newRootCmd(streams, testclock.NewFakePassiveClock(now))
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
-	err = cmd.ExecuteContext(context.Background())
+	err = runFence(context.Background(), &out, &errOut, append([]string{"--kubeconfig", kc}, args...)...)
 	t.Logf("kubectl fence %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
 	return out.String(), errOut.String(), err
+}
+
+// runFence runs the plugin with exactly args until it ends or ctx does.
+func runFence(ctx context.Context, out, errOut io.Writer, args ...string) error {
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}
+	cmd := newRootCmd(streams, testclock.NewFakePassiveClock(now))
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
 }
 
 // mustFence runs the plugin and fails the test on an error.

@@ -157,10 +157,10 @@ func TestDescribeStructured(t *testing.T) {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 		ExpiresIn  string `json:"expiresIn"`
-		Waiting   []waiter
-		History   []historyEntry
-		Guarded   []guardedObject
-		Lease     coordv1alpha1.FencedLease
+		Waiting    []waiter
+		History    []historyEntry
+		Guarded    []guardedObject
+		Lease      coordv1alpha1.FencedLease
 	}
 	if err := json.Unmarshal([]byte(mustFence(t, "describe", "jobs", "-n", ns, "-o", "json")), &v); err != nil {
 		t.Fatalf("-o json does not parse: %v", err)

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -163,8 +164,41 @@ func (o *getOptions) printObj(pr printers.ResourcePrinter, obj runtime.Object) e
 			items = []coordv1alpha1.FencedLease{*v}
 		}
 		obj = leaseTable(items, o.clock.Now())
+	} else {
+		var err error
+		if obj, err = forPrinting(obj); err != nil {
+			return err
+		}
 	}
 	return pr.PrintObj(obj, o.streams.Out)
+}
+
+// forPrinting turns leases into what kubectl's printers expect: unstructured
+// objects with apiVersion and kind on the list and on every item (the name
+// printer refuses typed lists; the typed client leaves kinds empty), without
+// managedFields.
+func forPrinting(obj runtime.Object) (runtime.Object, error) {
+	switch v := obj.(type) {
+	case *coordv1alpha1.FencedLeaseList:
+		v.APIVersion, v.Kind = coordv1alpha1.GroupVersion.String(), "FencedLeaseList"
+		list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": v.APIVersion, "kind": v.Kind, "metadata": map[string]any{"resourceVersion": v.ResourceVersion}}}
+		for i := range v.Items {
+			item, err := forPrinting(&v.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			list.Items = append(list.Items, *item.(*unstructured.Unstructured))
+		}
+		return list, nil
+	case *coordv1alpha1.FencedLease:
+		setKind(v)
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(v)
+		if err != nil {
+			return nil, fmt.Errorf("encoding fencedlease %s/%s: %w", v.Namespace, v.Name, err)
+		}
+		return &unstructured.Unstructured{Object: u}, nil
+	}
+	return obj, nil
 }
 
 // watchLeases prints every change from resourceVersion on ("" is "now")

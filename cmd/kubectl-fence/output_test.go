@@ -163,7 +163,9 @@ func TestGetWatch(t *testing.T) {
 	if err := k8s.Status().Update(t.Context(), jobs); err != nil {
 		t.Fatal(err)
 	}
-	waitForLine(t, out, "jobs held by b with token 8", func(f []string) bool { return len(f) > 4 && f[0] == "jobs" && f[1] == "b" && f[2] == "8" && f[4] == "4" })
+	waitForLine(t, out, "jobs held by b with token 8", func(f []string) bool {
+		return len(f) > 4 && f[0] == "jobs" && f[1] == "b" && f[2] == "8" && f[4] == "4"
+	})
 	if err := stop(); err != nil {
 		t.Errorf("the watch ended with %v, want nil on cancel", err)
 	}

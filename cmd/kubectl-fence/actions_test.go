@@ -232,7 +232,7 @@ func TestNoKubeconfig(t *testing.T) {
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	_, _, err := fenceWith(t, empty, "get")
-	if err == nil || !strings.Contains(err.Error(), "no cluster configured: the kubeconfig ("+empty+") names no cluster") ||
+	if err == nil || !strings.Contains(err.Error(), "no cluster configured: the kubeconfig ("+empty+") is missing or names no cluster") ||
 		!strings.Contains(err.Error(), "kubectl config current-context") {
 		t.Errorf("get with an empty kubeconfig: %v, want a clear error", err)
 	}

@@ -117,7 +117,7 @@ func errNoKubeconfig(loader clientcmd.ClientConfig) error {
 	if f := loader.ConfigAccess().GetExplicitFile(); f != "" {
 		where = f
 	}
-	return fmt.Errorf("no cluster configured: the kubeconfig (%s) names no cluster. "+
+	return fmt.Errorf("no cluster configured: the kubeconfig (%s) is missing or names no cluster. "+
 		"kubectl fence uses kubectl's kubeconfig: check that 'kubectl config current-context' works, "+
 		"or pass --kubeconfig, --context or --server", where)
 }

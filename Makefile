@@ -64,13 +64,14 @@ test-plugin: setup-envtest tmux ## Run the kubectl fence plugin's tests only (co
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./cmd/kubectl-fence/ -count=1 -timeout 10m $(TEST_ARGS)
 
 .PHONY: tmux
-tmux: ## Install tmux (the plugin's completion test drives bash in it) with apt-get when it is missing.
-	@command -v tmux >/dev/null 2>&1 || { \
-		echo "tmux is missing; installing it with apt-get (the plugin's completion test needs it)"; \
+tmux: ## Install tmux and bash-completion (the plugin's completion test drives bash with kubectl's completion in tmux) with apt-get when missing.
+	@if ! command -v tmux >/dev/null 2>&1 || [ ! -f /usr/share/bash-completion/bash_completion ]; then \
+		echo "installing tmux and bash-completion with apt-get (the plugin's completion test needs them)"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux >/dev/null; \
-	}
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux bash-completion >/dev/null; \
+	fi
 	@command -v tmux >/dev/null 2>&1 || { echo "tmux could not be installed: install it with your package manager"; exit 1; }
+	@[ -f /usr/share/bash-completion/bash_completion ] || { echo "bash-completion could not be installed: install it with your package manager"; exit 1; }
 
 HISTORY_WRITES ?= 100000
 HISTORY_FAULTS ?= 1000

@@ -107,6 +107,11 @@ func TestCompletionThroughKubectlInTmux(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bash is not installed: %v", err)
 	}
+	// kubectl's bash completion script needs bash-completion's helpers.
+	const bashCompletion = "/usr/share/bash-completion/bash_completion"
+	if _, err := os.Stat(bashCompletion); err != nil {
+		t.Fatalf("bash-completion is not installed (%v), and kubectl's bash completion needs it: run 'make tmux' (apt-get install -y tmux bash-completion)", err)
+	}
 	kubectl := filepath.Join(assets, "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl is not in KUBEBUILDER_ASSETS (%s): %v", assets, err)
@@ -160,7 +165,7 @@ func TestCompletionThroughKubectlInTmux(t *testing.T) {
 	}
 	clear := func() { run("send-keys", "-t", "t", "C-u", "C-l") }
 
-	run("send-keys", "-t", "t", "source <(kubectl completion bash) && echo completion-loaded", "Enter")
+	run("send-keys", "-t", "t", "source "+bashCompletion+" && source <(kubectl completion bash) && echo completion-loaded", "Enter")
 	waitFor("kubectl's completion loaded", func(s string) bool { return strings.Contains(s, "\ncompletion-loaded") })
 	clear()
 

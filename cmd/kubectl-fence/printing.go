@@ -54,8 +54,14 @@ func (p *printFlags) addFlags(cmd *cobra.Command) {
 	cmd.Flags().Lookup("output").Usage = "Output format. One of: (" + strings.Join(p.formats(), ", ") + "). Without it, a table."
 	cmd.Flags().BoolVar(&p.noHeaders, "no-headers", false, "When using the default or wide output format, don't print headers.")
 	cmd.Flags().BoolVar(&p.showLabels, "show-labels", false, "When printing a table, show all labels as the last column.")
-	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return p.formats(), cobra.ShellCompDirectiveNoFileComp
+	_ = cmd.RegisterFlagCompletionFunc("output", func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		var out []string
+		for _, f := range p.formats() {
+			if strings.HasPrefix(f, toComplete) {
+				out = append(out, f)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
 	})
 }
 

@@ -161,6 +161,18 @@ func TestCompletionThroughKubectlInTmux(t *testing.T) {
 		}
 	}
 	clear := func() { run("send-keys", "-t", "t", "C-u", "C-l") }
+	// tmux drops trailing spaces, so a completed word is a line that ends
+	// with it.
+	lineIs := func(want string) func(string) bool {
+		return func(s string) bool {
+			for _, l := range strings.Split(s, "\n") {
+				if strings.TrimRight(l, " ") == "$ "+want {
+					return true
+				}
+			}
+			return false
+		}
+	}
 
 	run("send-keys", "-t", "t", "source "+bashCompletion+" && source <(kubectl completion bash) && echo completion-loaded", "Enter")
 	waitFor("kubectl's completion loaded", func(s string) bool { return strings.Contains(s, "\ncompletion-loaded") })
@@ -168,7 +180,7 @@ func TestCompletionThroughKubectlInTmux(t *testing.T) {
 
 	// A lease name completes in full.
 	run("send-keys", "-t", "t", "kubectl fence get -n "+ns+" al", "Tab")
-	waitFor("the lease name completed", func(s string) bool { return strings.Contains(s, "kubectl fence get -n "+ns+" alpha-lease ") })
+	waitFor("the lease name completed", lineIs("kubectl fence get -n "+ns+" alpha-lease"))
 	clear()
 
 	// Subcommands are listed on a double TAB.
@@ -184,15 +196,20 @@ func TestCompletionThroughKubectlInTmux(t *testing.T) {
 		return strings.Contains(s, "worker-a") && strings.Contains(s, "worker-b") && strings.Contains(s, "worker-c")
 	})
 	clear()
-	run("send-keys", "-t", "t", "kubectl fence handover alpha-lease -n "+ns+" --to worker-c", "Tab")
-	waitFor("--to completed", func(s string) bool { return strings.Contains(s, "--to worker-c ") })
+	run("send-keys", "-t", "t", "kubectl fence handover alpha-lease -n "+ns+" --to worker-", "Tab", "Tab")
+	waitFor("the waiters for --to", func(s string) bool {
+		return strings.Contains(s, "worker-b") && strings.Contains(s, "worker-c")
+	})
+	if s := screen(); strings.Contains(s, "worker-a") {
+		t.Errorf("--to offered the holder worker-a:\n%s", s)
+	}
 	clear()
 
 	// -n completes a namespace, -o a format.
 	run("send-keys", "-t", "t", "kubectl fence get -n "+ns[:len(ns)-1], "Tab")
-	waitFor("the namespace completed", func(s string) bool { return strings.Contains(s, "kubectl fence get -n "+ns+" ") })
+	waitFor("the namespace completed", lineIs("kubectl fence get -n "+ns))
 	clear()
 	run("send-keys", "-t", "t", "kubectl fence get -o nam", "Tab")
-	waitFor("-o name completed", func(s string) bool { return strings.Contains(s, "kubectl fence get -o name ") })
+	waitFor("-o name completed", lineIs("kubectl fence get -o name"))
 	clear()
 }

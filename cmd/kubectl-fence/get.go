@@ -96,11 +96,17 @@ func (o *getOptions) run(ctx context.Context, names []string) error {
 		opts = append(opts, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", names[0])})
 	}
 
-	resourceVersion := ""
-	if !o.watchOnly {
-		if resourceVersion, err = o.list(ctx, c, pr, names, opts); err != nil {
-			return err
+	var resourceVersion string
+	if o.watchOnly {
+		// A watch without a resourceVersion starts with every existing
+		// lease; --watch-only starts after them, from a list's version.
+		var list coordv1alpha1.FencedLeaseList
+		if err := c.kube.List(ctx, &list, append(opts, client.Limit(1))...); err != nil {
+			return listError(err)
 		}
+		resourceVersion = list.ResourceVersion
+	} else if resourceVersion, err = o.list(ctx, c, pr, names, opts); err != nil {
+		return err
 	}
 	if !o.watch && !o.watchOnly {
 		return nil

@@ -55,9 +55,23 @@ verify-fmt: ## Fail when gofmt would change a file.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: verify-generated verify-fmt vet kustomize helm gotestsum setup-envtest ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd (one line per package with its duration; GOTESTSUM_FORMAT=testname for one per test).
+test: verify-generated verify-fmt vet kustomize helm gotestsum setup-envtest tmux ## Regenerate and check, vet, then run all tests against a real kube-apiserver and etcd (one line per package with its duration; GOTESTSUM_FORMAT=testname for one per test).
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" $(GOTESTSUM) --format $(GOTESTSUM_FORMAT) -- ./... -count=1 -timeout 30m $(TEST_ARGS)
 	$(MAKE) --no-print-directory fuzz
+
+.PHONY: test-plugin
+test-plugin: setup-envtest tmux ## Run the kubectl fence plugin's tests only (completion is tested in bash under tmux).
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go test ./cmd/kubectl-fence/ -count=1 -timeout 10m $(TEST_ARGS)
+
+.PHONY: tmux
+tmux: ## Install tmux and bash-completion (the plugin's completion test drives bash with kubectl's completion in tmux) with apt-get when missing.
+	@if ! command -v tmux >/dev/null 2>&1 || [ ! -f /usr/share/bash-completion/bash_completion ]; then \
+		echo "installing tmux and bash-completion with apt-get (the plugin's completion test needs them)"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux bash-completion >/dev/null; \
+	fi
+	@command -v tmux >/dev/null 2>&1 || { echo "tmux could not be installed: install it with your package manager"; exit 1; }
+	@[ -f /usr/share/bash-completion/bash_completion ] || { echo "bash-completion could not be installed: install it with your package manager"; exit 1; }
 
 HISTORY_WRITES ?= 100000
 HISTORY_FAULTS ?= 1000
@@ -85,8 +99,9 @@ build: manifests generate fmt vet ## Build the manager binary and the kubectl pl
 	go build -o bin/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: install-plugin
-install-plugin: ## Install the kubectl fence plugin into GOBIN (put GOBIN on PATH, then: kubectl fence list).
+install-plugin: ## Install the kubectl fence plugin and its completion shim kubectl_complete-fence into GOBIN (put GOBIN on PATH, then: kubectl fence get).
 	go build -o $(GOBIN)/kubectl-fence ./cmd/kubectl-fence
+	install -m 0755 cmd/kubectl-fence/kubectl_complete-fence $(GOBIN)/kubectl_complete-fence
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controller from your host against the current kubeconfig.

@@ -3,232 +3,152 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// leaseEvent creates an Event regarding a lease, as the controller records it.
-func leaseEvent(t *testing.T, l *coordv1alpha1.FencedLease, when time.Duration, reason, note string) {
-	t.Helper()
-	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", l.Name, time.Now().UnixNano()), Namespace: l.Namespace},
-		EventTime:           *at(when),
-		ReportingController: "kubefence.io/fencedlease-controller",
-		ReportingInstance:   "manager-0",
-		Action:              "Grant",
-		Reason:              reason,
-		Type:                corev1.EventTypeNormal,
-		Note:                note,
-		Regarding: corev1.ObjectReference{
-			APIVersion: coordv1alpha1.GroupVersion.String(), Kind: "FencedLease",
-			Namespace: l.Namespace, Name: l.Name, UID: l.UID,
-		},
-	}
-	if err := k8s.Create(t.Context(), ev); err != nil {
-		t.Fatalf("creating event: %v", err)
-	}
-}
-
-// widget creates a Widget guarded by lease, with token as its fencing-token
-// annotation ("" for none).
-func widget(t *testing.T, ns, name, lease, token string) {
-	t.Helper()
-	w := &unstructured.Unstructured{}
-	w.SetAPIVersion("example.kubefence.io/v1")
-	w.SetKind("Widget")
-	w.SetNamespace(ns)
-	w.SetName(name)
-	w.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: lease})
-	if token != "" {
-		w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: token})
-	}
-	if err := unstructured.SetNestedField(w.Object, "test", "spec", "writer"); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(t.Context(), w); err != nil {
-		t.Fatalf("creating widget %s: %v", name, err)
-	}
-}
-
-// getFixture is a lease held by a with c and b waiting (in that order, which
-// is not alphabetical), three Events out of order, an Event about another
-// lease, and guarded objects of two kinds.
-func getFixture(t *testing.T) (string, *coordv1alpha1.FencedLease) {
+// listFixture creates three leases in a fresh namespace: one held with two
+// waiters, one quarantined by lock-delay after an expiry, one never granted.
+func listFixture(t *testing.T) string {
 	t.Helper()
 	ns := newNamespace(t)
-	l := heldLease(t, ns, "jobs", "a", "c", "b")
-	// b's request is newer than the controller's last look: no since.
-	l.Status.Waiting = l.Status.Waiting[:1]
-	l.Status.PreviousHolder = &coordv1alpha1.PreviousHolder{HolderIdentity: "z", FencingToken: 5, EndTime: *at(-time.Minute), Reason: coordv1alpha1.EndReasonSuperseded}
+	heldLease(t, ns, "alpha", "a", "b", "c")
+	createLease(t, ns, "beta",
+		coordv1alpha1.FencedLeaseSpec{LockDelaySeconds: 15, Requests: requests("d")},
+		coordv1alpha1.FencedLeaseStatus{
+			FencingToken: 4, LeaseTransitions: 1, LockDelayUntil: at(9800 * time.Millisecond),
+			PreviousHolder: &coordv1alpha1.PreviousHolder{HolderIdentity: "x", FencingToken: 4, EndTime: *at(-5 * time.Second), Reason: coordv1alpha1.EndReasonExpired},
+			Waiting:        []coordv1alpha1.WaitingRequest{{HolderIdentity: "d", Since: *at(-2 * time.Second)}},
+			Conditions:     held(metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay),
+		})
+	createLease(t, ns, "gamma", coordv1alpha1.FencedLeaseSpec{}, coordv1alpha1.FencedLeaseStatus{})
+	return ns
+}
+
+func TestListTable(t *testing.T) {
+	ns := listFixture(t)
+
+	header, rows := table(t, mustFence(t, "get", "-n", ns))
+	want := []string{"NAME", "HOLDER", "TOKEN", "EXPIRES-IN", "TRANSITIONS", "WAITING", "LOCK-DELAY", "STATUS"}
+	if !slices.Equal(header, want) {
+		t.Errorf("header = %v, want %v", header, want)
+	}
+	if len(rows) != 3 {
+		t.Errorf("got %d rows, want 3: %v", len(rows), rows)
+	}
+	assertRow(t, rows, "alpha", map[string]string{
+		"HOLDER": "a", "TOKEN": "7", "EXPIRES-IN": "4.2s", "TRANSITIONS": "3", "WAITING": "2", "LOCK-DELAY": "-", "STATUS": "Granted",
+	})
+	assertRow(t, rows, "beta", map[string]string{
+		"HOLDER": "<none>", "TOKEN": "4", "EXPIRES-IN": "-", "WAITING": "1", "LOCK-DELAY": "15s (until +9.8s)", "STATUS": "LockDelay",
+	})
+	assertRow(t, rows, "gamma", map[string]string{
+		"HOLDER": "<none>", "TOKEN": "-", "EXPIRES-IN": "-", "TRANSITIONS": "0", "WAITING": "0", "STATUS": "-",
+	})
+
+	// The aliases print the same.
+	for _, alias := range []string{"list", "ls"} {
+		if _, again := table(t, mustFence(t, alias, "-n", ns)); fmt.Sprint(again) != fmt.Sprint(rows) {
+			t.Errorf("%s printed %v, want what get printed: %v", alias, again, rows)
+		}
+	}
+
+	// -o wide adds the waiters' names and the previous holder.
+	header, rows = table(t, mustFence(t, "get", "-n", ns, "-o", "wide"))
+	if !slices.Contains(header, "WAITERS") || !slices.Contains(header, "PREVIOUS") {
+		t.Errorf("wide header = %v, want WAITERS and PREVIOUS", header)
+	}
+	assertRow(t, rows, "alpha", map[string]string{"WAITERS": "b,c", "PREVIOUS": "<none>"})
+	assertRow(t, rows, "beta", map[string]string{"WAITERS": "d", "PREVIOUS": "x/4:Expired"})
+}
+
+func TestListExpired(t *testing.T) {
+	ns := newNamespace(t)
+	l := heldLease(t, ns, "late", "a")
+	l.Status.ExpireTime = at(-time.Second)
 	if err := k8s.Status().Update(t.Context(), l); err != nil {
 		t.Fatal(err)
 	}
-	other := createLease(t, ns, "other", coordv1alpha1.FencedLeaseSpec{}, coordv1alpha1.FencedLeaseStatus{})
-
-	leaseEvent(t, l, -time.Minute, "TakenOver", "granted to a with fencing token 7 (previous holder z, token 5)")
-	leaseEvent(t, l, -3*time.Minute, "Granted", "granted to z with fencing token 5")
-	leaseEvent(t, l, -90*time.Second, "Expired", "z stopped renewing; token 5 expired")
-	leaseEvent(t, other, -2*time.Minute, "Granted", "granted to someone else")
-
-	widget(t, ns, "w-current", "jobs", "7")
-	widget(t, ns, "w-stale", "jobs", "5")
-	widget(t, ns, "w-invalid", "jobs", "")
-	widget(t, ns, "w-garbage", "jobs", "seven")
-	widget(t, ns, "w-other", "other", "1")
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: ns, Name: "settings",
-		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "jobs"},
-		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "7"},
-	}}
-	if err := k8s.Create(t.Context(), cm); err != nil {
-		t.Fatal(err)
-	}
-	return ns, l
+	_, rows := table(t, mustFence(t, "get", "-n", ns))
+	assertRow(t, rows, "late", map[string]string{"HOLDER": "a", "EXPIRES-IN": "expired"})
 }
 
-func TestGetDescribe(t *testing.T) {
-	ns, _ := getFixture(t)
-	out := mustFence(t, "get", "jobs", "-n", ns)
+func TestListAllNamespaces(t *testing.T) {
+	ns1 := newNamespace(t)
+	ns2 := newNamespace(t)
+	heldLease(t, ns1, "one", "a")
+	createLease(t, ns2, "two", coordv1alpha1.FencedLeaseSpec{}, coordv1alpha1.FencedLeaseStatus{})
 
-	for _, want := range []string{
-		"Name:",
-		"Holder:             a (user user-a)",
-		"Fencing token:      7 (token base 0)",
-		"Status:             Held=True Granted: set by the test",
-		"Time left:          4.2s",
-		"Transitions:        3",
-		"Previous holder:    z (token 5) expired and was superseded by a at",
-		"Renewed:",
-		"(12.8s ago) (renew sequence 3)",
-		"Expires:",
-		"(in 4.2s)",
-	} {
+	header, rows := table(t, mustFence(t, "get", "-A"))
+	if header[0] != "NAMESPACE" || header[1] != "NAME" {
+		t.Errorf("header = %v, want NAMESPACE, NAME first", header)
+	}
+	assertRow(t, rows, "one", map[string]string{"NAMESPACE": ns1, "HOLDER": "a", "TOKEN": "7"})
+	assertRow(t, rows, "two", map[string]string{"NAMESPACE": ns2, "HOLDER": "<none>"})
+
+	// Without -A only the namespace's own leases.
+	_, rows = table(t, mustFence(t, "get", "-n", ns1))
+	if _, ok := rows["two"]; ok {
+		t.Errorf("lease of %s listed in %s", ns2, ns1)
+	}
+}
+
+func TestListStructured(t *testing.T) {
+	ns := listFixture(t)
+
+	var list coordv1alpha1.FencedLeaseList
+	if err := json.Unmarshal([]byte(mustFence(t, "get", "-n", ns, "-o", "json")), &list); err != nil {
+		t.Fatalf("-o json does not parse as a FencedLeaseList: %v", err)
+	}
+	if list.Kind != "FencedLeaseList" || list.APIVersion != coordv1alpha1.GroupVersion.String() {
+		t.Errorf("list kind = %s %s", list.APIVersion, list.Kind)
+	}
+	if len(list.Items) != 3 {
+		t.Fatalf("got %d items, want 3", len(list.Items))
+	}
+	alpha := list.Items[0]
+	if alpha.Name != "alpha" || alpha.Kind != "FencedLease" || alpha.Status.HolderIdentity != "a" || alpha.Status.FencingToken != 7 || len(alpha.Spec.Requests) != 3 {
+		t.Errorf("first item = %+v", alpha)
+	}
+
+	var fromYAML coordv1alpha1.FencedLeaseList
+	if err := yaml.UnmarshalStrict([]byte(mustFence(t, "get", "-n", ns, "-o", "yaml")), &fromYAML); err != nil {
+		t.Fatalf("-o yaml does not parse as a FencedLeaseList: %v", err)
+	}
+	if len(fromYAML.Items) != 3 || fromYAML.Items[1].Status.LockDelayUntil == nil {
+		t.Errorf("yaml items = %+v", fromYAML.Items)
+	}
+}
+
+func TestListEmptyAndErrors(t *testing.T) {
+	ns := newNamespace(t)
+	out, errOut, err := fence(t, "get", "-n", ns)
+	if err != nil || out != "" || !strings.Contains(errOut, "No fencedleases found in "+ns+" namespace.") {
+		t.Errorf("empty namespace: out %q, err %q, %v", out, errOut, err)
+	}
+	if _, _, err := fence(t, "get", "-n", ns, "-o", "xml"); err == nil || !strings.Contains(err.Error(), `unknown output format "xml": use one of wide, json, yaml`) {
+		t.Errorf("-o xml: %v, want the list of formats", err)
+	}
+	if _, _, err := fence(t, "get", "x", "-A"); err == nil || !strings.Contains(err.Error(), "cannot be retrieved by name across all namespaces") {
+		t.Errorf("get NAME -A: %v", err)
+	}
+	if _, _, err := fence(t, "get", "-n", ns, "-l", "a=(b"); err == nil || !strings.Contains(err.Error(), "parsing selector") {
+		t.Errorf("bad selector: %v", err)
+	}
+}
+
+func TestRootPrintsHelp(t *testing.T) {
+	out := mustFence(t)
+	for _, want := range []string{"kubectl fence [command]", "get", "describe", "release", "handover", "raise-floor", "check", "version"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q", want)
+			t.Errorf("help lacks %q", want)
 		}
-	}
-
-	// The waiting queue, in grant order.
-	_, waiting := table(t, block(t, out, "Waiting"))
-	assertRow(t, waiting, "1", map[string]string{"HOLDER": "c", "USER": "user-c"})
-	assertRow(t, waiting, "2", map[string]string{"HOLDER": "b", "SINCE": "not yet seen by the controller"})
-	if !strings.Contains(waiting["1"]["SINCE"], "(30s ago)") {
-		t.Errorf("c waits since %q, want 30s ago", waiting["1"]["SINCE"])
-	}
-
-	// History: this lease's Events only, oldest first.
-	hist := strings.Split(block(t, out, "History"), "\n")
-	if len(hist) != 4 {
-		t.Fatalf("history has %d lines, want header and 3:\n%s", len(hist), strings.Join(hist, "\n"))
-	}
-	for i, reason := range []string{"Granted", "Expired", "TakenOver"} {
-		if !strings.Contains(hist[i+1], reason) {
-			t.Errorf("history line %d = %q, want %s", i+1, hist[i+1], reason)
-		}
-	}
-	if !strings.Contains(hist[3], "granted to a with fencing token 7 (previous holder z, token 5)") {
-		t.Errorf("history lacks the note: %q", hist[3])
-	}
-
-	// Guarded objects of both kinds, with their token's state.
-	_, guarded := table(t, block(t, out, "Guarded objects"))
-	if len(guarded) != 5 {
-		t.Errorf("got %d guarded objects, want 5: %v", len(guarded), guarded)
-	}
-	assertRow(t, guarded, "settings", map[string]string{"KIND": "ConfigMap", "TOKEN": "7", "STATE": "current"})
-	assertRow(t, guarded, "w-current", map[string]string{"KIND": "Widget.example.kubefence.io", "TOKEN": "7", "STATE": "current"})
-	assertRow(t, guarded, "w-stale", map[string]string{"TOKEN": "5", "STATE": "STALE"})
-	assertRow(t, guarded, "w-invalid", map[string]string{"TOKEN": "<none>", "STATE": "INVALID"})
-	assertRow(t, guarded, "w-garbage", map[string]string{"TOKEN": "seven", "STATE": "INVALID"})
-}
-
-func TestGetStructured(t *testing.T) {
-	ns, _ := getFixture(t)
-
-	var v struct {
-		ExpiresIn string `json:"expiresIn"`
-		Waiting   []waiter
-		History   []historyEntry
-		Guarded   []guardedObject
-		Lease     coordv1alpha1.FencedLease
-	}
-	if err := json.Unmarshal([]byte(mustFence(t, "describe", "jobs", "-n", ns, "-o", "json")), &v); err != nil {
-		t.Fatalf("-o json does not parse: %v", err)
-	}
-	if v.Lease.Name != "jobs" || v.Lease.Status.FencingToken != 7 || v.ExpiresIn != "4.2s" {
-		t.Errorf("lease %s token %d expiresIn %q", v.Lease.Name, v.Lease.Status.FencingToken, v.ExpiresIn)
-	}
-	if len(v.Waiting) != 2 || v.Waiting[0].HolderIdentity != "c" || v.Waiting[1].HolderIdentity != "b" || v.Waiting[1].Since != nil {
-		t.Errorf("waiting = %+v", v.Waiting)
-	}
-	if len(v.History) != 3 || v.History[0].Reason != "Granted" || v.History[2].Reason != "TakenOver" {
-		t.Errorf("history = %+v", v.History)
-	}
-	states := map[string]string{}
-	for _, g := range v.Guarded {
-		states[g.Name] = g.State
-	}
-	want := map[string]string{"settings": "current", "w-current": "current", "w-stale": "STALE", "w-invalid": "INVALID", "w-garbage": "INVALID"}
-	if fmt.Sprint(states) != fmt.Sprint(want) {
-		t.Errorf("guarded states = %v, want %v", states, want)
-	}
-
-	if _, _, err := fence(t, "get", "jobs", "-n", ns, "-o", "wide"); err == nil {
-		t.Error("get -o wide did not fail")
-	}
-}
-
-func TestGetHistoryKeepsTheLatest(t *testing.T) {
-	ns := newNamespace(t)
-	l := heldLease(t, ns, "busy", "a")
-	for i := range historyLimit + 3 {
-		leaseEvent(t, l, time.Duration(i-100)*time.Second, "Granted", fmt.Sprintf("grant number %d", i))
-	}
-	out := mustFence(t, "get", "busy", "-n", ns)
-	lines := strings.Split(block(t, out, "History"), "\n")
-	if len(lines) != historyLimit+1 {
-		t.Fatalf("history has %d lines, want a header and %d", len(lines), historyLimit)
-	}
-	// The oldest three are dropped; the rest stay oldest first.
-	if first, last := lines[1], lines[historyLimit]; !strings.HasSuffix(first, "grant number 3") || !strings.HasSuffix(last, "grant number 22") {
-		t.Errorf("history runs from %q to %q, want grant number 3 to 22", first, last)
-	}
-}
-
-func TestGetEmptySections(t *testing.T) {
-	ns := newNamespace(t)
-	createLease(t, ns, "fresh", coordv1alpha1.FencedLeaseSpec{LockDelaySeconds: 30}, coordv1alpha1.FencedLeaseStatus{})
-	out := mustFence(t, "get", "fresh", "-n", ns)
-	for _, want := range []string{
-		"Holder:             <none>",
-		"Status:             not yet reconciled by the controller",
-		"Lock delay:         30s, not active",
-		"Previous holder:    <none>",
-		"Waiting: <none>",
-		"History: <none>",
-		"Guarded objects: <none>",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
-}
-
-func TestGetMissingLease(t *testing.T) {
-	ns := newNamespace(t)
-	_, _, err := fence(t, "get", "nope", "-n", ns)
-	if err == nil || err.Error() != fmt.Sprintf("fencedlease %q not found in namespace %q", "nope", ns) {
-		t.Errorf("missing lease: %v", err)
-	}
-	if _, _, err := fence(t, "get", "-n", ns); err == nil || !strings.Contains(err.Error(), "accepts 1 arg") {
-		t.Errorf("get without a name: %v", err)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 type handoverOptions struct {
 	*rootOptions
-	to string
+	to     string
+	dryRun dryRunFlag
 }
 
 func newHandoverCmd(root *rootOptions) *cobra.Command {
@@ -27,24 +28,32 @@ ID must already have requested the lease.
 The FencedLease webhook lets a client change only its own request, so this
 needs a user trusted as the controller (the manager's --controller-user flag).
 The action is recorded as an Event with reason OperatorHandover.`,
-		Example:           `  kubectl fence handover my-lease --to worker-2 -n jobs`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: cobra.NoFileCompletions,
+		Example: `  kubectl fence handover my-lease --to worker-2 -n jobs
+
+  # Rehearse: the API server and the webhook judge the write, nothing changes
+  kubectl fence handover my-lease --to worker-2 -n jobs --dry-run=server`,
+		Args:              nameArg("handover", "kubectl fence handover my-lease --to worker-2"),
+		ValidArgsFunction: completeLeaseNames(root),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.to, "to", "", "The waiting holderIdentity to hand the lease to (required).")
 	_ = cmd.MarkFlagRequired("to")
+	_ = cmd.RegisterFlagCompletionFunc("to", completeHolders(root, true))
+	o.dryRun.addFlag(cmd)
 	return cmd
 }
 
 func (o *handoverOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
+	if err := o.dryRun.validate(); err != nil {
+		return err
+	}
 	c, err := o.clients()
 	if err != nil {
 		return err
 	}
 	user := whoAmI(ctx, c)
-	lease, err := patchLease(ctx, c, name, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
+	lease, err := patchLease(ctx, c, name, o.dryRun.value, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
 		return handoverPatch(l, o.to)
 	})
 	if err != nil {
@@ -52,7 +61,10 @@ func (o *handoverOptions) run(cmd *cobra.Command, name string) error {
 	}
 
 	from, tok := lease.Status.HolderIdentity, lease.Status.FencingToken
-	fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: released holder %s (token %d); %s is next\n", c.namespace, name, from, tok, o.to)
+	fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: released holder %s (token %d); %s is next%s\n", c.namespace, name, from, tok, o.to, o.dryRun.suffix())
+	if o.dryRun.enabled() {
+		return nil
+	}
 	note := fmt.Sprintf("%s handed the lease over from %s (token %d) to %s", operatorName(user), from, tok, o.to)
 	if err := recordEvent(ctx, c, lease, metav1.NewMicroTime(o.clock.Now()), EventOperatorHandover, "Handover", note); err != nil {
 		fmt.Fprintf(o.streams.ErrOut, "Warning: the lease was handed over, but %v\n", err)

@@ -1,16 +1,23 @@
 // Command kubectl-fence is the kubectl plugin for kubefence FencedLeases:
-// `kubectl fence list` shows every lease's holder, token and time to expiry;
-// `kubectl fence get NAME` shows one lease in depth (waiting queue, previous
-// holder, history from Events, and the guarded objects with the token each
-// carries); `kubectl fence release` and `kubectl fence handover` are operator
-// actions that take the lease from its holder.
+// `kubectl fence get` lists leases with holder, token and time to expiry (with
+// kubectl's output formats and -w); `kubectl fence describe NAME` explains one
+// lease (waiting queue, previous holder, history from Events, and the guarded
+// objects with the token each carries); `release` and `handover` are operator
+// actions that take the lease from its holder; `raise-floor` raises
+// spec.minFencingToken after an etcd restore; `check` and `version` tell
+// whether the operator serves.
 //
-// Install it by putting the binary on PATH as kubectl-fence.
+// Install it by putting the binary on PATH as kubectl-fence, and
+// kubectl_complete-fence beside it for shell completion through kubectl
+// (`make install-plugin` does both).
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -23,7 +30,10 @@ func main() {
 	// go to stderr directly); without a logger it would complain it has none.
 	logf.SetLogger(logr.Discard())
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	if err := newRootCmd(streams, clock.RealClock{}).Execute(); err != nil {
+	// Ctrl-C ends a watch or a check --wait without an error.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd(streams, clock.RealClock{}).ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)
 	}

@@ -33,7 +33,10 @@ const patchAttempts = 3
 // it. When a test operation fails because the lease changed meanwhile, it
 // reads again and rebuilds, so the preconditions are checked against the new
 // state; it returns the lease as it was when the patch applied.
-func patchLease(ctx context.Context, c *clients, name string, build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*coordv1alpha1.FencedLease, error) {
+//
+// With dryRun client it only reads and builds; with server the patch is sent
+// as a server-side dry run.
+func patchLease(ctx context.Context, c *clients, name, dryRun string, build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*coordv1alpha1.FencedLease, error) {
 	var lastRV string
 	var lastErr error
 	for range patchAttempts {
@@ -49,11 +52,18 @@ func patchLease(ctx context.Context, c *clients, name string, build func(*coordv
 		if err != nil {
 			return nil, err
 		}
+		if dryRun == dryRunClient {
+			return lease, nil
+		}
 		data, err := json.Marshal(ops)
 		if err != nil {
 			return nil, fmt.Errorf("encoding patch: %w", err)
 		}
-		err = c.kube.Patch(ctx, lease.DeepCopy(), client.RawPatch(types.JSONPatchType, data))
+		var opts []client.PatchOption
+		if dryRun == dryRunServer {
+			opts = append(opts, client.DryRunAll)
+		}
+		err = c.kube.Patch(ctx, lease.DeepCopy(), client.RawPatch(types.JSONPatchType, data), opts...)
 		if err == nil {
 			return lease, nil
 		}

@@ -74,7 +74,7 @@ func TestReleaseHolder(t *testing.T) {
 	}
 
 	// The Event shows in the lease's history.
-	if out := mustFence(t, "get", "jobs", "-n", ns); !strings.Contains(out, "OperatorRelease") {
+	if out := mustFence(t, "describe", "jobs", "-n", ns); !strings.Contains(out, "OperatorRelease") {
 		t.Error("get does not show the OperatorRelease event")
 	}
 }
@@ -227,6 +227,13 @@ func TestRefusalIsExplained(t *testing.T) {
 	}
 	if _, _, err := fence(t, "handover", "jobs", "--to", "b", "-n", ns); err == nil || !strings.Contains(err.Error(), msg) {
 		t.Errorf("handover: %v", err)
+	}
+	// A server-side dry run is judged by admission too; a client one is not.
+	if _, _, err := fence(t, "release", "jobs", "--holder", "a", "-n", ns, "--dry-run=server"); err == nil || !strings.Contains(err.Error(), msg) {
+		t.Errorf("release --dry-run=server: %v, want the admission refusal", err)
+	}
+	if out := mustFence(t, "handover", "jobs", "--to", "b", "-n", ns, "--dry-run=client"); !strings.HasSuffix(out, "b is next (dry run)\n") {
+		t.Errorf("handover --dry-run=client printed %q", out)
 	}
 	if got := queue(t, ns, "jobs"); strings.Join(got, ",") != "a,b" {
 		t.Errorf("a refused action changed the requests to %v", got)

@@ -12,6 +12,7 @@ import (
 type releaseOptions struct {
 	*rootOptions
 	holder string
+	dryRun dryRunFlag
 }
 
 func newReleaseCmd(root *rootOptions) *cobra.Command {
@@ -33,24 +34,32 @@ are refused as stale.
 The FencedLease webhook lets a client change only its own request, so this
 needs a user trusted as the controller (the manager's --controller-user flag).
 The action is recorded as an Event with reason OperatorRelease.`,
-		Example:           `  kubectl fence release my-lease --holder worker-0 -n jobs`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: cobra.NoFileCompletions,
+		Example: `  kubectl fence release my-lease --holder worker-0 -n jobs
+
+  # Rehearse: the API server and the webhook judge the write, nothing changes
+  kubectl fence release my-lease --holder worker-0 -n jobs --dry-run=server`,
+		Args:              nameArg("release", "kubectl fence release my-lease --holder worker-0"),
+		ValidArgsFunction: completeLeaseNames(root),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.holder, "holder", "", "The holderIdentity whose request to remove (required).")
 	_ = cmd.MarkFlagRequired("holder")
+	_ = cmd.RegisterFlagCompletionFunc("holder", completeHolders(root, false))
+	o.dryRun.addFlag(cmd)
 	return cmd
 }
 
 func (o *releaseOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
+	if err := o.dryRun.validate(); err != nil {
+		return err
+	}
 	c, err := o.clients()
 	if err != nil {
 		return err
 	}
 	user := whoAmI(ctx, c)
-	lease, err := patchLease(ctx, c, name, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
+	lease, err := patchLease(ctx, c, name, o.dryRun.value, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
 		return releasePatch(l, o.holder)
 	})
 	if err != nil {
@@ -69,7 +78,10 @@ func (o *releaseOptions) run(cmd *cobra.Command, name string) error {
 		note = fmt.Sprintf("%s withdrew the waiting request of %s", operatorName(user), o.holder)
 		said = fmt.Sprintf("fencedlease %s/%s: withdrew the waiting request of %s", c.namespace, name, o.holder)
 	}
-	fmt.Fprintln(o.streams.Out, said)
+	fmt.Fprintln(o.streams.Out, said+o.dryRun.suffix())
+	if o.dryRun.enabled() {
+		return nil
+	}
 	if err := recordEvent(ctx, c, lease, metav1.NewMicroTime(o.clock.Now()), EventOperatorRelease, "Release", note); err != nil {
 		fmt.Fprintf(o.streams.ErrOut, "Warning: the lease was released, but %v\n", err)
 	}

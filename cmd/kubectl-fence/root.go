@@ -23,6 +23,9 @@ func newRootCmd(streams genericiooptions.IOStreams, clk clock.PassiveClock) *cob
 		streams:     streams,
 		clock:       clk,
 	}
+	// The plugin keeps no disk cache (see clients), so --cache-dir would
+	// do nothing: without a value, ConfigFlags does not offer it.
+	o.configFlags.CacheDir = nil
 	cmd := &cobra.Command{
 		Use:   "kubectl-fence",
 		Short: "Inspect and operate kubefence FencedLeases",
@@ -32,7 +35,8 @@ A FencedLease decides who may act, and its fencing token, checked by every
 guarded object, makes sure a holder that lost the lease can change nothing.
 This plugin shows who holds each lease, who waits, which guarded objects carry
 which token, and the history of transitions; operators can release a holder or
-hand the lease over to a waiting client.`,
+hand the lease over to a waiting client, and raise a lease's token floor after
+an etcd restore.`,
 		Annotations: map[string]string{
 			cobra.CommandDisplayNameAnnotation: "kubectl fence",
 		},
@@ -44,12 +48,17 @@ hand the lease over to a waiting client.`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.configFlags.AddFlags(cmd.PersistentFlags())
+	_ = cmd.RegisterFlagCompletionFunc("namespace", completeNamespaces(o))
+	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts(o))
 
 	cmd.AddCommand(
-		newListCmd(o),
 		newGetCmd(o),
+		newDescribeCmd(o),
 		newReleaseCmd(o),
 		newHandoverCmd(o),
+		newRaiseFloorCmd(o),
+		newCheckCmd(o),
+		newVersionCmd(o),
 	)
 	return cmd
 }

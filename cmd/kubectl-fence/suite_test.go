@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,8 +32,8 @@ var (
 	k8s client.Client
 	// kubeconfig is the admin user's kubeconfig file the plugin runs with.
 	kubeconfig string
-	// cacheDir keeps the plugin's discovery cache out of $HOME.
-	cacheDir string
+	// assets is the envtest binary directory (kube-apiserver, etcd, kubectl).
+	assets string
 	// now is the plugin's (fake) clock in every test.
 	now = time.Now().UTC().Truncate(time.Second)
 )
@@ -91,7 +92,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	kubeconfig = filepath.Join(dir, "kubeconfig")
-	cacheDir = filepath.Join(dir, "cache")
+	assets = os.Getenv("KUBEBUILDER_ASSETS")
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		fmt.Fprintf(os.Stderr, "writing kubeconfig: %v\n", err)
 		return 1
@@ -102,13 +103,24 @@ func run(m *testing.M) int {
 // fence runs `kubectl fence args...` in-process as the admin user.
 func fence(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return fenceWith(t, kubeconfig, args...)
+}
+
+// fenceWith runs the plugin with another kubeconfig.
+func fenceWith(t *testing.T, kc string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
-	cmd := newRootCmd(streams, testclock.NewFakePassiveClock(now))
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cacheDir}, args...))
-	err = cmd.ExecuteContext(context.Background())
+	err = runFence(context.Background(), &out, &errOut, append([]string{"--kubeconfig", kc}, args...)...)
 	t.Logf("kubectl fence %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
 	return out.String(), errOut.String(), err
+}
+
+// runFence runs the plugin with exactly args until it ends or ctx does.
+func runFence(ctx context.Context, out, errOut io.Writer, args ...string) error {
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}
+	cmd := newRootCmd(streams, testclock.NewFakePassiveClock(now))
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
 }
 
 // mustFence runs the plugin and fails the test on an error.

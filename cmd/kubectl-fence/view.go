@@ -9,9 +9,19 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// leaseView is everything `kubectl fence get` knows about one lease; -o json
-// and -o yaml print it as is.
+// The version and kind of describe's -o json|yaml, so that scripts can tell
+// when its schema changes.
+const (
+	viewAPIVersion = "kubectl-fence.kubefence.io/v1alpha1"
+	viewKind       = "FencedLeaseDescription"
+)
+
+// leaseView is everything `kubectl fence describe` knows about one lease; -o
+// json and -o yaml print it as is.
 type leaseView struct {
+	// APIVersion and Kind name the schema (viewAPIVersion, viewKind).
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
 	// ObservedAt is the time the times left were measured against.
 	ObservedAt metav1.MicroTime `json:"observedAt"`
 	// ExpiresIn is the holder's time to expiry ("4.2s", "expired", "-").
@@ -38,6 +48,8 @@ func buildView(ctx context.Context, c *clients, name string, now time.Time) (*le
 	}
 	setKind(lease)
 	v := &leaseView{
+		APIVersion:      viewAPIVersion,
+		Kind:            viewKind,
 		ObservedAt:      metav1.NewMicroTime(now),
 		ExpiresIn:       expiresIn(lease, now),
 		LockDelayActive: lockDelayActive(lease, now),
@@ -61,4 +73,12 @@ func buildView(ctx context.Context, c *clients, name string, now time.Time) (*le
 		v.Guarded = []guardedObject{}
 	}
 	return v, nil
+}
+
+// setKind prepares one lease for structured output: the apiVersion and kind
+// the typed client leaves empty, and no managedFields (as kubectl get).
+func setKind(l *coordv1alpha1.FencedLease) {
+	l.APIVersion = coordv1alpha1.GroupVersion.String()
+	l.Kind = "FencedLease"
+	l.ManagedFields = nil
 }

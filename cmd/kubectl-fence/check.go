@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// checkInterval is how often check --wait tries again.
+const checkInterval = time.Second
+
+// probeIdentity names the check's dry-run probes.
+const probeIdentity = "kubectl-fence-check"
+
+type checkOptions struct {
+	*rootOptions
+	wait time.Duration
+}
+
+func newCheckCmd(root *rootOptions) *cobra.Command {
+	o := &checkOptions{rootOptions: root}
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Check that the kubefence API is served and its webhooks answer",
+		Long: `Check, as 'cmctl check api' does for cert-manager, that kubefence is ready:
+
+1. the API server serves fencedleases.coordination.kubefence.io/v1alpha1 (the
+   CRD is installed and established);
+2. the FencedLease webhook answers: a server-side dry-run create of a lease
+   carrying another user's request must be refused by the webhook (a user
+   trusted as the controller is let through; then a webhook configuration
+   for FencedLeases must exist);
+3. the fencing webhook answers: a server-side dry-run create of a ConfigMap
+   guarded by a lease that does not exist must be refused by it.
+
+Dry runs store nothing. The probes run in the namespace of -n; the fencing
+webhook skips kubefence-system and kube-system, so choose another one.
+With --wait, check tries again every second until everything is ready or the
+time is up. The exit code is 0 when ready, 1 otherwise.`,
+		Example: `  # After installing, in CI
+  kubectl fence check --wait=2m`,
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+	}
+	cmd.Flags().DurationVar(&o.wait, "wait", 0, "How long to keep trying until kubefence is ready (for example 2m); 0 tries once.")
+	return cmd
+}
+
+func (o *checkOptions) run(ctx context.Context) error {
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(o.wait)
+	lastReason := ""
+	for {
+		report, err := check(ctx, c)
+		if err == nil {
+			for _, line := range report {
+				fmt.Fprintln(o.streams.Out, line)
+			}
+			fmt.Fprintln(o.streams.Out, "The kubefence API and webhooks are ready")
+			return nil
+		}
+		if o.wait <= 0 || !time.Now().Add(checkInterval).Before(deadline) || ctx.Err() != nil {
+			if o.wait > 0 {
+				return fmt.Errorf("kubefence is not ready after %s: %w", o.wait, err)
+			}
+			return fmt.Errorf("kubefence is not ready: %w", err)
+		}
+		if err.Error() != lastReason {
+			lastReason = err.Error()
+			fmt.Fprintf(o.streams.ErrOut, "Not ready yet: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubefence is not ready: %w", err)
+		case <-time.After(checkInterval):
+		}
+	}
+}
+
+// check runs the three checks once; the report says what answered.
+func check(ctx context.Context, c *clients) ([]string, error) {
+	gv := coordv1alpha1.GroupVersion.String()
+	res, err := c.discovery.ServerResourcesForGroupVersion(gv)
+	if err != nil || !slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "fencedleases" }) {
+		if err == nil {
+			err = errors.New("the group version has no fencedleases")
+		}
+		return nil, fmt.Errorf("the API server does not serve fencedleases.%s (%v): install the CRD (make install or make deploy)", gv, err)
+	}
+	report := []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
+
+	line, err := probeLeaseWebhook(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	report = append(report, line)
+	line, err = probeFencingWebhook(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(report, line), nil
+}
+
+// probeLeaseWebhook dry-run creates a lease with a request in another user's
+// name, which the FencedLease webhook refuses to anyone but a controller user.
+func probeLeaseWebhook(ctx context.Context, c *clients) (string, error) {
+	lease := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, GenerateName: probeIdentity + "-"},
+		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
+			{HolderIdentity: probeIdentity, User: probeIdentity + ":someone-else"},
+		}},
+	}
+	err := c.kube.Create(ctx, lease, client.DryRunAll)
+	switch {
+	case err == nil:
+		return acceptedProbe(ctx, c, "FencedLease webhook", "a FencedLease with another user's request",
+			func(w admissionregistrationv1.ValidatingWebhook) bool {
+				return covers(w, coordv1alpha1.GroupVersion.Group, "fencedleases")
+			})
+	case webhookDenied(err):
+		return "FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)", nil
+	default:
+		return "", webhookError("FencedLease webhook", err)
+	}
+}
+
+// probeFencingWebhook dry-run creates a ConfigMap guarded by a lease that
+// does not exist, which the fencing webhook refuses.
+func probeFencingWebhook(ctx context.Context, c *clients) (string, error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: c.namespace, GenerateName: probeIdentity + "-",
+		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: probeIdentity + "-no-such-lease"},
+		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "1"},
+	}}
+	err := c.kube.Create(ctx, cm, client.DryRunAll)
+	switch {
+	case err == nil:
+		return acceptedProbe(ctx, c, "fencing webhook", "a ConfigMap guarded by a lease that does not exist",
+			func(w admissionregistrationv1.ValidatingWebhook) bool {
+				return w.ObjectSelector != nil && covers(w, "", "configmaps")
+			})
+	case webhookDenied(err):
+		return "fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)", nil
+	default:
+		return "", webhookError("fencing webhook", err)
+	}
+}
+
+// acceptedProbe judges a probe the API server accepted: fine when a
+// fail-closed webhook configuration covers it (the caller is trusted, so the
+// webhook allowed it), otherwise no webhook looked at it.
+func acceptedProbe(ctx context.Context, c *clients, what, probe string, match func(admissionregistrationv1.ValidatingWebhook) bool) (string, error) {
+	var list admissionregistrationv1.ValidatingWebhookConfigurationList
+	if err := c.kube.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("%s: a dry-run create of %s was accepted, so no webhook refused it, and the webhook configurations cannot be read to tell why (%v)", what, probe, err)
+	}
+	for _, cfg := range list.Items {
+		for _, w := range cfg.Webhooks {
+			if match(w) && (w.FailurePolicy == nil || *w.FailurePolicy == admissionregistrationv1.Fail) {
+				return fmt.Sprintf("%s: answers (%s %q accepted a dry-run create of %s, as it does for a user trusted as the controller)", what, cfg.Name, w.Name, probe), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s: a dry-run create of %s was accepted: no validating webhook checks it (no ValidatingWebhookConfiguration with a fail-closed webhook for it); is the operator deployed (make deploy)?", what, probe)
+}
+
+// covers tells whether a webhook's rules match CREATE of resource in group.
+func covers(w admissionregistrationv1.ValidatingWebhook, group, resource string) bool {
+	for _, r := range w.Rules {
+		if !slices.Contains(r.Operations, admissionregistrationv1.Create) && !slices.Contains(r.Operations, admissionregistrationv1.OperationAll) {
+			continue
+		}
+		if !slices.Contains(r.APIGroups, group) && !slices.Contains(r.APIGroups, "*") {
+			continue
+		}
+		if slices.Contains(r.Resources, resource) || slices.Contains(r.Resources, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// webhookDenied tells whether a validating webhook refused the request (the
+// API server's wording for a webhook's denial).
+func webhookDenied(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "admission webhook") && strings.Contains(msg, "denied the request")
+}
+
+// webhookError explains a probe that failed for another reason.
+func webhookError(what string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "failed calling webhook"):
+		return fmt.Errorf("%s: the API server cannot call it (%v): are the manager pods running and ready, and is the caBundle of the webhook configuration set?", what, err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%s: the probe's namespace does not exist (%v): choose one with -n", what, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%s: the dry-run probe was refused by RBAC or another admission check, not by kubefence (%v)", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

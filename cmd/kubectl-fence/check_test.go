@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kubefence/kubefence/test/testenv"
+)
+
+// TestCheckWithWebhook runs check against a second control plane that has
+// the operator's webhook configurations: first with no webhook server behind
+// them (the API server cannot call it), then with the operator's webhooks
+// served in-process, as the deployed manager serves them.
+func TestCheckWithWebhook(t *testing.T) {
+	env := testenv.NewEnvironment(filepath.Join("..", ".."))
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := newScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+
+	// The webhook configurations are there, nothing serves them.
+	_, _, err = fenceWith(t, kc, "check", "-n", ns.Name)
+	if err == nil || !strings.Contains(err.Error(), "kubefence is not ready: FencedLease webhook: the API server cannot call it") ||
+		!strings.Contains(err.Error(), "are the manager pods running and ready") {
+		t.Errorf("check with the webhook down: %v, want that the API server cannot call it", err)
+	}
+
+	// check --wait is ready once the operator's webhooks serve.
+	var out, errOut bytes.Buffer
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		done <- runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=90s")
+	}()
+	time.Sleep(2 * time.Second) // check sees the webhook down first
+	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.RegisterWebhooks(mgr, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-mgrDone; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("check --wait=90s did not end")
+	}
+	t.Logf("check --wait took %s\n%s%s", time.Since(start), out.String(), errOut.String())
+	if err != nil {
+		t.Fatalf("check --wait with the webhooks served: %v", err)
+	}
+	for _, want := range []string{
+		"API: fencedleases.coordination.kubefence.io/v1alpha1 is served",
+		"FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)",
+		"fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)",
+		"The kubefence API and webhooks are ready",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q", want)
+		}
+	}
+	if !strings.Contains(errOut.String(), "Not ready yet: FencedLease webhook: the API server cannot call it") {
+		t.Errorf("check --wait did not report the webhook down while waiting: %q", errOut.String())
+	}
+}

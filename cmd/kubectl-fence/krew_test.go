@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// krewPlugin is the part of krew's Plugin manifest
+// (krew.googlecontainertools.github.com/v1alpha2) that krew-index validates.
+type krewPlugin struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Version          string `json:"version"`
+		Homepage         string `json:"homepage"`
+		ShortDescription string `json:"shortDescription"`
+		Description      string `json:"description"`
+		Caveats          string `json:"caveats"`
+		Platforms        []struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			URI    string `json:"uri"`
+			SHA256 string `json:"sha256"`
+			Files  []struct {
+				From string `json:"from"`
+				To   string `json:"to"`
+			} `json:"files"`
+			Bin string `json:"bin"`
+		} `json:"platforms"`
+	} `json:"spec"`
+}
+
+func TestKrewManifest(t *testing.T) {
+	path := filepath.Join("..", "..", "hack", "krew", "fence.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p krewPlugin
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		t.Fatalf("%s is not a krew Plugin manifest: %v", path, err)
+	}
+	if p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin" {
+		t.Errorf("apiVersion/kind = %s %s, want krew.googlecontainertools.github.com/v1alpha2 Plugin", p.APIVersion, p.Kind)
+	}
+	// The name is what users type after kubectl, and the binary is kubectl-<name>.
+	if p.Metadata.Name != "fence" {
+		t.Errorf("metadata.name = %q, want fence (kubectl fence)", p.Metadata.Name)
+	}
+	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(p.Spec.Version) {
+		t.Errorf("spec.version %q is not a semver with a leading v", p.Spec.Version)
+	}
+	if !strings.HasPrefix(p.Spec.Homepage, "https://") {
+		t.Errorf("spec.homepage %q is not an https URL", p.Spec.Homepage)
+	}
+	if p.Spec.ShortDescription == "" || len(p.Spec.ShortDescription) > 50 || strings.Contains(p.Spec.ShortDescription, "\n") {
+		t.Errorf("spec.shortDescription %q must be one line of at most 50 characters", p.Spec.ShortDescription)
+	}
+	if p.Spec.Description == "" {
+		t.Error("spec.description is empty")
+	}
+	// krew puts only bin on PATH (kubernetes-sigs/krew#812): the caveats must
+	// say how to link the completion shim of this version.
+	if !strings.Contains(p.Spec.Caveats, "store/fence/"+p.Spec.Version+"/kubectl_complete-fence") {
+		t.Errorf("spec.caveats do not say how to link kubectl_complete-fence of %s:\n%s", p.Spec.Version, p.Spec.Caveats)
+	}
+
+	want := []string{"darwin/amd64", "darwin/arm64", "linux/amd64", "linux/arm64", "windows/amd64"}
+	var got []string
+	for _, pl := range p.Spec.Platforms {
+		osName, arch := pl.Selector.MatchLabels["os"], pl.Selector.MatchLabels["arch"]
+		platform := osName + "/" + arch
+		got = append(got, platform)
+		exe := ""
+		if osName == "windows" {
+			exe = ".exe"
+		}
+		if pl.Bin != "kubectl-fence"+exe {
+			t.Errorf("%s: bin = %q, want kubectl-fence%s", platform, pl.Bin, exe)
+		}
+		if !strings.HasPrefix(pl.URI, "https://github.com/kubefence/kubefence/releases/download/"+p.Spec.Version+"/") || !strings.Contains(pl.URI, osName+"_"+arch) {
+			t.Errorf("%s: uri %q is not this version's %s archive", platform, pl.URI, platform)
+		}
+		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(pl.SHA256) {
+			t.Errorf("%s: sha256 %q is not 64 hex digits", platform, pl.SHA256)
+		}
+		var from []string
+		for _, f := range pl.Files {
+			from = append(from, f.From)
+			if f.To != "." {
+				t.Errorf("%s: file %s goes to %q, want the plugin's root", platform, f.From, f.To)
+			}
+		}
+		if !slices.Contains(from, pl.Bin) || !slices.Contains(from, "LICENSE") {
+			t.Errorf("%s: files %v must include the binary %s and LICENSE", platform, from, pl.Bin)
+		}
+		// kubectl's plugin completion runs a kubectl_complete-fence from PATH;
+		// krew links it next to kubectl-fence. The shim is a shell script.
+		if osName != "windows" && !slices.Contains(from, "kubectl_complete-fence") {
+			t.Errorf("%s: files %v lack the completion shim kubectl_complete-fence", platform, from)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("platforms = %v, want %v", got, want)
+	}
+}

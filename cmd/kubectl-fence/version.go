@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// version is the plugin's version, set at release with
+// -ldflags "-X main.version=v0.1.0"; without it, the module's build info.
+var version = ""
+
+// operatorLabels select the manager Deployment config/manager installs.
+var operatorLabels = client.MatchingLabels{"app.kubernetes.io/name": "kubefence", "control-plane": "controller-manager"}
+
+// versionInfo is what version prints with -o json|yaml.
+type versionInfo struct {
+	ClientVersion     string `json:"clientVersion"`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	OperatorVersion   string `json:"operatorVersion,omitempty"`
+	// OperatorDeployment is namespace/name of the Deployment the operator
+	// version was read from.
+	OperatorDeployment string `json:"operatorDeployment,omitempty"`
+}
+
+type versionOptions struct {
+	*rootOptions
+	clientOnly bool
+	output     string
+}
+
+func newVersionCmd(root *rootOptions) *cobra.Command {
+	o := &versionOptions{rootOptions: root}
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version, and the Kubernetes and operator versions",
+		Long: `Print the plugin's version and, unless --client, the API server's Kubernetes
+version and the operator's: the image of the manager container of the
+Deployment labelled app.kubernetes.io/name=kubefence,control-plane=controller-manager
+(in any namespace). The operator version is "unknown" when that Deployment
+cannot be found or read.`,
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+	}
+	cmd.Flags().BoolVar(&o.clientOnly, "client", false, "Print the plugin's version only; do not contact the API server.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml.")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func (o *versionOptions) run(ctx context.Context) error {
+	if err := checkOutput(o.output, outputJSON, outputYAML); err != nil {
+		return err
+	}
+	v := versionInfo{ClientVersion: clientVersion()}
+	if !o.clientOnly {
+		c, err := o.clients()
+		if err != nil {
+			return err
+		}
+		sv, err := c.discovery.ServerVersion()
+		if err != nil {
+			return fmt.Errorf("reading the server's version: %w", err)
+		}
+		v.KubernetesVersion = sv.GitVersion
+		v.OperatorVersion, v.OperatorDeployment = operatorVersion(ctx, c)
+	}
+	if o.output != outputTable {
+		return printStructured(o.streams.Out, o.output, v)
+	}
+	fmt.Fprintf(o.streams.Out, "Client Version: %s\n", v.ClientVersion)
+	if !o.clientOnly {
+		fmt.Fprintf(o.streams.Out, "Kubernetes Version: %s\n", v.KubernetesVersion)
+		if v.OperatorDeployment != "" {
+			fmt.Fprintf(o.streams.Out, "Operator Version: %s (deployment %s)\n", v.OperatorVersion, v.OperatorDeployment)
+		} else {
+			fmt.Fprintf(o.streams.Out, "Operator Version: %s\n", v.OperatorVersion)
+		}
+	}
+	return nil
+}
+
+// clientVersion is version, or the module version and VCS revision the Go
+// toolchain stamped.
+func clientVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (commit " + s.Value[:12] + ")"
+		}
+	}
+	return v
+}
+
+// operatorVersion is the image of the operator's manager container, and the
+// Deployment it was found in; "unknown" (with why) when there is none.
+func operatorVersion(ctx context.Context, c *clients) (string, string) {
+	var list appsv1.DeploymentList
+	if err := c.kube.List(ctx, &list, operatorLabels); err != nil {
+		return fmt.Sprintf("unknown (cannot list deployments: %v)", err), ""
+	}
+	for _, d := range list.Items {
+		for _, ctr := range d.Spec.Template.Spec.Containers {
+			if ctr.Name == "manager" {
+				return ctr.Image, d.Namespace + "/" + d.Name
+			}
+		}
+	}
+	return "unknown (no manager Deployment labelled app.kubernetes.io/name=kubefence found)", ""
+}

@@ -1,0 +1,94 @@
+package tenure_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+func mergePatch(format string, args ...any) client.Patch {
+	return client.RawPatch(types.MergePatchType, fmt.Appendf(nil, format, args...))
+}
+
+var _ = Describe("A non-holder cannot depose the holder", func() {
+	It("refuses a client's ownerReferences, finalizers and the deletion of a held lease, and leases where nothing is fenced", func() {
+		ns := newNamespace()
+		newLease(ns, "job", 30)
+		alice := startElector("alice", ns, "job")
+		alice.leading()
+		l := getLease(ns, "job")
+		m := users["mallory"] // may get, update, patch, create and delete FencedLeases (RBAC)
+		err := m.Patch(suiteCtx, l.DeepCopy(), mergePatch(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"6f1c6e0e-0000-4000-8000-000000000000"}]}}`))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a dangling ownerReference was accepted (the garbage collector would delete the lease): %v", err)
+		Expect(err.Error()).To(ContainSubstring("ownerReferences"))
+		err = m.Patch(suiteCtx, l.DeepCopy(), jsonPatch(map[string]any{"op": "add", "path": "/metadata/finalizers/-", "value": "x.example/never"}))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a foreign finalizer was accepted: %v", err)
+		err = m.Delete(suiteCtx, l.DeepCopy())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a client deleted a held lease: %v", err)
+		Expect(err.Error()).To(ContainSubstring("is held by alice"))
+		Expect(getLease(ns, "job").Status.HolderIdentity).To(Equal("alice"))
+
+		// A lease nobody holds may be deleted by whoever RBAC allows.
+		newLease(ns, "idle", 30)
+		Expect(m.Delete(suiteCtx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "idle"}})).To(Succeed())
+
+		// An operator must revoke with the annotation, so the controller waits
+		// for the holder's admitted writes.
+		l = getLease(ns, "job")
+		err = users["operator"].Patch(suiteCtx, l.DeepCopy(), jsonPatch(
+			map[string]any{"op": "test", "path": "/spec/requests/0/holderIdentity", "value": "alice"},
+			map[string]any{"op": "remove", "path": "/spec/requests/0"}))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an operator removed the holder's request without revoking: %v", err)
+		Expect(err.Error()).To(ContainSubstring("coordination.kubefence.io/revoked=alice/"))
+
+		// Where the fencing webhooks never look, a lease is refused outright.
+		err = users["operator"].Create(suiteCtx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "job"},
+			Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 15}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a FencedLease in kube-system was accepted: %v", err)
+		Expect(err.Error()).To(ContainSubstring("never look at it"))
+	})
+})
+
+var _ = Describe("Built-in kinds keep metadata on their subresources", func() {
+	It("puts pods/status and deployments/status under the token and holder rules", func() {
+		ns := newNamespace()
+		newLease(ns, "job", 30)
+		bob := startElector("bob", ns, "job")
+		bob.leading()
+		fb := bob.el.Client(users["bob"])
+
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
+		// The holder, on the identity path, cannot rewrite the token through /status.
+		for _, t := range []string{"999999999999", "0"} {
+			err := users["bob"].Status().Patch(suiteCtx, pod.DeepCopy(), mergePatch(`{"metadata":{"annotations":{%q:%q}}}`, coordv1alpha1.FencingTokenAnnotation, t))
+			Expect(err).To(HaveOccurred(), "pods/status set the token to %s without a token check", t)
+		}
+		// A non-holder cannot remove the guard through /status.
+		err := users["alice"].Status().Patch(suiteCtx, pod.DeepCopy(), mergePatch(`{"metadata":{"labels":{%q:null}}}`, coordv1alpha1.GuardLeaseLabel))
+		Expect(err).To(HaveOccurred(), "a non-holder removed the guard through pods/status")
+		// The holder's ordinary status write is accepted.
+		Expect(fb.Status().Patch(suiteCtx, pod.DeepCopy(), mergePatch(`{"status":{"message":"ok"}}`))).To(Succeed())
+
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "d"},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "d"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}}}
+		Expect(fb.Create(suiteCtx, dep)).To(Succeed())
+		err = users["bob"].Status().Patch(suiteCtx, dep.DeepCopy(), mergePatch(`{"metadata":{"annotations":{%q:"999999999999"}}}`, coordv1alpha1.FencingTokenAnnotation))
+		Expect(err).To(HaveOccurred(), "deployments/status set the token without a token check")
+		Expect(fb.Status().Patch(suiteCtx, dep.DeepCopy(), mergePatch(`{"status":{"observedGeneration":1}}`))).To(Succeed())
+
+	})
+})

@@ -164,8 +164,20 @@ var _ = Describe("Fencing at the write boundary (I4, I5)", func() {
 			Expect(nsController.Delete(suiteCtx, widget(ns, "w", "", "", ""))).To(Succeed())
 
 			Expect(users["bob"].Create(suiteCtx, widget(ns, "w2", "job", tok(current), "bob"))).To(Succeed())
-			gc := cleanupUser("system:kube-controller-manager")
+			gc := cleanupUser("system:serviceaccount:kube-system:generic-garbage-collector")
+			// Finishing a cascade: only finalizers and ownerReferences change.
+			Expect(gc.Patch(suiteCtx, widget(ns, "w2", "", "", ""), client.RawPatch(types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":["example.kubefence.io/cascade"]}}`)))).To(Succeed())
+			Expect(gc.Patch(suiteCtx, widget(ns, "w2", "", "", ""), client.RawPatch(types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
+			expectRefused(gc.Patch(suiteCtx, widget(ns, "w2", "", "", ""), client.RawPatch(types.MergePatchType,
+				[]byte(`{"spec":{"writer":"gc"}}`))), 403, "is not the holder of lease")
 			Expect(gc.Delete(suiteCtx, widget(ns, "w2", "", "", ""))).To(Succeed())
+			// Not a default any more: without --use-service-account-credentials
+			// every controller of kube-controller-manager runs as this user.
+			kcm := cleanupUser("system:kube-controller-manager")
+			Expect(users["bob"].Create(suiteCtx, widget(ns, "w3", "job", tok(current), "bob"))).To(Succeed())
+			expectRefused(kcm.Delete(suiteCtx, widget(ns, "w3", "", "", "")), 403, "is not the holder of lease")
 		})
 
 		It("refuses a stale holder's /status write, whose metadata the API server drops", func() {

@@ -215,7 +215,9 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		ns := newNamespace()
 		// alice is granted and never renews: the controller expires her at
 		// expireTime and grants bob; nobody's clock but the controller's decides.
-		newLease(ns, "job", 3,
+		// L = 10 s: the cut-off margin is min(skew + commit lag, L/10) = 1 s,
+		// more than the 500 ms the answers are delayed.
+		newLease(ns, "job", 10,
 			coordv1alpha1.LeaseRequest{HolderIdentity: "alice", User: "alice"},
 			coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"})
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
@@ -274,7 +276,7 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		}
 		wg.Wait()
 		var g int64
-		Eventually(grantRV, 20*time.Second).Should(Receive(&g))
+		Eventually(grantRV, 30*time.Second).Should(Receive(&g))
 		GinkgoWriter.Printf("grant of bob at revision %d; accepted token-%d writes at %v\n", g, n, ok)
 		Expect(ok).NotTo(BeEmpty(), "no write was accepted: the test shows nothing")
 		Expect(refusedExpired).To(Equal(writers))

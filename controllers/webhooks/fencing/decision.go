@@ -104,7 +104,7 @@ type Input struct {
 	// cache: a cache can show a tenure that has ended (docs/design.md).
 	Lease func(name string) (LeaseState, error)
 	// Now is the webhook's clock. A token stops being accepted at
-	//   expireTime - min(Skew + CommitLag, leaseDuration/3)
+	//   expireTime - min(Skew + CommitLag, leaseDuration/10)
 	// Skew covers the offset between this clock and the controller's; CommitLag
 	// bounds how long an admitted write may take to commit after the decision
 	// (the controller never grants the next tenure before expireTime).
@@ -338,17 +338,18 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 // CutOff is the instant from which the webhook refuses the token of a tenure
 // that expires at expire:
 //
-//	expire - min(skew + commitLag, leaseDuration/3)
+//	expire - min(skew + commitLag, leaseDuration/10)
 //
 // The controller never grants the next tenure before expire, so a write
 // admitted before the cut-off commits before that grant as long as it commits
-// within the margin of its admission (clock offset included). A live holder
-// renews every leaseDuration/3, so its expireTime stays at least 2/3 of a
-// lease ahead and the margin never refuses it.
+// within the margin of its admission (clock offset included). The cap keeps
+// the cut-off after the client helper's own deadline (sent + L - L/10, before
+// expire - L/10): an honest holder is never refused before it stops itself.
+// So for leases shorter than 10 (skew + commitLag) the commit-lag bound is L/10.
 func CutOff(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
 	margin := skew + commitLag
-	if leaseDuration > 0 && leaseDuration/3 < margin {
-		margin = leaseDuration / 3
+	if leaseDuration > 0 && leaseDuration/10 < margin {
+		margin = leaseDuration / 10
 	}
 	return expire.Add(-margin)
 }

@@ -132,9 +132,9 @@ func TestDecide(t *testing.T) {
 			in.CommitLag = time.Second
 			return in
 		}(), true, 0, ""},
-		{"the margin is capped at a third of a short lease", func() Input {
+		{"the margin is capped at a tenth of a short lease", func() Input {
 			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(400*time.Millisecond), time.Second
+			st.ExpireTime, st.LeaseDuration = now.Add(150*time.Millisecond), time.Second
 			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
 			in.CommitLag = time.Second
 			return in

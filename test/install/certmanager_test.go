@@ -169,7 +169,14 @@ func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
 		}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "manifest.yaml")
+			// Not t.TempDir(): the subtest's name holds a comma, and kubectl
+			// splits -f arguments on commas.
+			dir, err := os.MkdirTemp("", "kubefence-manifest-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			file := filepath.Join(dir, "manifest.yaml")
 			if err := os.WriteFile(file, m.manifest, 0o600); err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -270,4 +271,51 @@ func EpochShardBytes(cm *corev1.ConfigMap) int {
 		n += len(k) + len(v)
 	}
 	return n
+}
+
+// MigrateLegacy copies every entry of the legacy single ConfigMap into the
+// shards of its lease's namespace (Record semantics: an entry is only raised),
+// so that the legacy ConfigMap may then be deleted. Entries of namespaces that
+// no longer exist, or are being deleted, are skipped: their leases and
+// guarded objects are gone with them. It returns how many entries it copied.
+// It is idempotent; the operator runs it at every start of the leader.
+func (s *EpochStore) MigrateLegacy(ctx context.Context) (int, error) {
+	if s.Name == "" {
+		return 0, nil
+	}
+	var legacy corev1.ConfigMap
+	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, &legacy)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	byNS := map[string]map[string]int64{}
+	for key := range legacy.Data {
+		ns, name, ok := strings.Cut(key, ".") // a namespace holds no dot
+		if !ok {
+			continue
+		}
+		token, err := parseEpoch(legacy.Data, key)
+		if err != nil {
+			return 0, fmt.Errorf("legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		if byNS[ns] == nil {
+			byNS[ns] = map[string]int64{}
+		}
+		byNS[ns][name] = token
+	}
+	copied := 0
+	for ns, tokens := range byNS {
+		err := s.RecordAll(ctx, ns, tokens)
+		if apierrors.IsNotFound(err) {
+			continue // the namespace is gone
+		}
+		if err != nil {
+			return copied, err
+		}
+		copied += len(tokens)
+	}
+	return copied, nil
 }

@@ -185,6 +185,16 @@ var _ = Describe("Epoch store", func() {
 		reinstalled := storeFor("kubefence-reinstalled")
 		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
 		Expect(reinstalled.Get(suiteCtx, ns, "both")).To(Equal(int64(8)))
+
+		// Migration copies what only the legacy store knows into the shards,
+		// and skips namespaces that no longer exist.
+		legacy.Data = map[string]string{ns + ".only-legacy": "33", ns + ".old": "40", "no-such-namespace.x": "5"}
+		Expect(k8sClient.Update(suiteCtx, &legacy)).To(Succeed())
+		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(0)))
+		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2))
+		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(33)))
+		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)), "migration never lowers an entry")
+		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2), "idempotent")
 	})
 
 	It("lets a namespace's deletion finish, and prunes its history with it", func() {

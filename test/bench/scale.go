@@ -42,6 +42,7 @@ type scaleOptions struct {
 	extraHeld  int
 	perProc    int
 	steady     time.Duration
+	baseline   time.Duration
 	lease      int
 	epochNames int
 	settle     time.Duration
@@ -59,6 +60,7 @@ func init() {
 	flag.IntVar(&scaleOpts.extraHeld, "scale-extra-held", 0, "scale: further held leases (H = mass + samples + extra)")
 	flag.IntVar(&scaleOpts.perProc, "scale-per-process", 500, "scale: electors per holder process")
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of each steady-state window")
+	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.IntVar(&scaleOpts.epochNames, "scale-epoch-names", 100_000, "scale: lease names in the epoch store at the end (deleted leases plus names recorded directly)")
 	flag.DurationVar(&scaleOpts.settle, "scale-settle", 10*time.Second, "scale: wait after a phase's holders started before its window")
@@ -90,7 +92,6 @@ type window struct {
 	controllerWrites  int
 	controllerByCat   writeCounts
 	cpu               map[string]cpuRSS // apiserver, etcd, operator, holders
-	renewalLatency    []time.Duration
 	goroutinesOperatr int
 }
 
@@ -201,7 +202,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	}); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 10*time.Minute, 2*time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
+	if err := waitFor(ctx, 10*time.Minute, 5*time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
 		var list coordv1alpha1.FencedLeaseList
 		if err := b.admin.List(ctx, &list); err != nil {
 			return false, err
@@ -332,7 +333,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
 	}
-	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
+	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
 	if err != nil {
 		return err
 	}
@@ -435,7 +436,11 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int, retry 
 	} else {
 		what += " (kubefence's renewal interval)"
 	}
-	w, err := b.measure(ctx, s, what, held, ps, nil)
+	length := scaleOpts.baseline
+	if length == 0 {
+		length = scaleOpts.steady
+	}
+	w, err := b.measure(ctx, s, what, length, held, ps, nil)
 	if err != nil {
 		return err
 	}
@@ -448,9 +453,9 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int, retry 
 }
 
 // measure runs one steady-state window: writes by writer, CPU and peak RSS.
-func (b *bench) measure(ctx context.Context, s *scaleRun, name string, held int, holders, others []*scaleProc) (window, error) {
-	w := window{name: name, held: held, length: scaleOpts.steady, cpu: map[string]cpuRSS{}}
-	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", scaleOpts.steady, name)
+func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
+	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}}
+	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(append([]*scaleProc(nil), holders...), others...)
 	pids := map[string][]int{"kube-apiserver": {s.apiserver}, "etcd": {s.etcd}, "operator (bench process)": {os.Getpid()}}
 	for _, p := range procs {
@@ -465,12 +470,6 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, held int,
 		hw0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlTotal()
-	lat0 := map[*scaleProc]int{}
-	for _, p := range holders {
-		p.mu.Lock()
-		lat0[p] = len(p.latencies)
-		p.mu.Unlock()
-	}
 	peak := map[string]int64{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -488,7 +487,7 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, held int,
 			}
 		}
 	})
-	err := sleep(ctx, scaleOpts.steady)
+	err := sleep(ctx, length)
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -717,8 +716,8 @@ func rssOf(pids []int) int64 {
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
-	fmt.Fprintf(w, "\nkubefence scale benchmark: %d FencedLeases, H = %d held, L = %ds, steady windows of %v, webhooks installed\n",
-		r.n, r.held, o.lease, o.steady)
+	fmt.Fprintf(w, "\nkubefence scale benchmark: %d FencedLeases, H = %d held, L = %ds, webhooks installed; windows below\n",
+		r.n, r.held, o.lease)
 	fmt.Fprintf(w, "kube-apiserver %s, %d CPUs (%s), load average at start %s, run took %v\n",
 		r.env.serverVersion, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
 	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration); holders run in child processes\n\n")
@@ -736,6 +735,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 	}
 	secs := func(x window) float64 { return x.length.Seconds() }
 	add("held leases", func(x window) string { return strconv.Itoa(x.held) })
+	add("window", func(x window) string { return x.length.String() })
 	add("renewals (holders' successful writes)", func(x window) string { return strconv.FormatInt(x.holderRenewals, 10) })
 	add("holder writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.holderWrites)/secs(x)) })
 	add("controller writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.controllerWrites)/secs(x)) })

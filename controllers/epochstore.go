@@ -10,11 +10,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -34,10 +36,11 @@ import (
 //
 // Layout: in the lease's OWN namespace, EpochShards ConfigMaps named
 // "kubefence-epochs-00" to "kubefence-epochs-3f", created when first written.
-// A lease name lives in shard fnv32a(name) mod EpochShards under the key
-// EpochKey(name) (the name itself, or "_" and a hash for names longer than 63
-// characters, so that an entry is at most 88 bytes). A shard refuses to grow
-// past EpochShardBudget bytes of data, which keeps every object under 512 KiB.
+// A lease name lives in shard fnv32a(name) mod EpochShards, as the line
+// "<EpochKey(name)> <token>" of the shard's one data key EpochDataKey (the key
+// is the name itself, or "_" and a hash for names longer than 63 characters,
+// so that a line is at most 84 bytes). A shard refuses to grow past
+// EpochShardBudget bytes of data, which keeps every object under 512 KiB.
 //
 // Because the history sits beside the leases, it survives deleting and
 // reinstalling the operator and its namespace; and it is pruned with the
@@ -69,8 +72,8 @@ const DefaultEpochStoreName = "kubefence-epochs"
 // a lease name's shard is derived from it.
 const EpochShards = 64
 
-// EpochShardBudget is the most data (keys plus values) a shard holds; with
-// the object's metadata and encoding every shard stays under 512 KiB.
+// EpochShardBudget is the most data a shard holds; with the object's metadata
+// (a few hundred bytes, managedFields included) every shard stays under 512 KiB.
 const EpochShardBudget = 448 << 10
 
 // maxPlainKey is the longest lease name stored under its own name.
@@ -119,9 +122,11 @@ func (s *EpochStore) Get(ctx context.Context, leaseNamespace, leaseName string) 
 	case err != nil:
 		return 0, fmt.Errorf("reading epoch store %s/%s: %w", leaseNamespace, shard, err)
 	default:
-		if stored, err = parseEpoch(cm.Data, EpochKey(leaseName)); err != nil {
+		entries, err := EpochShardEntries(&cm)
+		if err != nil {
 			return 0, fmt.Errorf("epoch store %s/%s: %w", leaseNamespace, shard, err)
 		}
+		stored = entries[EpochKey(leaseName)]
 	}
 	if s.Name == "" {
 		return stored, nil
@@ -186,10 +191,16 @@ func (s *EpochStore) RecordAll(ctx context.Context, leaseNamespace string, token
 	return nil
 }
 
+// shardBackoff spaces the retries of a conflicting shard write: many leases
+// of one namespace deleted at once (a namespace deletion, a bulk clean-up)
+// write their shards concurrently, and client-go's DefaultRetry (5 tries
+// 10 ms apart) runs out under that contention.
+var shardBackoff = wait.Backoff{Steps: 20, Duration: 5 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: time.Second}
+
 // recordShard raises the entries of one shard, with an optimistic lock on
 // every write (a conflict re-reads and merges again).
 func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries map[string]int64) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(shardBackoff, func() error {
 		var cm corev1.ConfigMap
 		err := s.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: shard}, &cm)
 		if apierrors.IsNotFound(err) {
@@ -199,9 +210,8 @@ func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries 
 						"app.kubernetes.io/managed-by": "kubefence",
 						EpochStoreLabel:                "shard",
 					}},
-				Data: map[string]string{},
 			}
-			if _, err := merge(cm.Data, entries); err != nil {
+			if _, err := merge(&cm, map[string]int64{}, entries); err != nil {
 				return fmt.Errorf("epoch store %s/%s: %w", ns, shard, err)
 			}
 			if err := s.Writer.Create(ctx, &cm); err != nil {
@@ -218,10 +228,11 @@ func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries 
 		if err != nil {
 			return fmt.Errorf("reading epoch store %s/%s: %w", ns, shard, err)
 		}
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
+		current, err := EpochShardEntries(&cm)
+		if err != nil {
+			return fmt.Errorf("epoch store %s/%s: %w", ns, shard, err)
 		}
-		changed, err := merge(cm.Data, entries)
+		changed, err := merge(&cm, current, entries)
 		if err != nil {
 			return fmt.Errorf("epoch store %s/%s: %w", ns, shard, err)
 		}
@@ -232,38 +243,69 @@ func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries 
 	})
 }
 
-// merge raises data's entries to entries' tokens, refusing to take data past
-// EpochShardBudget, and tells whether anything changed.
-func merge(data map[string]string, entries map[string]int64) (bool, error) {
-	size := 0
-	for k, v := range data {
-		size += len(k) + len(v)
-	}
+// merge raises current's entries to entries' tokens and, if anything
+// changed, writes them into cm, refusing to take it past EpochShardBudget.
+func merge(cm *corev1.ConfigMap, current, entries map[string]int64) (bool, error) {
 	changed := false
 	for key, token := range entries {
-		cur, err := parseEpoch(data, key)
-		if err != nil {
-			return false, err
-		}
-		old, had := data[key]
-		if had && cur >= token {
+		if cur, had := current[key]; had && cur >= token {
 			continue
 		}
-		v := strconv.FormatInt(token, 10)
-		size += len(v) - len(old)
-		if !had {
-			size += len(key)
-		}
-		if size > EpochShardBudget {
-			return false, fmt.Errorf("%w: recording %q would take it past %d bytes", ErrEpochShardFull, key, EpochShardBudget)
-		}
-		data[key] = v
+		current[key] = token
 		changed = true
 	}
-	return changed, nil
+	if !changed {
+		return false, nil
+	}
+	blob := encodeEpochs(current)
+	if len(blob) > EpochShardBudget {
+		return false, fmt.Errorf("%w: %d entries would take it to %d bytes, past %d", ErrEpochShardFull, len(current), len(blob), EpochShardBudget)
+	}
+	cm.Data = map[string]string{EpochDataKey: blob}
+	return true, nil
 }
 
-// EpochShardBytes is the data size (keys plus values) of a shard, the quantity
+// EpochDataKey is the one data key of a shard. Its value holds one line per
+// lease name, "<key> <token>", sorted by key. One key (rather than one per
+// name) keeps the object's managedFields small: they list every data key, and
+// would otherwise double the object's size.
+const EpochDataKey = "epochs"
+
+func encodeEpochs(entries map[string]int64) string {
+	keys := make([]string, 0, len(entries))
+	for k := range entries {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(entries[k], 10))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// EpochShardEntries parses a shard: key (EpochKey) to token.
+func EpochShardEntries(cm *corev1.ConfigMap) (map[string]int64, error) {
+	out := map[string]int64{}
+	for line := range strings.Lines(cm.Data[EpochDataKey]) {
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			continue
+		}
+		key, v, ok := strings.Cut(line, " ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil || n < 0 {
+			return nil, fmt.Errorf("line %q: expected \"<lease name> <non-negative integer>\"", line)
+		}
+		out[key] = max(out[key], n)
+	}
+	return out, nil
+}
+
+// EpochShardBytes is the size of a shard's data, the quantity
 // EpochShardBudget bounds.
 func EpochShardBytes(cm *corev1.ConfigMap) int {
 	n := 0

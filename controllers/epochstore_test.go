@@ -66,7 +66,9 @@ var _ = Describe("Epoch store", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(len(raw)).To(BeNumerically("<", 512<<10), "shard %s", items[i].Name)
 			Expect(controllers.EpochShardBytes(&items[i])).To(BeNumerically("<=", controllers.EpochShardBudget))
-			entries += len(items[i].Data)
+			e, err := controllers.EpochShardEntries(&items[i])
+			Expect(err).NotTo(HaveOccurred())
+			entries += len(e)
 			largest = max(largest, len(raw))
 		}
 		Expect(entries).To(Equal(n))
@@ -121,12 +123,12 @@ var _ = Describe("Epoch store", func() {
 
 		var cm corev1.ConfigMap
 		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.EpochShardName(long)}, &cm)).To(Succeed())
-		Expect(cm.Data).To(HaveKeyWithValue(controllers.EpochKey(long), "77"))
-		cm.Data[controllers.EpochKey(long)] = "seventy"
+		Expect(controllers.EpochShardEntries(&cm)).To(HaveKeyWithValue(controllers.EpochKey(long), int64(77)))
+		cm.Data[controllers.EpochDataKey] = controllers.EpochKey(long) + " seventy\n"
 		Expect(k8sClient.Update(suiteCtx, &cm)).To(Succeed())
 		_, err := store.Get(suiteCtx, ns, long)
-		Expect(err).To(MatchError(ContainSubstring("expected a non-negative integer")))
-		Expect(store.Record(suiteCtx, ns, long, 80)).To(MatchError(ContainSubstring("expected a non-negative integer")))
+		Expect(err).To(MatchError(ContainSubstring("non-negative integer")))
+		Expect(store.Record(suiteCtx, ns, long, 80)).To(MatchError(ContainSubstring("non-negative integer")))
 	})
 
 	It("refuses to take a shard past its budget", func() {
@@ -134,21 +136,20 @@ var _ = Describe("Epoch store", func() {
 		store := storeFor(operatorNamespace)
 		// Fill one shard to its budget with hand-written filler entries.
 		shard := controllers.EpochShardName("victim")
-		filler := map[string]string{}
-		size := 0
-		for i := 0; size+100 <= controllers.EpochShardBudget; i++ {
-			k := fmt.Sprintf("filler-%06d-%s", i, strings.Repeat("f", 60))
-			filler[k] = "1"
-			size += len(k) + 1
+		var filler strings.Builder
+		// Filler lines are 55 bytes: at most 70 bytes of room stay, enough for
+		// "victim 1" but not for a line of a 61-character name.
+		for i := 0; filler.Len()+70 <= controllers.EpochShardBudget; i++ {
+			fmt.Fprintf(&filler, "filler-%06d-%s 1\n", i, strings.Repeat("f", 40))
 		}
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{controllers.EpochStoreLabel: "shard"}},
-			Data:       filler,
+			Data:       map[string]string{controllers.EpochDataKey: filler.String()},
 		})).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "victim", 1)).To(Succeed(), "room for one more entry")
 		var big string
 		for i := 0; ; i++ {
-			if n := fmt.Sprintf("%s-%d", strings.Repeat("b", 55), i); controllers.EpochShardName(n) == shard {
+			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); controllers.EpochShardName(n) == shard {
 				big = n
 				break
 			}

@@ -223,8 +223,11 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	if err := b.scaleKubefence(ctx, s, massKeys, sampleKeys, extraKeys); err != nil {
 		return err
 	}
-	for _, retry := range []time.Duration{b.lease / 3, 2 * time.Second} {
-		if err := b.scaleClientGo(ctx, s, held, retry); err != nil {
+	for _, phase := range []struct {
+		ns    string
+		retry time.Duration
+	}{{"cg-same-interval", b.lease / 3}, {"cg-defaults", 2 * time.Second}} {
+		if err := b.scaleClientGo(ctx, s, phase.ns, held, phase.retry); err != nil {
 			return err
 		}
 	}
@@ -408,8 +411,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	return sleep(ctx, b.lease)
 }
 
-func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int, retry time.Duration) error {
-	ns := fmt.Sprintf("cg-retry-%dms", retry.Milliseconds())
+func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held int, retry time.Duration) error {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -431,7 +433,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int, retry 
 		return err
 	}
 	what := fmt.Sprintf("client-go Leases, RetryPeriod %v", retry)
-	if retry == 2*time.Second {
+	if ns == "cg-defaults" {
 		what += " (client-go defaults)"
 	} else {
 		what += " (kubefence's renewal interval)"
@@ -564,8 +566,12 @@ func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) 
 		if err != nil {
 			return err
 		}
+		entries, err := controllers.EpochShardEntries(&list.Items[i])
+		if err != nil {
+			return err
+		}
 		s.rep.epochObjects++
-		s.rep.epochNames += len(list.Items[i].Data)
+		s.rep.epochNames += len(entries)
 		s.rep.epochLargest = max(s.rep.epochLargest, len(raw))
 		s.rep.epochTotal += len(raw)
 		s.rep.epochPerNS[list.Items[i].Namespace]++
@@ -789,7 +795,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
 		latRow("expiry lateness: expiry write sent - (observed renewal + L + allowance)", r.lateness),
 		latRow("takeover beyond L: new holder leads - (observed last renewal + L)", r.takeoverBeyond),
-		latRow("takeover beyond L from the kill: new holder leads - (kill + L)", r.takeoverFromKill),
+		latRow("takeover from the kill: new holder leads - (kill + L); < 0: killed after its last renewal", r.takeoverFromKill),
 		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
 	})
 	if r.massMissing > 0 {

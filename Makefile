@@ -91,6 +91,12 @@ fuzz: ## Run each fuzz test for FUZZTIME (default 10s) on top of its committed s
 bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and print tables.
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./test/bench $(BENCH_ARGS)
 
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: setup-envtest ## Run the scale benchmark: 10,000 FencedLeases, H held through pkg/fence with webhooks on, then client-go Leases (SCALE_ARGS, e.g. -scale-steady=1m; see docs/benchmarks.md).
+	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./test/bench -only=scale -timeout=90m $(SCALE_ARGS)
+
 ##@ Build
 
 .PHONY: build

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -188,15 +190,32 @@ func main() {
 		os.Exit(1)
 	}
 
+	epochs := &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+		Namespace: namespace, Name: controllers.DefaultEpochStoreName}
 	if err := (&controllers.FencedLeaseReconciler{
 		Client:   mgr.GetClient(),
 		Clock:    clock.RealClock{},
 		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: namespace, Name: controllers.DefaultEpochStoreName},
-		Timing: timing,
+		Epochs:   epochs,
+		Timing:   timing,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "FencedLease")
+		os.Exit(1)
+	}
+	// The leader copies an epoch store of earlier versions (one ConfigMap in
+	// this namespace) into the per-namespace shards; Get reads it through meanwhile.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		n, err := epochs.MigrateLegacy(ctx)
+		if err != nil {
+			setupLog.Error(err, "Migrating the legacy epoch store failed; it is still read through, retried at the next start")
+			return nil
+		}
+		if n > 0 {
+			setupLog.Info("Migrated legacy epoch store", "entries", n, "configMap", namespace+"/"+controllers.DefaultEpochStoreName)
+		}
+		return nil
+	})); err != nil {
+		setupLog.Error(err, "Failed to add the epoch store migration")
 		os.Exit(1)
 	}
 	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)

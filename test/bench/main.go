@@ -17,7 +17,8 @@
 //
 // Run it with `make bench` (which supplies KUBEBUILDER_ASSETS); flags are
 // passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers 5"`, and
-// `make bench BENCH_ARGS=-only=guarded` runs phase 4 alone.
+// `make bench BENCH_ARGS=-only=guarded` runs phase 4 alone. `make bench-scale`
+// (-only=scale) runs the scale benchmark of scale.go instead.
 package main
 
 import (
@@ -118,8 +119,8 @@ func run(o options) error {
 	if o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1 {
 		return errors.New("-takeovers and -handovers must be at least 1, -steady positive, -lease at least 1")
 	}
-	if o.only != "" && o.only != "leases" && o.only != "guarded" {
-		return fmt.Errorf(`-only is %q: expected "leases" or "guarded"`, o.only)
+	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
+		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
 	}
 	if o.guardedWrites < 1 || o.liveWrites < 0 {
 		return errors.New("-guarded-writes must be at least 1 and -live-writes at least 0")
@@ -134,7 +135,7 @@ func run(o options) error {
 		klog.SetLogger(logr.Discard())
 	}
 	crdDirs := []string{o.crdDir}
-	if o.crdDir == "" || o.runGuarded() {
+	if o.crdDir == "" || o.runGuarded() || o.only == "scale" {
 		root, err := moduleRoot()
 		if err != nil {
 			return err
@@ -180,6 +181,9 @@ func run(o options) error {
 	env, err := b.setup(ctx)
 	if err != nil {
 		return err
+	}
+	if o.only == "scale" {
+		return b.scale(ctx, env) // scale.go: its own webhooks, controller and report
 	}
 
 	// Stopped after the controller (defers run last in, first out): the

@@ -212,6 +212,8 @@ func TestRenderedManifestsApplyWithServerSideDryRun(t *testing.T) {
 		"customresourcedefinition.apiextensions.k8s.io/fencedleases.coordination.kubefence.io serverside-applied (server dry run)",
 		"deployment.apps/kubefence-controller-manager serverside-applied (server dry run)",
 		"validatingwebhookconfiguration.admissionregistration.k8s.io/kubefence-fencing-webhook-configuration serverside-applied (server dry run)",
+		"flowschema.flowcontrol.apiserver.k8s.io/kubefence-renewals serverside-applied (server dry run)",
+		"prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/kubefence-leases serverside-applied (server dry run)",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)

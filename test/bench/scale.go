@@ -1,0 +1,833 @@
+package main
+
+// The scale benchmark (-only=scale, `make bench-scale`): N FencedLeases, H of
+// them held and renewing through pkg/fence in holder processes, with the
+// operator's webhooks installed and the controller in this process; then, in
+// alternating phases, H client-go Leases at the same renewal interval and at
+// client-go's defaults. See docs/benchmarks.md.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers"
+)
+
+// scaleHolderUser is the holder processes' identity: a service account, so
+// that it is neither the trusted controller nor exempt from flow control.
+const scaleHolderUser = "system:serviceaccount:bench:holder"
+
+type scaleOptions struct {
+	leases     int
+	mass       int
+	samples    int
+	extraHeld  int
+	perProc    int
+	steady     time.Duration
+	baseline   time.Duration
+	lease      int
+	epochNames int
+	settle     time.Duration
+}
+
+var scaleOpts scaleOptions
+
+func init() {
+	if os.Getenv(scaleChildEnv) != "" {
+		return
+	}
+	flag.IntVar(&scaleOpts.leases, "scale-leases", 10_000, "scale: FencedLeases created (N)")
+	flag.IntVar(&scaleOpts.mass, "scale-mass", 500, "scale: leases held by the one process killed for the mass fail-over")
+	flag.IntVar(&scaleOpts.samples, "scale-samples", 20, "scale: holders killed one lease each for takeover and expiry lateness")
+	flag.IntVar(&scaleOpts.extraHeld, "scale-extra-held", 0, "scale: further held leases (H = mass + samples + extra)")
+	flag.IntVar(&scaleOpts.perProc, "scale-per-process", 500, "scale: electors per holder process")
+	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of each steady-state window")
+	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
+	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
+	flag.IntVar(&scaleOpts.epochNames, "scale-epoch-names", 100_000, "scale: lease names in the epoch store at the end (deleted leases plus names recorded directly)")
+	flag.DurationVar(&scaleOpts.settle, "scale-settle", 10*time.Second, "scale: wait after a phase's holders started before its window")
+}
+
+// scaleRun is the state of one scale run.
+type scaleRun struct {
+	dir        string
+	kubeconfig string
+	apiserver  int
+	etcd       int
+	procs      []*scaleProc
+	namespaces []string
+	rep        scaleReport
+}
+
+type cpuRSS struct {
+	cpu     time.Duration
+	peakRSS int64 // bytes, max of samples
+}
+
+// window is one steady-state window of a phase.
+type window struct {
+	name              string
+	held              int
+	length            time.Duration
+	holderWrites      int64
+	holderRenewals    int64
+	controllerWrites  int
+	controllerByCat   writeCounts
+	cpu               map[string]cpuRSS // apiserver, etcd, operator, holders
+	goroutinesOperatr int
+}
+
+type scaleReport struct {
+	env                          environment
+	n, held                      int
+	createTime                   time.Duration
+	heapBefore, heapAfter        uint64
+	goroutinesBefore, goroutines int
+	grant                        []time.Duration
+	windows                      []window
+	takeoverBeyond               []time.Duration
+	takeoverFromKill             []time.Duration
+	lateness                     []time.Duration
+	massFailover                 []time.Duration
+	massMissing                  int
+	deleted                      int
+	deleteTime                   time.Duration
+	epochObjects                 int
+	epochNames                   int
+	epochLargest, epochTotal     int
+	epochPerNS                   map[string]int
+	elapsed                      time.Duration
+}
+
+func (b *bench) scale(ctx context.Context, env environment) error {
+	o := scaleOpts
+	b.opts.leaseSeconds = o.lease
+	b.lease = time.Duration(o.lease) * time.Second
+	held := o.mass + o.samples + o.extraHeld
+	if o.leases < held || o.mass < 1 || o.samples < 1 || o.perProc < 1 {
+		return fmt.Errorf("-scale-leases (%d) must be at least H = %d, and -scale-mass, -scale-samples, -scale-per-process positive", o.leases, held)
+	}
+	started := time.Now()
+	s := &scaleRun{rep: scaleReport{env: env, n: o.leases, held: held}}
+	var err error
+	if s.dir, err = os.MkdirTemp("", "kubefence-bench-scale"); err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(s.dir) }()
+	defer func() {
+		for _, p := range s.procs {
+			p.kill()
+		}
+	}()
+	if s.apiserver, s.etcd, err = controlPlanePIDs(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(os.Stderr, "bench: scale: installing and serving the webhooks")
+	whs, err := b.startWebhooks(ctx)
+	if err != nil {
+		return err
+	}
+	defer whs.stop()
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone, err := b.startController(mgrCtx)
+	if err != nil {
+		stopMgr()
+		return err
+	}
+	defer func() {
+		stopMgr()
+		select {
+		case <-mgrDone:
+		case <-time.After(30 * time.Second):
+		}
+	}()
+	if err := b.scaleIdentity(ctx, s); err != nil {
+		return err
+	}
+
+	// N FencedLeases: mass group, samples (one namespace each, so that the
+	// controller's writes for each are told apart), the rest.
+	var all, massKeys, sampleKeys, extraKeys []string
+	for i := range o.mass {
+		massKeys = append(massKeys, fmt.Sprintf("scale-mass/m-%04d", i))
+	}
+	for i := range o.samples {
+		sampleKeys = append(sampleKeys, fmt.Sprintf("scale-k%03d/sample", i))
+	}
+	for i := range o.leases - o.mass - o.samples {
+		k := fmt.Sprintf("scale/l-%06d", i)
+		if i < o.extraHeld {
+			extraKeys = append(extraKeys, k)
+		}
+		all = append(all, k)
+	}
+	all = append(append(all, massKeys...), sampleKeys...)
+	for _, k := range all {
+		ns, _, _ := strings.Cut(k, "/")
+		if len(s.namespaces) == 0 || !contains(s.namespaces, ns) {
+			s.namespaces = append(s.namespaces, ns)
+			if err := b.createNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+	}
+	s.rep.heapBefore, s.rep.goroutinesBefore = heapInUse()
+	fmt.Fprintf(os.Stderr, "bench: scale: creating %d FencedLeases\n", len(all))
+	t0 := time.Now()
+	if err := parallel(ctx, all, 8, func(ctx context.Context, k string) error {
+		ns, name, _ := strings.Cut(k, "/")
+		return b.admin.Create(ctx, &coordv1alpha1.FencedLease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(o.lease)},
+		})
+	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 10*time.Minute, 5*time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
+		var list coordv1alpha1.FencedLeaseList
+		if err := b.admin.List(ctx, &list); err != nil {
+			return false, err
+		}
+		n := 0
+		for i := range list.Items {
+			if len(list.Items[i].Finalizers) > 0 {
+				n++
+			}
+		}
+		return n == len(all), nil
+	}); err != nil {
+		return err
+	}
+	s.rep.createTime = time.Since(t0)
+	s.rep.heapAfter, s.rep.goroutines = heapInUse()
+
+	if err := b.scaleKubefence(ctx, s, massKeys, sampleKeys, extraKeys); err != nil {
+		return err
+	}
+	for _, phase := range []struct {
+		ns    string
+		retry time.Duration
+	}{{"cg-same-interval", b.lease / 3}, {"cg-defaults", 2 * time.Second}} {
+		if err := b.scaleClientGo(ctx, s, phase.ns, held, phase.retry); err != nil {
+			return err
+		}
+	}
+	if err := b.scaleEpochStore(ctx, s, all); err != nil {
+		return err
+	}
+	s.rep.elapsed = time.Since(started)
+	s.rep.print(os.Stdout, b, o)
+	return nil
+}
+
+// scaleIdentity creates the holders' identity, its kubeconfig and its RBAC.
+func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
+	u, err := b.testEnv.AddUser(envtest.User{Name: scaleHolderUser, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return err
+	}
+	s.kubeconfig = filepath.Join(s.dir, "holder.kubeconfig")
+	if err := os.WriteFile(s.kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+		},
+	}
+	if err := b.admin.Create(ctx, role); err != nil {
+		return err
+	}
+	return b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: scaleHolderUser}},
+	})
+}
+
+// startHolders starts processes of at most perProc electors over keys.
+func (b *bench) startHolders(ctx context.Context, s *scaleRun, name, kind string, keys []string, extra ...string) ([]*scaleProc, error) {
+	var out []*scaleProc
+	for i := 0; i < len(keys); i += scaleOpts.perProc {
+		p, err := b.startProc(ctx, s, fmt.Sprintf("%s-%d", name, i/scaleOpts.perProc), kind, keys[i:min(i+scaleOpts.perProc, len(keys))], extra...)
+		if err != nil {
+			return out, err
+		}
+		s.procs = append(s.procs, p)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func leadCount(ps []*scaleProc) int {
+	n := 0
+	for _, p := range ps {
+		n += len(p.leading())
+	}
+	return n
+}
+
+func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampleKeys, extraKeys []string) error {
+	held := len(massKeys) + len(sampleKeys) + len(extraKeys)
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: %d holders acquiring\n", held)
+	massH, err := b.startHolders(ctx, s, "kf-mass-h", "kf", massKeys)
+	if err != nil {
+		return err
+	}
+	// One process per sample (a killed holder process takes only its lease).
+	var sampleH []*scaleProc
+	for i, k := range sampleKeys {
+		p, err := b.startProc(ctx, s, fmt.Sprintf("kf-sample-h-%d", i), "kf", []string{k})
+		if err != nil {
+			return err
+		}
+		s.procs = append(s.procs, p)
+		sampleH = append(sampleH, p)
+	}
+	extraH, err := b.startHolders(ctx, s, "kf-extra-h", "kf", extraKeys)
+	if err != nil {
+		return err
+	}
+	holders := append(append(append([]*scaleProc(nil), massH...), sampleH...), extraH...)
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "every kubefence holder to lead", func(context.Context) (bool, error) {
+		return leadCount(holders) == held, nil
+	}); err != nil {
+		return err
+	}
+	for _, p := range holders {
+		for _, evs := range p.leading() {
+			s.rep.grant = append(s.rep.grant, evs[0].leading.Sub(evs[0].started))
+		}
+	}
+	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
+	massW, err := b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys)
+	if err != nil {
+		return err
+	}
+	sampleW, err := b.startHolders(ctx, s, "kf-sample-w", "kf", sampleKeys)
+	if err != nil {
+		return err
+	}
+	if err := sleep(ctx, scaleOpts.settle); err != nil {
+		return err
+	}
+	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
+	if err != nil {
+		return err
+	}
+	s.rep.windows = append(s.rep.windows, w)
+
+	// Takeovers: kill each sample holder process; its waiter takes over.
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(sampleH))
+	killed := map[string]time.Time{}
+	for i, p := range sampleH {
+		killed[sampleKeys[i]] = time.Now()
+		p.kill()
+	}
+	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
+		return leadCount(sampleW) == len(sampleKeys), nil
+	})
+	allowance := controllers.DefaultTiming().Allowance(b.lease)
+	leads := map[string][]leadEvent{}
+	for _, p := range sampleW {
+		for k, v := range p.leading() {
+			leads[k] = v
+		}
+	}
+	for i, k := range sampleKeys {
+		ev, ok := leads[k]
+		if !ok {
+			continue
+		}
+		ns, _, _ := strings.Cut(k, "/")
+		oldID := fmt.Sprintf("kf-sample-h-%d-0", i)
+		var lastRenew, expirySent time.Time
+		for _, cw := range b.ctrlRT.trace(ns, killed[k].Add(-time.Minute)) {
+			if !cw.ok || cw.category == catEpochStore {
+				continue
+			}
+			if cw.holder == oldID && cw.renewTime.After(lastRenew) {
+				lastRenew = cw.renewTime
+			}
+			if cw.holder != "" && cw.holder != oldID && expirySent.IsZero() {
+				expirySent = cw.sent
+			}
+		}
+		s.rep.takeoverFromKill = append(s.rep.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
+		if !lastRenew.IsZero() {
+			s.rep.takeoverBeyond = append(s.rep.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
+			if !expirySent.IsZero() {
+				s.rep.lateness = append(s.rep.lateness, expirySent.Sub(lastRenew.Add(b.lease+allowance)))
+			}
+		}
+	}
+
+	// Mass fail-over: kill the process holding the mass group.
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
+	kill := time.Now()
+	for _, p := range massH {
+		p.kill()
+	}
+	_ = waitFor(ctx, b.lease+60*time.Second, 200*time.Millisecond, "the mass group's waiters to lead", func(context.Context) (bool, error) {
+		return leadCount(massW) == len(massKeys), nil
+	})
+	for _, p := range massW {
+		for _, evs := range p.leading() {
+			s.rep.massFailover = append(s.rep.massFailover, evs[0].leading.Sub(kill))
+		}
+	}
+	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
+
+	for _, p := range s.procs {
+		p.stop()
+	}
+	s.procs = nil
+	// Let the controller finish the releases before the next phase.
+	return sleep(ctx, b.lease)
+}
+
+func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held int, retry time.Duration) error {
+	if err := b.createNamespace(ctx, ns); err != nil {
+		return err
+	}
+	keys := make([]string, held)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/lease-%05d", ns, i)
+	}
+	fmt.Fprintf(os.Stderr, "bench: scale: client-go, RetryPeriod %v: %d holders acquiring\n", retry, held)
+	ps, err := b.startHolders(ctx, s, ns, "cg", keys, "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "every client-go holder to lead", func(context.Context) (bool, error) {
+		return leadCount(ps) == held, nil
+	}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, scaleOpts.settle); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("client-go Leases, RetryPeriod %v", retry)
+	if ns == "cg-defaults" {
+		what += " (client-go defaults)"
+	} else {
+		what += " (kubefence's renewal interval)"
+	}
+	length := scaleOpts.baseline
+	if length == 0 {
+		length = scaleOpts.steady
+	}
+	w, err := b.measure(ctx, s, what, length, held, ps, nil)
+	if err != nil {
+		return err
+	}
+	s.rep.windows = append(s.rep.windows, w)
+	for _, p := range s.procs {
+		p.stop()
+	}
+	s.procs = nil
+	return sleep(ctx, 5*time.Second)
+}
+
+// measure runs one steady-state window: writes by writer, CPU and peak RSS.
+func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
+	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}}
+	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
+	procs := append(append([]*scaleProc(nil), holders...), others...)
+	pids := map[string][]int{"kube-apiserver": {s.apiserver}, "etcd": {s.etcd}, "operator (bench process)": {os.Getpid()}}
+	for _, p := range procs {
+		pids["holder processes"] = append(pids["holder processes"], p.pid())
+	}
+	cpu0 := map[string]time.Duration{}
+	for k, ps := range pids {
+		cpu0[k] = cpuOf(ps)
+	}
+	hw0 := map[*scaleProc][4]int64{}
+	for _, p := range procs {
+		hw0[p] = p.snapshot()
+	}
+	ctrl0 := b.ctrlTotal()
+	peak := map[string]int64{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			for k, ps := range pids {
+				peak[k] = max(peak[k], rssOf(ps))
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	err := sleep(ctx, length)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return w, err
+	}
+	for k, ps := range pids {
+		w.cpu[k] = cpuRSS{cpu: cpuOf(ps) - cpu0[k], peakRSS: peak[k]}
+	}
+	for _, p := range procs {
+		c := p.snapshot()
+		w.holderWrites += c[0] - hw0[p][0]
+	}
+	for _, p := range holders {
+		c := p.snapshot()
+		w.holderRenewals += c[1] - hw0[p][1]
+	}
+	w.controllerByCat = b.ctrlTotal().sub(ctrl0)
+	w.controllerWrites = w.controllerByCat.total()
+	_, w.goroutinesOperatr = heapInUse()
+	return w, nil
+}
+
+// ctrlTotal sums the controller's writes over all namespaces.
+func (b *bench) ctrlTotal() writeCounts {
+	b.ctrlRT.mu.Lock()
+	defer b.ctrlRT.mu.Unlock()
+	out := writeCounts{}
+	for _, c := range b.ctrlRT.counts {
+		out.add(c)
+	}
+	return out
+}
+
+// scaleEpochStore deletes every FencedLease (the controller records each
+// name), then records further names directly up to -scale-epoch-names, and
+// measures the shards.
+func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) error {
+	fmt.Fprintf(os.Stderr, "bench: scale: deleting %d FencedLeases (the epoch finalizer records each)\n", len(all))
+	t0 := time.Now()
+	if err := parallel(ctx, all, 8, func(ctx context.Context, k string) error {
+		ns, name, _ := strings.Cut(k, "/")
+		return client.IgnoreNotFound(b.admin.Delete(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 15*time.Minute, 2*time.Second, "every FencedLease to be gone", func(ctx context.Context) (bool, error) {
+		var list coordv1alpha1.FencedLeaseList
+		if err := b.admin.List(ctx, &list, client.Limit(1)); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	}); err != nil {
+		return err
+	}
+	s.rep.deleted = len(all)
+	s.rep.deleteTime = time.Since(t0)
+	if more := scaleOpts.epochNames - len(all); more > 0 {
+		store := &controllers.EpochStore{Reader: b.admin, Writer: b.admin}
+		tokens := map[string]int64{}
+		for i := range more {
+			tokens[fmt.Sprintf("gone-%06d", i)] = int64(1_000_000 + i)
+		}
+		if err := store.RecordAll(ctx, "scale", tokens); err != nil {
+			return err
+		}
+	}
+	var list corev1.ConfigMapList
+	if err := b.admin.List(ctx, &list, client.MatchingLabels{controllers.EpochStoreLabel: "shard"}); err != nil {
+		return err
+	}
+	s.rep.epochPerNS = map[string]int{}
+	for i := range list.Items {
+		raw, err := json.Marshal(&list.Items[i])
+		if err != nil {
+			return err
+		}
+		entries, err := controllers.EpochShardEntries(&list.Items[i])
+		if err != nil {
+			return err
+		}
+		s.rep.epochObjects++
+		s.rep.epochNames += len(entries)
+		s.rep.epochLargest = max(s.rep.epochLargest, len(raw))
+		s.rep.epochTotal += len(raw)
+		s.rep.epochPerNS[list.Items[i].Namespace]++
+	}
+	return nil
+}
+
+func parallel(ctx context.Context, keys []string, workers int, fn func(context.Context, string) error) error {
+	ch := make(chan string)
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := range ch {
+				if err := fn(ctx, k); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("%s: %w", k, err)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		ch <- k
+	}
+	close(ch)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// heapInUse is this process's live heap after a GC, and its goroutines.
+func heapInUse() (uint64, int) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse, runtime.NumGoroutine()
+}
+
+// controlPlanePIDs finds the kube-apiserver and etcd envtest started as
+// children of this process.
+func controlPlanePIDs() (apiserver, etcd int, err error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, err
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		comm, ppid, ok := statCommPPID(string(raw))
+		if !ok || ppid != self {
+			continue
+		}
+		switch comm {
+		case "kube-apiserver":
+			apiserver = pid
+		case "etcd":
+			etcd = pid
+		}
+	}
+	if apiserver == 0 || etcd == 0 {
+		return 0, 0, fmt.Errorf("kube-apiserver (%d) or etcd (%d) not found among this process's children", apiserver, etcd)
+	}
+	return apiserver, etcd, nil
+}
+
+func statCommPPID(stat string) (string, int, bool) {
+	open, closing := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || closing < open {
+		return "", 0, false
+	}
+	f := strings.Fields(stat[closing+1:])
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return stat[open+1 : closing], ppid, err == nil
+}
+
+// clkTck is USER_HZ, 100 on Linux.
+const clkTck = 100
+
+// cpuOf sums utime+stime of pids.
+func cpuOf(pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clkTck
+}
+
+// rssOf sums VmRSS of pids, in bytes.
+func rssOf(pids []int) int64 {
+	var n int64
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					n += kb << 10
+				}
+			}
+		}
+	}
+	return n
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
+func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
+	fmt.Fprintf(w, "\nkubefence scale benchmark: %d FencedLeases, H = %d held, L = %ds, webhooks installed; windows below\n",
+		r.n, r.held, o.lease)
+	fmt.Fprintf(w, "kube-apiserver %s, %d CPUs (%s), load average at start %s, run took %v\n",
+		r.env.serverVersion, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
+	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration); holders run in child processes\n\n")
+
+	rows := [][]string{{"measure"}}
+	for _, x := range r.windows {
+		rows[0] = append(rows[0], x.name)
+	}
+	add := func(name string, f func(window) string) {
+		row := []string{name}
+		for _, x := range r.windows {
+			row = append(row, f(x))
+		}
+		rows = append(rows, row)
+	}
+	secs := func(x window) float64 { return x.length.Seconds() }
+	add("held leases", func(x window) string { return strconv.Itoa(x.held) })
+	add("window", func(x window) string { return x.length.String() })
+	add("renewals (holders' successful writes)", func(x window) string { return strconv.FormatInt(x.holderRenewals, 10) })
+	add("holder writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.holderWrites)/secs(x)) })
+	add("controller writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.controllerWrites)/secs(x)) })
+	add("writes/s per held lease", func(x window) string {
+		return fmt.Sprintf("%.3f", float64(x.holderWrites+int64(x.controllerWrites))/secs(x)/float64(x.held))
+	})
+	add("writes per renewal, system-wide", func(x window) string {
+		return ratio(int(x.holderWrites)+x.controllerWrites, int(x.holderRenewals))
+	})
+	for _, k := range []string{"kube-apiserver", "etcd", "operator (bench process)", "holder processes"} {
+		add(k+" CPU s (cores)", func(x window) string {
+			c := x.cpu[k].cpu
+			return fmt.Sprintf("%.1f (%.2f)", c.Seconds(), c.Seconds()/secs(x))
+		})
+	}
+	add("kube-apiserver + etcd CPU ms per renewal", func(x window) string {
+		c := x.cpu["kube-apiserver"].cpu + x.cpu["etcd"].cpu
+		if x.holderRenewals == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", float64(c.Milliseconds())/float64(x.holderRenewals))
+	})
+	add("operator CPU cores per 1,000 held", func(x window) string {
+		return fmt.Sprintf("%.3f", x.cpu["operator (bench process)"].cpu.Seconds()/secs(x)/float64(x.held)*1000)
+	})
+	for _, k := range []string{"kube-apiserver", "etcd", "operator (bench process)"} {
+		add(k+" peak RSS", func(x window) string { return mib(x.cpu[k].peakRSS) })
+	}
+	table(w, rows)
+	if len(r.windows) >= 3 && r.windows[1].holderRenewals > 0 && r.windows[0].holderRenewals > 0 {
+		per := func(x window) float64 {
+			return (x.cpu["kube-apiserver"].cpu + x.cpu["etcd"].cpu).Seconds() / float64(x.holderRenewals)
+		}
+		fmt.Fprintf(w, "\nkube-apiserver + etcd CPU per renewal, kubefence / client-go at the same count and interval: %.2fx\n", per(r.windows[0])/per(r.windows[1]))
+	}
+	if len(r.windows) > 0 {
+		fmt.Fprintf(w, "controller writes by kind in the kubefence window: ")
+		cats := r.windows[0].controllerByCat
+		var parts []string
+		for _, c := range categoryOrder {
+			if cats[c] != 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", c, cats[c]))
+			}
+		}
+		fmt.Fprintln(w, strings.Join(parts, "; "))
+	}
+
+	fmt.Fprintln(w)
+	table(w, [][]string{
+		{"kubefence latency", "n", "p50", "p99", "max"},
+		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
+		latRow("expiry lateness: expiry write sent - (observed renewal + L + allowance)", r.lateness),
+		latRow("takeover beyond L: new holder leads - (observed last renewal + L)", r.takeoverBeyond),
+		latRow("takeover from the kill: new holder leads - (kill + L); < 0: killed after its last renewal", r.takeoverFromKill),
+		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
+	})
+	if r.massMissing > 0 {
+		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)
+	}
+
+	fmt.Fprintln(w)
+	table(w, [][]string{
+		{"controller and store", "value"},
+		{"FencedLeases created (all reconciled)", fmt.Sprintf("%d in %v", r.n, r.createTime.Round(time.Second))},
+		{"bench process heap in use before / after creating them (after GC)", fmt.Sprintf("%s / %s (%.1f KiB per lease; two informers: controller and webhook managers)",
+			mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n))},
+		{"goroutines before / after creating them / end of last window", fmt.Sprintf("%d / %d / %d", r.goroutinesBefore, r.goroutines, lastGoroutines(r.windows))},
+		{"FencedLeases deleted (epoch finalizer recorded each)", fmt.Sprintf("%d in %v", r.deleted, r.deleteTime.Round(time.Second))},
+		{"epoch store: names / objects (namespaces)", fmt.Sprintf("%d / %d (%d)", r.epochNames, r.epochObjects, len(r.epochPerNS))},
+		{"epoch store: largest object / all objects", fmt.Sprintf("%.1f KiB / %.1f KiB", float64(r.epochLargest)/1024, float64(r.epochTotal)/1024)},
+	})
+}
+
+func lastGoroutines(ws []window) int {
+	if len(ws) == 0 {
+		return 0
+	}
+	return ws[len(ws)-1].goroutinesOperatr
+}
+
+func latRow(name string, ds []time.Duration) []string {
+	sorted := append([]time.Duration(nil), ds...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	mx := "-"
+	if len(sorted) > 0 {
+		mx = ms(sorted[len(sorted)-1])
+	}
+	return []string{name, strconv.Itoa(len(ds)), q(ds, 0.5), q(ds, 0.99), mx}
+}

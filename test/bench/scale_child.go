@@ -1,0 +1,321 @@
+package main
+
+// The holder processes of the scale benchmark (-only=scale): the bench binary
+// re-executed with scaleChildEnv set runs many electors (kubefence or
+// client-go) over one API connection, as one workload process would, and
+// reports on stdout. Separate processes make their CPU attributable apart
+// from the operator (which runs in the bench process) and let the benchmark
+// kill a holder for real (SIGKILL).
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+const scaleChildEnv = "KUBEFENCE_BENCH_SCALE_CHILD"
+
+func init() {
+	if os.Getenv(scaleChildEnv) != "" {
+		os.Exit(scaleChild(os.Args[1:]))
+	}
+}
+
+// childCounter counts one process's API requests and the round trips of its
+// successful writes.
+type childCounter struct {
+	writes, completed, failed, reads atomic.Int64
+	mu                               sync.Mutex
+	lat                              []time.Duration
+}
+
+func (c *childCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{next: rt, fn: func(next http.RoundTripper, req *http.Request) (*http.Response, error) {
+		write := isWrite(req.Method)
+		if write {
+			c.writes.Add(1)
+		} else if !isWatch(req) {
+			c.reads.Add(1)
+		}
+		sent := time.Now()
+		resp, err := next.RoundTrip(req)
+		if write {
+			if err == nil && resp.StatusCode < 300 {
+				c.completed.Add(1)
+				c.mu.Lock()
+				c.lat = append(c.lat, time.Since(sent))
+				c.mu.Unlock()
+			} else {
+				c.failed.Add(1)
+			}
+		}
+		return resp, err
+	}}
+}
+
+func scaleChild(args []string) int {
+	fs := flag.NewFlagSet("scale-child", flag.ContinueOnError)
+	kind := fs.String("kind", "kf", "kf (pkg/fence electors on FencedLeases) or cg (client-go leader election on Leases)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the holder identity")
+	leasesFile := fs.String("leases", "", "file of ns/name lines, one elector each")
+	id := fs.String("id", "", "identity prefix")
+	user := fs.String("user", "", "the identity's username (kf)")
+	leaseSeconds := fs.Int("lease", 15, "lease duration (cg)")
+	retry := fs.Duration("retry", 2*time.Second, "client-go RetryPeriod (cg)")
+	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "client-go RenewDeadline (cg)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	logf.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+	raw, err := os.ReadFile(*kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side throttling: one process, many electors
+	var counter childCounter
+	cfg.WrapTransport = counter.wrap
+	data, err := os.ReadFile(*leasesFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	leases := strings.Fields(string(data))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	out := bufio.NewWriter(os.Stdout)
+	var outMu sync.Mutex
+	emit := func(format string, a ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(out, format+"\n", a...)
+		_ = out.Flush()
+	}
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = coordv1alpha1.AddToScheme(scheme)
+	var wg sync.WaitGroup
+	switch *kind {
+	case "kf":
+		cl, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		for i, key := range leases {
+			ns, name, _ := strings.Cut(key, "/")
+			started := time.Now()
+			el, err := fence.New(fence.Config{
+				Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", *id, i), User: *user,
+				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
+					emit("lead %s %d %d %d", key, started.UnixNano(), time.Now().UnixNano(), token)
+					<-ctx.Done()
+				}},
+			})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "child:", err)
+				return 1
+			}
+			wg.Go(func() { _ = el.Run(ctx) })
+		}
+	case "cg":
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		for i, key := range leases {
+			ns, name, _ := strings.Cut(key, "/")
+			started := time.Now()
+			le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+				Lock: &resourcelock.LeaseLock{
+					LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+					Client:     cs.CoordinationV1(),
+					LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", *id, i)},
+				},
+				LeaseDuration: time.Duration(*leaseSeconds) * time.Second, RenewDeadline: *renewDeadline, RetryPeriod: *retry,
+				ReleaseOnCancel: true, Name: name,
+				Callbacks: leaderelection.LeaderCallbacks{
+					OnStartedLeading: func(context.Context) {
+						emit("lead %s %d %d 0", key, started.UnixNano(), time.Now().UnixNano())
+					},
+					OnStoppedLeading: func() {},
+				},
+			})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "child:", err)
+				return 1
+			}
+			wg.Go(func() { le.Run(ctx) })
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "child: unknown -kind", *kind)
+		return 2
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	report := func() {
+		emit("count %d %d %d %d", counter.writes.Load(), counter.completed.Load(), counter.failed.Load(), counter.reads.Load())
+	}
+	for {
+		select {
+		case <-tick.C:
+			report()
+		case <-ctx.Done():
+			wg.Wait()
+			report()
+			counter.mu.Lock()
+			for _, d := range counter.lat {
+				emit("lat %d", d.Nanoseconds())
+			}
+			counter.mu.Unlock()
+			emit("done")
+			return 0
+		}
+	}
+}
+
+// scaleProc is one holder process as the benchmark sees it.
+type scaleProc struct {
+	name string
+	cmd  *exec.Cmd
+
+	mu        sync.Mutex
+	counts    [4]int64 // writes, completed, failed, reads
+	leads     map[string][]leadEvent
+	latencies []time.Duration
+	done      chan struct{}
+}
+
+type leadEvent struct {
+	started, leading time.Time
+	token            int64
+}
+
+// startProc runs a holder process: kind "kf" or "cg", one elector per lease
+// in leases, as the identity of kubeconfig.
+func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, leases []string, extra ...string) (*scaleProc, error) {
+	file := filepath.Join(s.dir, name+".leases")
+	if err := os.WriteFile(file, []byte(strings.Join(leases, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"-kind", kind, "-kubeconfig", s.kubeconfig, "-leases", file, "-id", name, "-user", scaleHolderUser,
+		"-lease", fmt.Sprint(b.opts.leaseSeconds)}, extra...)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), scaleChildEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &scaleProc{name: name, cmd: cmd, leads: map[string][]leadEvent{}, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 0 {
+				continue
+			}
+			p.mu.Lock()
+			switch f[0] {
+			case "lead":
+				if len(f) == 5 {
+					var st, ld, tok int64
+					fmt.Sscan(f[2], &st)
+					fmt.Sscan(f[3], &ld)
+					fmt.Sscan(f[4], &tok)
+					p.leads[f[1]] = append(p.leads[f[1]], leadEvent{started: time.Unix(0, st), leading: time.Unix(0, ld), token: tok})
+				}
+			case "count":
+				for i := 0; i < 4 && i+1 < len(f); i++ {
+					fmt.Sscan(f[i+1], &p.counts[i])
+				}
+			case "lat":
+				var d int64
+				fmt.Sscan(f[1], &d)
+				p.latencies = append(p.latencies, time.Duration(d))
+			}
+			p.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	return p, nil
+}
+
+func (p *scaleProc) pid() int { return p.cmd.Process.Pid }
+
+func (p *scaleProc) snapshot() [4]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts
+}
+
+// leading returns, per lease, its tenures started in this process so far.
+func (p *scaleProc) leading() map[string][]leadEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]leadEvent, len(p.leads))
+	for k, v := range p.leads {
+		out[k] = append([]leadEvent(nil), v...)
+	}
+	return out
+}
+
+// kill ends the process at once (SIGKILL): its electors renew no more and
+// release nothing.
+func (p *scaleProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop ends the process gracefully (SIGTERM: electors release) and waits.
+func (p *scaleProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.kill()
+	}
+}

@@ -148,7 +148,7 @@ deploy: manifests kustomize ## Deploy the operator to the cluster of the current
 
 .PHONY: undeploy
 undeploy: kustomize ## Undeploy the operator, keeping the CRD, the namespace and the epoch store (token history) unless KEEP_HISTORY=false. ignore-not-found=true ignores missing resources.
-	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) $(UNDEPLOY_SELECTOR) -f -
+	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) --wait=$(UNDEPLOY_WAIT) $(UNDEPLOY_SELECTOR) -f -
 
 ##@ Dependencies
 
@@ -236,6 +236,10 @@ DEPLOY_CONFIG ?= config/default
 # Deleting them makes a reinstalled operator issue tokens from 1 again
 # (docs/operations.md#upgrading).
 KEEP_HISTORY ?= true
+# UNDEPLOY_WAIT=false returns once the deletions are accepted instead of
+# waiting for finalizers (a namespace needs kube-controller-manager's
+# namespace controller to finish).
+UNDEPLOY_WAIT ?= true
 UNDEPLOY_SELECTOR = $(if $(filter false,$(KEEP_HISTORY)),,--selector='kubefence.io/token-history!=true')
 
 ##@ Helm chart (dist/chart)

@@ -426,7 +426,7 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		newLease(ns, "lag", 600, 0)
 		// The finalizer is in place, as a running controller would have put it.
 		l := getLease(ns, "lag")
-		l.Finalizers = append(l.Finalizers, controllers.EpochFinalizer)
+		l.Finalizers = append(l.Finalizers, coordv1alpha1.EpochFinalizer)
 		Expect(k8sClient.Update(suiteCtx, l)).To(Succeed())
 
 		j := &testenv.Journal{}

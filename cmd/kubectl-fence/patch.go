@@ -52,7 +52,7 @@ func queueNames(lease *coordv1alpha1.FencedLease) string {
 // ends the tenure as Released and grants the next request, without lock-delay)
 // or a waiting one (withdrawn from the queue).
 func releasePatch(lease *coordv1alpha1.FencedLease, identity string) ([]patchOp, error) {
-	i := requestOf(lease, identity)
+	i := coordv1alpha1.RequestIndex(lease.Spec.Requests, identity)
 	if i < 0 {
 		if identity == lease.Status.HolderIdentity {
 			return nil, fmt.Errorf("the request of holder %q is already gone: the release is pending and the controller has not processed it yet", identity)
@@ -77,11 +77,11 @@ func handoverPatch(lease *coordv1alpha1.FencedLease, to string) ([]patchOp, erro
 	if to == h {
 		return nil, fmt.Errorf("%q already holds fencedlease %s/%s", to, lease.Namespace, lease.Name)
 	}
-	hi := requestOf(lease, h)
+	hi := coordv1alpha1.RequestIndex(lease.Spec.Requests, h)
 	if hi < 0 {
 		return nil, fmt.Errorf("the request of holder %q is already gone: the release is pending and the controller has not processed it yet", h)
 	}
-	ti := requestOf(lease, to)
+	ti := coordv1alpha1.RequestIndex(lease.Spec.Requests, to)
 	if ti < 0 {
 		return nil, fmt.Errorf("%q is not waiting for fencedlease %s/%s: the lease can only be handed to a client that has requested it (requests: %s)",
 			to, lease.Namespace, lease.Name, queueNames(lease))

@@ -14,13 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/metrics"
 )
-
-// PodNameExtraKey is the user-info extra that projected service-account tokens
-// carry with the name of the pod they were issued to.
-const PodNameExtraKey = "authentication.kubernetes.io/pod-name"
 
 // FencedLeaseValidator guards FencedLease objects (I6): only the controller
 // grants, expires and writes status; a client may add, renew and withdraw only
@@ -54,8 +49,8 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 	if sub != "" {
 		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller")
 	}
-	if _, ok := lease.Annotations[controllers.ExpiredAnnotation]; ok {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+	if _, ok := lease.Annotations[coordv1alpha1.ExpiredAnnotation]; ok {
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	for i, r := range lease.Spec.Requests {
 		if err := checkOwnRequest(lease, i, r, user); err != nil {
@@ -77,13 +72,13 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if sub != "" {
 		return nil, v.refuse(lease, "subresource", fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
 	}
-	if slices.Contains(oldLease.Finalizers, controllers.EpochFinalizer) && !slices.Contains(lease.Finalizers, controllers.EpochFinalizer) {
-		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", controllers.EpochFinalizer))
+	if slices.Contains(oldLease.Finalizers, coordv1alpha1.EpochFinalizer) && !slices.Contains(lease.Finalizers, coordv1alpha1.EpochFinalizer) {
+		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", coordv1alpha1.EpochFinalizer))
 	}
-	oldAnn, hadAnn := oldLease.Annotations[controllers.ExpiredAnnotation]
-	newAnn, hasAnn := lease.Annotations[controllers.ExpiredAnnotation]
+	oldAnn, hadAnn := oldLease.Annotations[coordv1alpha1.ExpiredAnnotation]
+	newAnn, hasAnn := lease.Annotations[coordv1alpha1.ExpiredAnnotation]
 	if hadAnn != hasAnn || oldAnn != newAnn {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	if err := checkRequestChanges(oldLease, lease, user); err != nil {
 		return nil, v.refuse(lease, "foreign-request", err.Error())
@@ -155,9 +150,9 @@ func checkOwnRequest(lease *coordv1alpha1.FencedLease, i int, r coordv1alpha1.Le
 			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's username %q (identityBinding ServiceAccount)", i, r.HolderIdentity, user.Username)
 		}
 	case coordv1alpha1.IdentityBindingPod:
-		pods := user.Extra[PodNameExtraKey]
+		pods := user.Extra[coordv1alpha1.PodNameExtraKey]
 		if len(pods) != 1 || pods[0] == "" {
-			return fmt.Errorf("spec.requests[%d]: identityBinding Pod needs a requester authenticated with a pod-bound service-account token (user info extra %q), but user %q carries none", i, PodNameExtraKey, user.Username)
+			return fmt.Errorf("spec.requests[%d]: identityBinding Pod needs a requester authenticated with a pod-bound service-account token (user info extra %q), but user %q carries none", i, coordv1alpha1.PodNameExtraKey, user.Username)
 		}
 		if r.HolderIdentity != pods[0] {
 			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's pod name %q (identityBinding Pod)", i, r.HolderIdentity, pods[0])
@@ -173,7 +168,7 @@ func ownsRequest(lease *coordv1alpha1.FencedLease, r coordv1alpha1.LeaseRequest,
 		return fmt.Errorf("it belongs to user %q, not %q", r.User, user.Username)
 	}
 	if lease.Spec.IdentityBinding == coordv1alpha1.IdentityBindingPod {
-		pods := user.Extra[PodNameExtraKey]
+		pods := user.Extra[coordv1alpha1.PodNameExtraKey]
 		if len(pods) != 1 || pods[0] != r.HolderIdentity {
 			return fmt.Errorf("it belongs to pod %q, and the request comes from pod %v of the same user", r.HolderIdentity, pods)
 		}

@@ -142,10 +142,8 @@ func (b *bench) getFencedLease(ctx context.Context, ns, name string) (*coordv1al
 }
 
 func requestOf(l *coordv1alpha1.FencedLease, id string) (coordv1alpha1.LeaseRequest, bool) {
-	for _, r := range l.Spec.Requests {
-		if r.HolderIdentity == id {
-			return r, true
-		}
+	if i := coordv1alpha1.RequestIndex(l.Spec.Requests, id); i >= 0 {
+		return l.Spec.Requests[i], true
 	}
 	return coordv1alpha1.LeaseRequest{}, false
 }

@@ -14,10 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -29,7 +27,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/certrotation"
-	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
@@ -177,38 +175,22 @@ func main() {
 		os.Exit(1)
 	}
 
-	if err := (&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: namespace, Name: controllers.DefaultEpochStoreName},
-		Timing: timing,
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "FencedLease")
-		os.Exit(1)
-	}
-	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users, AdminGroups: adminGroups}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
-		os.Exit(1)
-	}
-
-	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		setupLog.Error(err, "Failed to create dynamic client")
-		os.Exit(1)
-	}
+	operatorOpts := operator.DefaultOptions()
+	operatorOpts.Namespace = namespace
+	operatorOpts.Timing = timing
+	operatorOpts.ControllerUsers = append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
+	operatorOpts.AdminGroups = adminGroups
+	operatorOpts.WebhookSkew = webhookSkew
 	switch {
-	case len(cleanupUsers) == 0:
-		cleanupUsers = fencing.DefaultCleanupUsers
 	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
-		cleanupUsers = nil
+		operatorOpts.CleanupUsers = nil
+	case len(cleanupUsers) > 0:
+		operatorOpts.CleanupUsers = cleanupUsers
 	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: webhookSkew, CleanupUsers: cleanupUsers,
-	})
+	if err := operator.Setup(mgr, operatorOpts); err != nil {
+		setupLog.Error(err, "Failed to set up the operator")
+		os.Exit(1)
+	}
 
 	for _, w := range []*certwatcher.CertWatcher{webhookCertWatcher, metricsCertWatcher} {
 		if w != nil {

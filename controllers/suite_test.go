@@ -82,7 +82,7 @@ var _ = BeforeSuite(func() {
 	// managers can be stopped and started (restart, fail-over) underneath it.
 	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
+	Expect(testenv.RegisterWebhooks(whMgr, []string{adminUser})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())
@@ -144,7 +144,7 @@ func startController(leaderElection bool) *controllerProcess {
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr)).To(Succeed())
+	Expect(testenv.SetupReconciler(mgr, operatorNamespace)).To(Succeed())
 	p := &controllerProcess{cancel: cancelMgr, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()

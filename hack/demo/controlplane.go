@@ -15,10 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -26,9 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/controllers/operator"
 )
 
 // operatorNamespace holds the operator's epoch store, as in a real install.
@@ -174,27 +170,12 @@ func (cp *controlPlane) startOperator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating the operator's manager: %w", err)
 	}
-	if err := (&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the FencedLease controller: %w", err)
-	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{review.Status.UserInfo.Username}}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the FencedLease webhook: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cp.cfg)
-	if err != nil {
+	opts := operator.DefaultOptions()
+	opts.Namespace = operatorNamespace
+	opts.ControllerUsers = []string{review.Status.UserInfo.Username}
+	if err := operator.Setup(mgr, opts); err != nil {
 		return err
 	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: mgr.GetClient(), LiveLeases: mgr.GetAPIReader(), Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew,
-	})
 
 	opCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.stopOperator, cp.operatorDone = cancel, make(chan error, 1)

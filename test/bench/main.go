@@ -347,7 +347,7 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr); err != nil {
+	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -81,8 +82,7 @@ var _ = BeforeSuite(func() {
 
 	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
-	Expect(testenv.NewReconciler(whMgr, operatorNamespace).SetupWithManager(whMgr)).To(Succeed())
+	Expect(operator.Setup(whMgr, testenv.Operator(operatorNamespace, adminUser))).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())

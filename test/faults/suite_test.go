@@ -239,7 +239,7 @@ func startWebhooks() (*managerProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := testenv.RegisterWebhooks(mgr, cfg, []string{adminUser}); err != nil {
+	if err := testenv.RegisterWebhooks(mgr, []string{adminUser}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(suiteCtx)
@@ -299,7 +299,7 @@ func startController(t *testing.T, o controllerOptions) *managerProcess {
 	if err != nil {
 		t.Fatalf("creating controller manager: %v", err)
 	}
-	if err := testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr); err != nil {
+	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
 	ctx, cancel := context.WithCancel(suiteCtx)

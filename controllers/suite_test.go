@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -41,6 +40,7 @@ var (
 )
 
 func TestControllers(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "FencedLease controller suite (real kube-apiserver + etcd)")
 }
@@ -51,15 +51,12 @@ var _ = BeforeSuite(func() {
 	// machine a reconcile can take longer than Gomega's default second.
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = testenv.NewEnvironment("..")
 	var err error
-	cfg, err = testEnv.Start()
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "..", CRDs: true, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

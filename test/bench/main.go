@@ -161,13 +161,11 @@ func run(o options) error {
 
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
 	// No webhooks yet: startWebhooks installs them before phase 4.
-	testEnv := &envtest.Environment{
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
+	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
+		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+	}})
 	if err != nil {
-		return fmt.Errorf("starting envtest: %w", err)
+		return err
 	}
 	defer func() {
 		if err := testEnv.Stop(); err != nil {

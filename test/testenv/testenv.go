@@ -4,9 +4,15 @@
 // operator's webhooks, and the FencedLease reconciler, wired as cmd/main.go
 // wires them (through operator.Setup) with its default timing and clock skew.
 //
-// Each helper returns what it builds (an Environment, manager options, a
-// reconciler) rather than starting or asserting anything, so that a caller
-// can change fields before use and report errors its own way.
+// It is the one place that starts a control plane (Start, and Run for a
+// TestMain, in the style of cluster-api's internal/test/envtest); under
+// -short (make test-unit) Run starts none and SkipIfShort skips the tests
+// that need one. The helpers return what they build (an Environment, manager
+// options) rather than asserting anything, so that a caller can change
+// fields before use and report errors its own way.
+//
+// It imports production packages (controllers/operator for the wiring) and
+// never the reverse: no production package may import testenv.
 package testenv
 
 import (
@@ -38,20 +44,11 @@ func WebhookPaths(root string) []string {
 	}
 }
 
-// NewEnvironment is an envtest environment with the operator's CRDs, the
-// test CRDs (the example guarded kind, Widget) and WebhookPaths, failing to
-// start if a CRD directory is missing. root is the repository's root relative
-// to the caller's working directory (a test's package directory), e.g. ".."
-// or "../..". Callers may set further fields before Start.
+// NewEnvironment is the Environment of the operator's suites: the
+// operator's CRDs, the test CRDs and WebhookPaths (Input{Root: root, CRDs:
+// true, Webhooks: true}). Callers may set further fields before Start.
 func NewEnvironment(root string) *envtest.Environment {
-	return &envtest.Environment{
-		CRDDirectoryPaths: []string{
-			filepath.Join(root, "config", "crd", "bases"),
-			filepath.Join(root, "test", "crds"),
-		},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: WebhookPaths(root)},
-	}
+	return Input{Root: root, CRDs: true, Webhooks: true}.Environment()
 }
 
 // AdminUser is the username c's identity authenticates as, from a

@@ -280,7 +280,7 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	if stop := a.stoppedAt(); !stop.IsZero() {
 		res.gap = append(res.gap, start.Sub(stop))
 	} else {
-		res.gap = append(res.gap, start.Sub(time.Now())) // the old holder still leads
+		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
 	}
 	// Let the controller record the new holder's first renewal and its events;
 	// the new holder's next periodic renewal is a third of a lease away.

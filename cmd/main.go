@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -16,15 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -32,7 +28,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/certrotation"
-	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
@@ -190,61 +186,22 @@ func main() {
 		os.Exit(1)
 	}
 
-	epochs := &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-		Namespace: namespace, Name: controllers.DefaultEpochStoreName}
-	if err := (&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs:   epochs,
-		Timing:   timing,
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "FencedLease")
-		os.Exit(1)
-	}
-	// The leader copies an epoch store of earlier versions (one ConfigMap in
-	// this namespace) into the per-namespace shards; Get reads it through meanwhile.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		n, err := epochs.MigrateLegacy(ctx)
-		if err != nil {
-			setupLog.Error(err, "Migrating the legacy epoch store failed; it is still read through, retried at the next start")
-			return nil
-		}
-		if n > 0 {
-			setupLog.Info("Migrated legacy epoch store", "entries", n, "configMap", namespace+"/"+controllers.DefaultEpochStoreName)
-		}
-		return nil
-	})); err != nil {
-		setupLog.Error(err, "Failed to add the epoch store migration")
-		os.Exit(1)
-	}
-	users := append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
+	operatorOpts := operator.DefaultOptions()
+	operatorOpts.Namespace = namespace
+	operatorOpts.Timing = timing
+	operatorOpts.ControllerUsers = append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
+	operatorOpts.AdminGroups = adminGroups
+	operatorOpts.WebhookSkew = webhookSkew
 	switch {
-	case len(cleanupUsers) == 0:
-		cleanupUsers = fencing.DefaultCleanupUsers
 	case len(cleanupUsers) == 1 && cleanupUsers[0] == "-":
-		cleanupUsers = nil
+		operatorOpts.CleanupUsers = nil
+	case len(cleanupUsers) > 0:
+		operatorOpts.CleanupUsers = cleanupUsers
 	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: users, AdminGroups: adminGroups, CleanupUsers: cleanupUsers,
-		ExcludedNamespaces: []string{namespace, "kube-system"}}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create webhook", "webhook", "FencedLease")
+	if err := operator.Setup(mgr, operatorOpts); err != nil {
+		setupLog.Error(err, "Failed to set up the operator")
 		os.Exit(1)
 	}
-
-	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		setupLog.Error(err, "Failed to create dynamic client")
-		os.Exit(1)
-	}
-	leases, err := fencing.NewLeaseReader(mgr.GetConfig(), mgr.GetScheme())
-	if err != nil {
-		setupLog.Error(err, "Failed to create the fencing webhook's lease reader")
-		os.Exit(1)
-	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: leases, Parents: dyn, CommitLag: maxCommitLag,
-		Clock: clock.RealClock{}, Skew: webhookSkew, CleanupUsers: cleanupUsers,
-	})
 
 	for _, w := range []*certwatcher.CertWatcher{webhookCertWatcher, metricsCertWatcher} {
 		if w != nil {

@@ -20,8 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
 )
 
 // These specs prove invariant I6 on a real kube-apiserver: every write a client
@@ -37,8 +35,8 @@ var _ = Describe("FencedLease admission (I6)", func() {
 		queueOrder      = "order of spec.requests"
 		appendOnly      = "new requests are appended at the end of the queue"
 		statusIsOurs    = "status is written only by the kubefence controller"
-		finalizerIsOurs = "finalizer " + controllers.EpochFinalizer + " is removed only by the kubefence controller"
-		annotationOurs  = "annotation " + controllers.ExpiredAnnotation + " is written only by the kubefence controller"
+		finalizerIsOurs = "finalizer " + coordv1alpha1.EpochFinalizer + " is removed only by the kubefence controller"
+		annotationOurs  = "annotation " + coordv1alpha1.ExpiredAnnotation + " is written only by the kubefence controller"
 		podTokenNeeded  = "identityBinding Pod needs a requester authenticated with a pod-bound service-account token"
 	)
 	const longLease = 600 // seconds: nobody expires while a spec runs
@@ -333,7 +331,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 	Context("RBAC", func() {
 		It("lets a user with no role neither read nor write a lease", func() {
 			lease := createLease("private")
-			Eventually(func() []string { return lease.get().Finalizers }).Should(ContainElement(controllers.EpochFinalizer))
+			Eventually(func() []string { return lease.get().Finalizers }).Should(ContainElement(coordv1alpha1.EpochFinalizer))
 			u, err := testEnv.AddUser(envtest.User{Name: "nobody-" + ns}, nil)
 			Expect(err).NotTo(HaveOccurred())
 			nobody, err := client.New(u.Config(), client.Options{Scheme: scheme})
@@ -407,7 +405,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 				l.Spec.Requests = []coordv1alpha1.LeaseRequest{{HolderIdentity: "bob", User: "bob"}, {HolderIdentity: "alice", User: "alice"}}
 			}, `spec.requests[0] (holderIdentity "bob") names user "bob"`, onlyForItself),
 			Entry("the expired annotation", func(l *coordv1alpha1.FencedLease) {
-				l.Annotations = map[string]string{controllers.ExpiredAnnotation: "bob/1"}
+				l.Annotations = map[string]string{coordv1alpha1.ExpiredAnnotation: "bob/1"}
 			}, annotationOurs),
 			Entry("a foreign holder identity under identityBinding ServiceAccount", func(l *coordv1alpha1.FencedLease) {
 				l.Spec.IdentityBinding = coordv1alpha1.IdentityBindingServiceAccount
@@ -439,7 +437,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 
 		BeforeEach(func() {
 			lease = queue("meta", "alice", "bob")
-			Expect(lease.get().Finalizers).To(ContainElement(controllers.EpochFinalizer))
+			Expect(lease.get().Finalizers).To(ContainElement(coordv1alpha1.EpochFinalizer))
 			expired = fmt.Sprintf("alice/%d", lease.get().Status.FencingToken)
 		})
 
@@ -452,7 +450,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 			}, finalizerIsOurs),
 			Entry("removing the epoch finalizer (JSON patch)", "bob", func(w leaseWriter, _ string) error {
 				return w.jsonPatch(fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/0","value":%q},
-					{"op":"remove","path":"/metadata/finalizers/0"}]`, controllers.EpochFinalizer))
+					{"op":"remove","path":"/metadata/finalizers/0"}]`, coordv1alpha1.EpochFinalizer))
 			}, finalizerIsOurs),
 			Entry("removing the epoch finalizer (merge patch)", "bob", func(w leaseWriter, _ string) error {
 				return w.mergePatch(`{"metadata":{"finalizers":null}}`)
@@ -461,21 +459,21 @@ var _ = Describe("FencedLease admission (I6)", func() {
 				return w.mergePatch(`{"metadata":{"finalizers":["example.com/mine"]}}`)
 			}, finalizerIsOurs),
 			Entry("setting the expired annotation (merge patch)", "bob", func(w leaseWriter, v string) error {
-				return w.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, controllers.ExpiredAnnotation, v))
+				return w.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, coordv1alpha1.ExpiredAnnotation, v))
 			}, annotationOurs),
 			Entry("setting the expired annotation (typed Update)", "alice", func(w leaseWriter, v string) error {
 				return w.update(func(l *coordv1alpha1.FencedLease) {
-					l.Annotations = map[string]string{controllers.ExpiredAnnotation: v}
+					l.Annotations = map[string]string{coordv1alpha1.ExpiredAnnotation: v}
 				})
 			}, annotationOurs),
 			Entry("forging an expiry: the annotation plus the holder's request removed", "bob", func(w leaseWriter, v string) error {
 				return w.update(func(l *coordv1alpha1.FencedLease) {
-					l.Annotations = map[string]string{controllers.ExpiredAnnotation: v}
+					l.Annotations = map[string]string{coordv1alpha1.ExpiredAnnotation: v}
 					l.Spec.Requests = l.Spec.Requests[1:]
 				})
 			}, annotationOurs),
 			Entry("setting the expired annotation to an empty value", "bob", func(w leaseWriter, _ string) error {
-				return w.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:""}}}`, controllers.ExpiredAnnotation))
+				return w.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:""}}}`, coordv1alpha1.ExpiredAnnotation))
 			}, annotationOurs),
 		)
 
@@ -483,18 +481,18 @@ var _ = Describe("FencedLease admission (I6)", func() {
 			admin := lease.as(k8sClient)
 			Expect(admin.mergePatch(`{"metadata":{"finalizers":null}}`)).To(Succeed())
 			Eventually(func() []string { return lease.get().Finalizers }, 10*time.Second, 20*time.Millisecond).
-				Should(ContainElement(controllers.EpochFinalizer), "the running controller puts it back")
+				Should(ContainElement(coordv1alpha1.EpochFinalizer), "the running controller puts it back")
 
-			Expect(admin.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:"carol/1"}}}`, controllers.ExpiredAnnotation))).To(Succeed())
+			Expect(admin.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:"carol/1"}}}`, coordv1alpha1.ExpiredAnnotation))).To(Succeed())
 			bob := lease.as(users["bob"])
 			lease.forbids(func() error {
-				return bob.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, controllers.ExpiredAnnotation))
+				return bob.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, coordv1alpha1.ExpiredAnnotation))
 			}, annotationOurs)
 			lease.forbids(func() error {
-				return bob.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, controllers.ExpiredAnnotation, expired))
+				return bob.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, coordv1alpha1.ExpiredAnnotation, expired))
 			}, annotationOurs)
-			Expect(admin.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, controllers.ExpiredAnnotation))).To(Succeed())
-			Expect(lease.get().Annotations).NotTo(HaveKey(controllers.ExpiredAnnotation))
+			Expect(admin.mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, coordv1alpha1.ExpiredAnnotation))).To(Succeed())
+			Expect(lease.get().Annotations).NotTo(HaveKey(coordv1alpha1.ExpiredAnnotation))
 		})
 	})
 
@@ -534,7 +532,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 			})
 
 			It("requires the holder identity to be the requester's pod name", func() {
-				worker := lease.as(impersonate(sa, map[string][]string{webhooks.PodNameExtraKey: {pod}}))
+				worker := lease.as(impersonate(sa, map[string][]string{coordv1alpha1.PodNameExtraKey: {pod}}))
 				lease.forbids(func() error { return worker.appendRequest("worker-other", sa) },
 					`spec.requests[0].holderIdentity "worker-other" must equal the requester's pod name "worker-7d9f" (identityBinding Pod)`)
 				lease.forbids(func() error { return lease.as(users["alice"]).appendRequest("alice", "alice") },
@@ -550,10 +548,10 @@ var _ = Describe("FencedLease admission (I6)", func() {
 
 			DescribeTable("refuses a sibling pod of the same service account",
 				func(write func(sibling leaseWriter) error) {
-					holder := lease.as(impersonate(sa, map[string][]string{webhooks.PodNameExtraKey: {pod}}))
+					holder := lease.as(impersonate(sa, map[string][]string{coordv1alpha1.PodNameExtraKey: {pod}}))
 					Expect(holder.appendRequest(pod, sa)).To(Succeed())
 					Eventually(func() string { return lease.get().Status.HolderIdentity }, 10*time.Second).Should(Equal(pod))
-					sibling := lease.as(impersonate(sa, map[string][]string{webhooks.PodNameExtraKey: {"worker-other"}}))
+					sibling := lease.as(impersonate(sa, map[string][]string{coordv1alpha1.PodNameExtraKey: {"worker-other"}}))
 					lease.forbids(func() error { return write(sibling) }, `"worker-7d9f"`)
 				},
 				Entry("renewing the holder's request", func(sibling leaseWriter) error { return sibling.renew(pod) }),
@@ -624,7 +622,7 @@ func (l leaseUnderTest) settled() *coordv1alpha1.FencedLease {
 		same := last != nil && cur.ResourceVersion == last.ResourceVersion
 		last = cur
 		return same && cur.Status.ObservedGeneration == cur.Generation &&
-			slices.Contains(cur.Finalizers, controllers.EpochFinalizer)
+			slices.Contains(cur.Finalizers, coordv1alpha1.EpochFinalizer)
 	}, 10*time.Second, 300*time.Millisecond).Should(BeTrue(), "the controller keeps writing the lease")
 	return last
 }

@@ -11,20 +11,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// ExpiredAnnotation is written by the controller, in the same write that
-// removes an expired holder's request, as "<holderIdentity>/<token>". It lets
-// any controller (this one after a crash, or a successor) tell an expiry from a
-// release when it finds the holder's request gone.
-const ExpiredAnnotation = "coordination.kubefence.io/expired"
-
-// RevokedAnnotation is written by an operator action (kubectl fence release or
-// handover) in the same write that removes the holder's request, as
-// "<holderIdentity>/<token>": the tenure was ended by someone other than its
-// holder, whose writes may still be in flight, so the controller waits
-// Timing.CommitLag before it grants the next tenure. The FencedLease webhook
-// requires it whenever anyone but the holder removes the holder's request.
-const RevokedAnnotation = "coordination.kubefence.io/revoked"
-
 // observation is what this controller process has seen of the current tenure.
 // It is kept in memory only: a controller that restarts or takes over starts
 // counting from its own first observation, so it never expires a holder earlier
@@ -130,16 +116,16 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 
 	if st.HolderIdentity != "" {
 		holder := st.HolderIdentity
-		idx := requestIndex(reqs, holder)
+		idx := coordv1alpha1.RequestIndex(reqs, holder)
 		switch {
 		case idx < 0 || reqs[idx].RenewSequence < st.RenewSequence:
 			// The holder's request is gone (or was withdrawn and made anew, which
 			// resets renewSequence): the tenure is over.
 			reason := coordv1alpha1.EndReasonReleased
-			if lease.Annotations[ExpiredAnnotation] == expiredMark(holder, st.FencingToken) {
+			if lease.Annotations[coordv1alpha1.ExpiredAnnotation] == coordv1alpha1.ExpiredMark(holder, st.FencingToken) {
 				reason = coordv1alpha1.EndReasonExpired
 			}
-			revoked := lease.Annotations[RevokedAnnotation] == expiredMark(holder, st.FencingToken)
+			revoked := lease.Annotations[coordv1alpha1.RevokedAnnotation] == coordv1alpha1.ExpiredMark(holder, st.FencingToken)
 			tr := endTenure(st, reason, now)
 			if reason == coordv1alpha1.EndReasonExpired && lease.Spec.LockDelaySeconds > 0 {
 				until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
@@ -273,23 +259,10 @@ func expiredRequest(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLe
 	if p == nil || p.Reason == coordv1alpha1.EndReasonReleased || p.HolderIdentity == st.HolderIdentity {
 		return -1
 	}
-	if lease.Annotations[ExpiredAnnotation] == expiredMark(p.HolderIdentity, p.FencingToken) {
+	if lease.Annotations[coordv1alpha1.ExpiredAnnotation] == coordv1alpha1.ExpiredMark(p.HolderIdentity, p.FencingToken) {
 		return -1
 	}
-	return requestIndex(lease.Spec.Requests, p.HolderIdentity)
-}
-
-func expiredMark(holder string, token int64) string {
-	return fmt.Sprintf("%s/%d", holder, token)
-}
-
-func requestIndex(reqs []coordv1alpha1.LeaseRequest, identity string) int {
-	for i := range reqs {
-		if reqs[i].HolderIdentity == identity {
-			return i
-		}
-	}
-	return -1
+	return coordv1alpha1.RequestIndex(lease.Spec.Requests, p.HolderIdentity)
 }
 
 func endTenure(st *coordv1alpha1.FencedLeaseStatus, reason coordv1alpha1.EndReason, now time.Time) Transition {

@@ -53,13 +53,13 @@ func (s *sim) join(id string) {
 
 func (s *sim) renew(id string) {
 	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
-		sp.Requests[requestIndex(sp.Requests, id)].RenewSequence++
+		sp.Requests[coordv1alpha1.RequestIndex(sp.Requests, id)].RenewSequence++
 	})
 }
 
 func (s *sim) withdraw(id string) {
 	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
-		i := requestIndex(sp.Requests, id)
+		i := coordv1alpha1.RequestIndex(sp.Requests, id)
 		sp.Requests = append(sp.Requests[:i:i], sp.Requests[i+1:]...)
 	})
 }
@@ -83,7 +83,7 @@ func (s *sim) reconcile() time.Duration {
 			if s.lease.Annotations == nil {
 				s.lease.Annotations = map[string]string{}
 			}
-			s.lease.Annotations[ExpiredAnnotation] = d.removeRequest + "/" + itoa(token)
+			s.lease.Annotations[coordv1alpha1.ExpiredAnnotation] = d.removeRequest + "/" + itoa(token)
 		case d.status != nil:
 			s.lease.Status = *d.status
 			s.statusWrites++
@@ -332,7 +332,7 @@ func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 		t.Fatalf("token %d after %d", d.status.FencingToken, tokA)
 	}
 	s.reconcile() // grant; a's expired request waits for b's acknowledgement
-	if i := requestIndex(s.lease.Spec.Requests, "a"); i < 0 {
+	if i := coordv1alpha1.RequestIndex(s.lease.Spec.Requests, "a"); i < 0 {
 		t.Fatalf("a's expired request was removed before b acknowledged: the removal would shift b's acknowledging patch")
 	}
 	for _, w := range s.lease.Status.Waiting {
@@ -342,12 +342,12 @@ func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 	}
 	s.renew("b") // b acknowledges
 	s.reconcile()
-	if i := requestIndex(s.lease.Spec.Requests, "a"); i >= 0 {
+	if i := coordv1alpha1.RequestIndex(s.lease.Spec.Requests, "a"); i >= 0 {
 		t.Fatalf("a's expired request is still queued after b acknowledged: %+v", s.lease.Spec.Requests)
 	}
 	s.join("a") // a queues afresh: this request must stay
 	s.reconcile()
-	if i := requestIndex(s.lease.Spec.Requests, "a"); i < 0 {
+	if i := coordv1alpha1.RequestIndex(s.lease.Spec.Requests, "a"); i < 0 {
 		t.Fatalf("a's new request was removed as if it were the expired one")
 	}
 }
@@ -425,12 +425,12 @@ func TestExpiredRequestRemovedAfterAckGraceWithoutAcknowledgement(t *testing.T) 
 	if requeue != ackGrace(l) {
 		t.Fatalf("requeueAfter %v, want the acknowledgement grace %v", requeue, ackGrace(l))
 	}
-	if requestIndex(s.lease.Spec.Requests, "a") < 0 {
+	if coordv1alpha1.RequestIndex(s.lease.Spec.Requests, "a") < 0 {
 		t.Fatal("a's request removed before the grace ended")
 	}
 	s.clock.Step(requeue)
 	s.reconcile()
-	if requestIndex(s.lease.Spec.Requests, "a") >= 0 {
+	if coordv1alpha1.RequestIndex(s.lease.Spec.Requests, "a") >= 0 {
 		t.Fatalf("a's expired request still queued after the grace: %+v", s.lease.Spec.Requests)
 	}
 	if h, _ := s.holder(); h != "b" {
@@ -449,7 +449,7 @@ func TestRevokedTenureGrantsOnlyAfterTheCommitLag(t *testing.T) {
 	s.join("b")
 	s.reconcile()
 	_, tok := s.holder()
-	s.lease.Annotations = map[string]string{RevokedAnnotation: "a/" + itoa(tok)}
+	s.lease.Annotations = map[string]string{coordv1alpha1.RevokedAnnotation: "a/" + itoa(tok)}
 	s.withdraw("a")
 	if requeue := s.reconcile(); requeue != s.timing.CommitLag {
 		t.Fatalf("requeue after a revocation %v, want the commit lag %v", requeue, s.timing.CommitLag)

@@ -217,7 +217,7 @@ var _ = Describe("Epoch store", func() {
 				Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 10, MinFencingToken: 42},
 			})).To(Succeed())
 			Eventually(func() bool {
-				return controllerutil.ContainsFinalizer(getLease(ns, n), controllers.EpochFinalizer)
+				return controllerutil.ContainsFinalizer(getLease(ns, n), coordv1alpha1.EpochFinalizer)
 			}).Should(BeTrue())
 		}
 		store := storeFor(operatorNamespace)

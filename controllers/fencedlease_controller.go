@@ -25,10 +25,6 @@ import (
 	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
-// EpochFinalizer keeps a FencedLease until its highest token is recorded in the
-// epoch store, so that the lease name's tokens keep rising after delete-then-recreate.
-const EpochFinalizer = "coordination.kubefence.io/epoch"
-
 // Event reasons.
 const (
 	EventGranted    = "Granted"
@@ -82,8 +78,8 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !lease.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, &lease)
 	}
-	if !controllerutil.ContainsFinalizer(&lease, EpochFinalizer) {
-		controllerutil.AddFinalizer(&lease, EpochFinalizer)
+	if !controllerutil.ContainsFinalizer(&lease, coordv1alpha1.EpochFinalizer) {
+		controllerutil.AddFinalizer(&lease, coordv1alpha1.EpochFinalizer)
 		if err := r.Update(ctx, &lease); err != nil {
 			return r.retryOnConflict(err)
 		}
@@ -158,7 +154,7 @@ func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv
 	if p := lease.Status.PreviousHolder; lease.Status.HolderIdentity != holder && p != nil && p.HolderIdentity == holder {
 		token = p.FencingToken
 	}
-	updated.Annotations[ExpiredAnnotation] = expiredMark(holder, token)
+	updated.Annotations[coordv1alpha1.ExpiredAnnotation] = coordv1alpha1.ExpiredMark(holder, token)
 	if err := r.Update(ctx, updated); err != nil {
 		return fmt.Errorf("removing expired request of %s: %w", holder, err)
 	}
@@ -170,14 +166,14 @@ func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv
 // deletion proceed. The finalizer is removed with an optimistic lock, so a grant
 // written after the token was read makes the removal conflict and repeat.
 func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
-	if !controllerutil.ContainsFinalizer(lease, EpochFinalizer) {
+	if !controllerutil.ContainsFinalizer(lease, coordv1alpha1.EpochFinalizer) {
 		return nil
 	}
 	high := max(lease.Status.FencingToken, lease.Spec.MinFencingToken, lease.Status.TokenBase)
 	if err := r.Epochs.Record(ctx, lease.Namespace, lease.Name, high); err != nil {
 		return err
 	}
-	controllerutil.RemoveFinalizer(lease, EpochFinalizer)
+	controllerutil.RemoveFinalizer(lease, coordv1alpha1.EpochFinalizer)
 	if err := r.Update(ctx, lease); err != nil {
 		return fmt.Errorf("removing the epoch finalizer: %w", err) // retried with backoff
 	}

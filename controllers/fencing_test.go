@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -101,6 +102,9 @@ var _ = Describe("Fencing at the write boundary (I4, I5)", func() {
 		err := users["alice"].Create(suiteCtx, widget(ns, "w", "job", tok(stale), "alice"))
 		expectRefused(err, 409, fmt.Sprintf("stale fencing token %d for lease %s/job: current token is %d", stale, ns, current))
 		Expect(fence.IsStale(err)).To(BeTrue())
+		Expect(staleCauses(err)).To(Equal(map[string]string{
+			"lease": ns + "/job", "presentedToken": tok(stale), "currentToken": tok(current), "reason": "stale",
+		}), "the API server passes the webhook's typed causes on to the client")
 		Expect(users["bob"].Create(suiteCtx, widget(ns, "w", "job", tok(current), "bob"))).To(Succeed())
 	})
 
@@ -151,6 +155,9 @@ var _ = Describe("Fencing at the write boundary (I4, I5)", func() {
 			err := users["alice"].Delete(suiteCtx, widget(ns, "w", "", "", ""))
 			expectRefused(err, 403, fmt.Sprintf("alice is not the holder of lease %s/job (held by bob with token %d)", ns, current))
 			Expect(fence.IsStale(err)).To(BeTrue())
+			Expect(staleCauses(err)).To(Equal(map[string]string{
+				"lease": ns + "/job", "presentedToken": "0", "currentToken": tok(current), "reason": "not-holder",
+			}))
 			Expect(users["bob"].Delete(suiteCtx, widget(ns, "w", "", "", ""))).To(Succeed())
 		})
 
@@ -444,4 +451,18 @@ func cleanupUser(name string) client.Client {
 	c, err := client.New(u.Config(), client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return c
+}
+
+// staleCauses returns the typed causes of a stale refusal, field by field.
+func staleCauses(err error) map[string]string {
+	var st apierrors.APIStatus
+	ExpectWithOffset(1, errors.As(err, &st)).To(BeTrue(), "an API status: %v", err)
+	ExpectWithOffset(1, st.Status().Details).NotTo(BeNil(), "status details: %v", err)
+	out := map[string]string{}
+	for _, c := range st.Status().Details.Causes {
+		if c.Type == coordv1alpha1.CauseTypeStaleFencingToken {
+			out[c.Field] = c.Message
+		}
+	}
+	return out
 }

@@ -178,10 +178,9 @@ var _ = Describe("FencedLease lifecycle", func() {
 		j := &testenv.Journal{}
 		a := startElector("alice", ns, "phoenix", "alice", j)
 		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
-		old := j.Snapshot()[0].Token
 		// Push the token up a little so that generation alone would not beat it.
 		time.Sleep(2 * time.Second)
-		_, old = holderOf(ns, "phoenix")
+		_, old := holderOf(ns, "phoenix")
 		a.stop()
 		Expect(k8sClient.Delete(suiteCtx, getLease(ns, "phoenix"))).To(Succeed())
 		Eventually(func() bool {
@@ -426,7 +425,7 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		newLease(ns, "lag", 600, 0)
 		// The finalizer is in place, as a running controller would have put it.
 		l := getLease(ns, "lag")
-		l.Finalizers = append(l.Finalizers, controllers.EpochFinalizer)
+		l.Finalizers = append(l.Finalizers, coordv1alpha1.EpochFinalizer)
 		Expect(k8sClient.Update(suiteCtx, l)).To(Succeed())
 
 		j := &testenv.Journal{}

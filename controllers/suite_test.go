@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -41,6 +40,7 @@ var (
 )
 
 func TestControllers(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "FencedLease controller suite (real kube-apiserver + etcd)")
 }
@@ -51,15 +51,12 @@ var _ = BeforeSuite(func() {
 	// machine a reconcile can take longer than Gomega's default second.
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = testenv.NewEnvironment("..")
 	var err error
-	cfg, err = testEnv.Start()
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "..", CRDs: true, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -82,7 +79,7 @@ var _ = BeforeSuite(func() {
 	// managers can be stopped and started (restart, fail-over) underneath it.
 	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
+	Expect(testenv.RegisterWebhooks(whMgr, []string{adminUser})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())
@@ -144,7 +141,7 @@ func startController(leaderElection bool) *controllerProcess {
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr)).To(Succeed())
+	Expect(testenv.SetupReconciler(mgr, operatorNamespace)).To(Succeed())
 	p := &controllerProcess{cancel: cancelMgr, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()

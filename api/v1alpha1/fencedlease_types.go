@@ -283,16 +283,3 @@ type FencedLeaseList struct {
 	// items is the list of FencedLeases.
 	Items []FencedLease `json:"items"`
 }
-
-// Guarded objects name their lease and carry their token under kubefence.io/.
-const (
-	// GuardLeaseLabel on an object makes it guarded by the FencedLease of that
-	// name in the object's namespace. The fencing webhook checks every write to it.
-	GuardLeaseLabel = "kubefence.io/lease"
-	// FencingTokenAnnotation carries the token of the write (decimal). The object
-	// keeps the token of the last accepted write.
-	FencingTokenAnnotation = "kubefence.io/fencing-token"
-	// FencingNamespaceLabel set to "required" on a namespace makes fencing
-	// mandatory there for the kinds listed in the required-fencing webhook.
-	FencingNamespaceLabel = "kubefence.io/fencing"
-)

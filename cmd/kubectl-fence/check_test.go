@@ -77,7 +77,7 @@ func TestCheckWithWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.RegisterWebhooks(mgr, cfg, nil); err != nil {
+	if err := testenv.RegisterWebhooks(mgr, []string{"system:serviceaccount:kubefence-system:kubefence-controller-manager"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

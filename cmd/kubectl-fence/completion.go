@@ -79,7 +79,7 @@ func completeHolders(o *rootOptions, waitingOnly bool) cobra.CompletionFunc {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var ids []string
-		if h := l.Status.HolderIdentity; h != "" && !waitingOnly && requestOf(&l, h) >= 0 {
+		if h := l.Status.HolderIdentity; h != "" && !waitingOnly && coordv1alpha1.RequestIndex(l.Spec.Requests, h) >= 0 {
 			ids = append(ids, h)
 		}
 		for _, w := range waiters(&l) {

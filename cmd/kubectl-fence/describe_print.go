@@ -93,7 +93,7 @@ func holderLine(l *coordv1alpha1.FencedLease) string {
 	if h == "" {
 		return none
 	}
-	i := requestOf(l, h)
+	i := coordv1alpha1.RequestIndex(l.Spec.Requests, h)
 	if i < 0 {
 		return h + " (its request is gone: release pending)"
 	}

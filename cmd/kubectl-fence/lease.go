@@ -47,16 +47,6 @@ func waiters(lease *coordv1alpha1.FencedLease) []waiter {
 	return out
 }
 
-// requestOf returns the index of identity's request in spec.requests, or -1.
-func requestOf(lease *coordv1alpha1.FencedLease, identity string) int {
-	for i, r := range lease.Spec.Requests {
-		if r.HolderIdentity == identity {
-			return i
-		}
-	}
-	return -1
-}
-
 // heldReason is the reason of the Held condition: Granted, HandedOver,
 // TakenOver, Expired, Released, LockDelay or Unclaimed; "-" before the
 // controller has looked at the lease.

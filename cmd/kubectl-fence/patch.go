@@ -52,7 +52,7 @@ func queueNames(lease *coordv1alpha1.FencedLease) string {
 // ends the tenure as Released and grants the next request, without lock-delay)
 // or a waiting one (withdrawn from the queue).
 func releasePatch(lease *coordv1alpha1.FencedLease, identity string) ([]patchOp, error) {
-	i := requestOf(lease, identity)
+	i := coordv1alpha1.RequestIndex(lease.Spec.Requests, identity)
 	if i < 0 {
 		if identity == lease.Status.HolderIdentity {
 			return nil, fmt.Errorf("the request of holder %q is already gone: the release is pending and the controller has not processed it yet", identity)
@@ -73,16 +73,12 @@ func releasePatch(lease *coordv1alpha1.FencedLease, identity string) ([]patchOp,
 // waits for the revoked holder's admitted writes to commit before the next
 // grant. The JSON pointer escapes "/" as "~1".
 func revokeOps(lease *coordv1alpha1.FencedLease) []patchOp {
-	mark := fmt.Sprintf("%s/%d", lease.Status.HolderIdentity, lease.Status.FencingToken)
+	mark := coordv1alpha1.ExpiredMark(lease.Status.HolderIdentity, lease.Status.FencingToken)
 	if lease.Annotations == nil {
-		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: map[string]string{revokedAnnotation: mark}}}
+		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: map[string]string{coordv1alpha1.RevokedAnnotation: mark}}}
 	}
-	return []patchOp{{Op: "add", Path: "/metadata/annotations/" + strings.ReplaceAll(revokedAnnotation, "/", "~1"), Value: mark}}
+	return []patchOp{{Op: "add", Path: "/metadata/annotations/" + strings.ReplaceAll(coordv1alpha1.RevokedAnnotation, "/", "~1"), Value: mark}}
 }
-
-// revokedAnnotation is controllers.RevokedAnnotation (the plugin does not
-// import the operator).
-const revokedAnnotation = "coordination.kubefence.io/revoked"
 
 // handoverPatch moves to's request to the front of the queue and removes the
 // holder's, so that the controller ends the tenure as Released and grants to
@@ -95,11 +91,11 @@ func handoverPatch(lease *coordv1alpha1.FencedLease, to string) ([]patchOp, erro
 	if to == h {
 		return nil, fmt.Errorf("%q already holds fencedlease %s/%s", to, lease.Namespace, lease.Name)
 	}
-	hi := requestOf(lease, h)
+	hi := coordv1alpha1.RequestIndex(lease.Spec.Requests, h)
 	if hi < 0 {
 		return nil, fmt.Errorf("the request of holder %q is already gone: the release is pending and the controller has not processed it yet", h)
 	}
-	ti := requestOf(lease, to)
+	ti := coordv1alpha1.RequestIndex(lease.Spec.Requests, to)
 	if ti < 0 {
 		return nil, fmt.Errorf("%q is not waiting for fencedlease %s/%s: the lease can only be handed to a client that has requested it (requests: %s)",
 			to, lease.Namespace, lease.Name, queueNames(lease))

@@ -20,11 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var (
@@ -39,65 +41,38 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set, so there is no kube-apiserver or etcd to test against. "+
-			"Run `make test`, or: KUBEBUILDER_ASSETS=$(./hack/setup-envtest.sh | tail -n1) go test ./cmd/kubectl-fence/")
-		os.Exit(1)
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	testEnv := &envtest.Environment{
-		CRDDirectoryPaths: []string{
-			filepath.Join("..", "..", "config", "crd", "bases"),
-			filepath.Join("..", "..", "test", "crds"),
-		},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := testEnv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-		}
-	}()
-
-	scheme, err := newScheme()
-	if err == nil {
-		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
-		return 1
-	}
-
 	dir, err := os.MkdirTemp("", "kubectl-fence-test-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "creating temp dir: %v\n", err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	code := testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true}, func(env *envtest.Environment, cfg *rest.Config) error {
+		return setup(env, cfg, dir)
+	})
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// setup makes the admin client and the admin's kubeconfig the plugin runs with.
+func setup(env *envtest.Environment, cfg *rest.Config, dir string) error {
+	scheme, err := newScheme()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "adding admin user: %v\n", err)
-		return 1
+		return err
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding admin user: %w", err)
 	}
 	kc, err := admin.KubeConfig()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "writing kubeconfig: %v\n", err)
-		return 1
+		return fmt.Errorf("writing kubeconfig: %w", err)
 	}
 	kubeconfig = filepath.Join(dir, "kubeconfig")
 	assets = os.Getenv("KUBEBUILDER_ASSETS")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		fmt.Fprintf(os.Stderr, "writing kubeconfig: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return os.WriteFile(kubeconfig, kc, 0o600)
 }
 
 // fence runs `kubectl fence args...` in-process as the admin user.
@@ -109,6 +84,7 @@ func fence(t *testing.T, args ...string) (stdout, stderr string, err error) {
 // fenceWith runs the plugin with another kubeconfig.
 func fenceWith(t *testing.T, kc string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	testenv.SkipIfShort(t)
 	var out, errOut bytes.Buffer
 	err = runFence(context.Background(), &out, &errOut, append([]string{"--kubeconfig", kc}, args...)...)
 	t.Logf("kubectl fence %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
@@ -137,6 +113,7 @@ func mustFence(t *testing.T, args ...string) string {
 // namespace controller, so namespaces stay until the suite's etcd goes away.
 func newNamespace(t *testing.T) string {
 	t.Helper()
+	testenv.SkipIfShort(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fence-test-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatalf("creating namespace: %v", err)

@@ -24,10 +24,13 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // The envtest tests share one kube-apiserver and etcd, started by TestMain
-// when KUBEBUILDER_ASSETS is set; each test works in a namespace of its own.
+// (testenv.Run); under -short none is started and they skip (needEnv). Each
+// test works in a namespace of its own.
 var (
 	testEnv   *envtest.Environment
 	cfg       *rest.Config
@@ -38,10 +41,6 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
@@ -50,33 +49,18 @@ func run(m *testing.M) int {
 		logs = os.Stderr
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return m.Run() // the envtest tests fail in needEnv
-	}
-	testEnv = &envtest.Environment{}
-	var err error
-	if cfg, err = testEnv.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := testEnv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-		}
-	}()
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "creating a client: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testenv.Run(m, testenv.Input{}, func(env *envtest.Environment, c *rest.Config) (err error) {
+		testEnv, cfg = env, c
+		k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+		return err
+	}))
 }
 
-// needEnv fails the test when there is no control plane.
+// needEnv skips the test under -short (make test-unit): it needs the
+// control plane.
 func needEnv(t *testing.T) {
 	t.Helper()
-	if cfg == nil {
-		t.Fatal("KUBEBUILDER_ASSETS is unset: run `KUBEBUILDER_ASSETS=$(./hack/setup-envtest.sh | tail -n1) go test ./controllers/certrotation/`")
-	}
+	testenv.SkipIfShort(t)
 }
 
 // fixture is one test's namespace, Secret name and webhook configuration name.

@@ -15,13 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/metrics"
 )
-
-// PodNameExtraKey is the user-info extra that projected service-account tokens
-// carry with the name of the pod they were issued to.
-const PodNameExtraKey = "authentication.kubernetes.io/pod-name"
 
 // FencedLeaseValidator guards FencedLease objects (I6): only the controller
 // grants, expires and writes status; a client may add, renew and withdraw only
@@ -76,8 +71,8 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 		return nil, v.refuse(lease, "owner", fmt.Sprintf(
 			"only the kubefence controller and members of %v may set ownerReferences on a FencedLease: the garbage collector deletes a lease whose owner is gone, which would depose its holder", v.adminGroups()))
 	}
-	if _, ok := lease.Annotations[controllers.ExpiredAnnotation]; ok {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+	if _, ok := lease.Annotations[coordv1alpha1.ExpiredAnnotation]; ok {
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	for i, r := range lease.Spec.Requests {
 		if err := checkOwnRequest(lease, i, r, user); err != nil {
@@ -99,8 +94,8 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if sub != "" {
 		return nil, v.refuse(lease, "subresource", fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
 	}
-	if slices.Contains(oldLease.Finalizers, controllers.EpochFinalizer) && !slices.Contains(lease.Finalizers, controllers.EpochFinalizer) {
-		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", controllers.EpochFinalizer))
+	if slices.Contains(oldLease.Finalizers, coordv1alpha1.EpochFinalizer) && !slices.Contains(lease.Finalizers, coordv1alpha1.EpochFinalizer) {
+		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", coordv1alpha1.EpochFinalizer))
 	}
 	privileged := v.isAdmin(user) || slices.Contains(v.CleanupUsers, user.Username)
 	if !privileged && !equality.Semantic.DeepEqual(oldLease.OwnerReferences, lease.OwnerReferences) {
@@ -118,10 +113,10 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 		}
 		return nil, nil
 	}
-	oldAnn, hadAnn := oldLease.Annotations[controllers.ExpiredAnnotation]
-	newAnn, hasAnn := lease.Annotations[controllers.ExpiredAnnotation]
+	oldAnn, hadAnn := oldLease.Annotations[coordv1alpha1.ExpiredAnnotation]
+	newAnn, hasAnn := lease.Annotations[coordv1alpha1.ExpiredAnnotation]
 	if hadAnn != hasAnn || oldAnn != newAnn {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", controllers.ExpiredAnnotation))
+		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	if v.isAdmin(user) {
 		// An operator action: it may remove and reorder others' requests, but
@@ -131,10 +126,10 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 			return nil, v.refuse(lease, "revocation", err.Error())
 		}
 	} else {
-		oldRev, hadRev := oldLease.Annotations[controllers.RevokedAnnotation]
-		newRev, hasRev := lease.Annotations[controllers.RevokedAnnotation]
+		oldRev, hadRev := oldLease.Annotations[coordv1alpha1.RevokedAnnotation]
+		newRev, hasRev := lease.Annotations[coordv1alpha1.RevokedAnnotation]
 		if hadRev != hasRev || oldRev != newRev {
-			return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by operators (members of %v) revoking a tenure", controllers.RevokedAnnotation, v.adminGroups()))
+			return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by operators (members of %v) revoking a tenure", coordv1alpha1.RevokedAnnotation, v.adminGroups()))
 		}
 		if err := checkRequestChanges(oldLease, lease, user); err != nil {
 			return nil, v.refuse(lease, "foreign-request", err.Error())
@@ -205,9 +200,9 @@ func checkRevocation(oldLease, lease *coordv1alpha1.FencedLease, user authentica
 		}
 	}
 	want := fmt.Sprintf("%s/%d", h, oldLease.Status.FencingToken)
-	if lease.Annotations[controllers.RevokedAnnotation] != want {
+	if lease.Annotations[coordv1alpha1.RevokedAnnotation] != want {
 		return fmt.Errorf("removing the request of holder %q revokes its tenure: set annotation %s=%s in the same write (kubectl fence release and handover do), so that the controller waits for that holder's admitted writes before it grants the lease again",
-			h, controllers.RevokedAnnotation, want)
+			h, coordv1alpha1.RevokedAnnotation, want)
 	}
 	return nil
 }
@@ -243,9 +238,9 @@ func checkOwnRequest(lease *coordv1alpha1.FencedLease, i int, r coordv1alpha1.Le
 			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's username %q (identityBinding ServiceAccount)", i, r.HolderIdentity, user.Username)
 		}
 	case coordv1alpha1.IdentityBindingPod:
-		pods := user.Extra[PodNameExtraKey]
+		pods := user.Extra[coordv1alpha1.PodNameExtraKey]
 		if len(pods) != 1 || pods[0] == "" {
-			return fmt.Errorf("spec.requests[%d]: identityBinding Pod needs a requester authenticated with a pod-bound service-account token (user info extra %q), but user %q carries none", i, PodNameExtraKey, user.Username)
+			return fmt.Errorf("spec.requests[%d]: identityBinding Pod needs a requester authenticated with a pod-bound service-account token (user info extra %q), but user %q carries none", i, coordv1alpha1.PodNameExtraKey, user.Username)
 		}
 		if r.HolderIdentity != pods[0] {
 			return fmt.Errorf("spec.requests[%d].holderIdentity %q must equal the requester's pod name %q (identityBinding Pod)", i, r.HolderIdentity, pods[0])
@@ -261,7 +256,7 @@ func ownsRequest(lease *coordv1alpha1.FencedLease, r coordv1alpha1.LeaseRequest,
 		return fmt.Errorf("it belongs to user %q, not %q", r.User, user.Username)
 	}
 	if lease.Spec.IdentityBinding == coordv1alpha1.IdentityBindingPod {
-		pods := user.Extra[PodNameExtraKey]
+		pods := user.Extra[coordv1alpha1.PodNameExtraKey]
 		if len(pods) != 1 || pods[0] != r.HolderIdentity {
 			return fmt.Errorf("it belongs to pod %q, and the request comes from pod %v of the same user", r.HolderIdentity, pods)
 		}

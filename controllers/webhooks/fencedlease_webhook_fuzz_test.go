@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
 )
 
 // fuzzController is the controller's username in FuzzValidateUpdate.
@@ -76,7 +75,7 @@ func owns(binding coordv1alpha1.IdentityBinding, r coordv1alpha1.LeaseRequest, u
 		return false
 	}
 	if binding == coordv1alpha1.IdentityBindingPod {
-		pods := user.Extra[PodNameExtraKey]
+		pods := user.Extra[coordv1alpha1.PodNameExtraKey]
 		return len(pods) == 1 && pods[0] == r.HolderIdentity
 	}
 	return true
@@ -120,7 +119,7 @@ func FuzzValidateUpdate(f *testing.F) {
 		bindings := []coordv1alpha1.IdentityBinding{"", coordv1alpha1.IdentityBindingServiceAccount, coordv1alpha1.IdentityBindingPod, coordv1alpha1.IdentityBindingNone}
 		b := bindings[int(binding)%len(bindings)]
 		oldLease := &coordv1alpha1.FencedLease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "job", Finalizers: []string{controllers.EpochFinalizer}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "job", Finalizers: []string{coordv1alpha1.EpochFinalizer}},
 			Spec:       coordv1alpha1.FencedLeaseSpec{IdentityBinding: b, Requests: parseRequests(oldQueue)},
 		}
 		lease := oldLease.DeepCopy()
@@ -129,11 +128,11 @@ func FuzzValidateUpdate(f *testing.F) {
 			lease.Finalizers = nil
 		}
 		if meta&2 != 0 {
-			lease.Annotations = map[string]string{controllers.ExpiredAnnotation: "a/1"}
+			lease.Annotations = map[string]string{coordv1alpha1.ExpiredAnnotation: "a/1"}
 		}
 		user := authenticationv1.UserInfo{Username: username}
 		if pod != "" {
-			user.Extra = map[string]authenticationv1.ExtraValue{PodNameExtraKey: {pod}}
+			user.Extra = map[string]authenticationv1.ExtraValue{coordv1alpha1.PodNameExtraKey: {pod}}
 		}
 		ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 			Operation: admissionv1.Update, SubResource: sub, UserInfo: user,

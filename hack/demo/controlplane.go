@@ -15,10 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -26,9 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // operatorNamespace holds the operator's epoch store, as in a real install.
@@ -71,35 +68,26 @@ func startControlPlane(ctx context.Context, root, assets, dir string) (cp *contr
 	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
-		Scheme:                   scheme,
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  20 * time.Second,
-		ControlPlane: envtest.ControlPlane{
+	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
+		env.BinaryAssetsDirectory = assets
+		env.ControlPlaneStartTimeout = 90 * time.Second
+		env.ControlPlaneStopTimeout = 20 * time.Second
+		env.ControlPlane = envtest.ControlPlane{
 			Etcd:      &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")},
 			APIServer: &envtest.APIServer{CertDir: filepath.Join(dir, "apiserver")},
-		},
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			LocalServingHost: "127.0.0.1",
-			Paths: []string{
-				filepath.Join(root, "config", "webhook", "manifests.yaml"),
-				filepath.Join(root, "config", "webhook", "fencing.yaml"),
-			},
-		},
+		}
+		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("from %s: %w", assets, err)
 	}
-	cp = &controlPlane{env: env, scheme: scheme, kubectl: filepath.Join(assets, "kubectl"), kubectlCache: filepath.Join(dir, "kubectl-cache")}
+	cp = &controlPlane{env: env, cfg: cfg, scheme: scheme, kubectl: filepath.Join(assets, "kubectl"), kubectlCache: filepath.Join(dir, "kubectl-cache")}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, cp.stop())
 			cp = nil
 		}
 	}()
-	if cp.cfg, err = env.Start(); err != nil {
-		return cp, fmt.Errorf("starting etcd and kube-apiserver from %s: %w", assets, err)
-	}
 	if cp.admin, err = client.NewWithWatch(cp.cfg, client.Options{Scheme: scheme}); err != nil {
 		return cp, err
 	}
@@ -174,31 +162,12 @@ func (cp *controlPlane) startOperator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating the operator's manager: %w", err)
 	}
-	if err := (&controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder("kubefence-controller"),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the FencedLease controller: %w", err)
-	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{review.Status.UserInfo.Username}, CleanupUsers: fencing.DefaultCleanupUsers, ExcludedNamespaces: []string{"kubefence-system", "kube-system"}}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the FencedLease webhook: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cp.cfg)
-	if err != nil {
+	opts := operator.DefaultOptions()
+	opts.Namespace = operatorNamespace
+	opts.ControllerUsers = []string{review.Status.UserInfo.Username}
+	if err := operator.Setup(mgr, opts); err != nil {
 		return err
 	}
-	leases, err := fencing.NewLeaseReader(cp.cfg, mgr.GetScheme())
-	if err != nil {
-		return err
-	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CleanupUsers: fencing.DefaultCleanupUsers,
-	})
 
 	opCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.stopOperator, cp.operatorDone = cancel, make(chan error, 1)
@@ -237,13 +206,17 @@ func (cp *controlPlane) addWorkerUser(name, path string) error {
 // stop stops the operator, then kube-apiserver and etcd, and removes the
 // webhook certificates envtest wrote.
 func (cp *controlPlane) stop() error {
+	var opErr error
 	if cp.stopOperator != nil {
 		cp.stopOperator()
 		select {
-		case <-cp.operatorDone:
+		case opErr = <-cp.operatorDone:
 		case <-time.After(15 * time.Second):
 		}
 		cp.stopOperator = nil
 	}
-	return cp.env.Stop()
+	if opErr != nil {
+		opErr = fmt.Errorf("the operator: %w", opErr)
+	}
+	return errors.Join(opErr, cp.env.Stop())
 }

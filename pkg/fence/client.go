@@ -17,12 +17,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// Markers the fencing webhook puts in its refusals; IsStale recognises them.
-const (
-	StaleMarker     = "stale fencing token"
-	NotHolderMarker = "is not the holder of lease"
-)
-
 // ErrNotLeading is returned, without sending anything, by a fenced client whose
 // token source does not lead (or whose local deadline has passed).
 var ErrNotLeading = errors.New("not leading: no current fencing token")
@@ -45,18 +39,44 @@ func (e *StaleError) Unwrap() error { return e.Err }
 // IsStale tells whether err is a refusal of the fencing webhook because the
 // presented token (or the writer's tenure) is stale. It is false for ordinary
 // optimistic-concurrency conflicts.
+//
+// It reads the refusal's typed causes (coordv1alpha1.CauseTypeStaleFencingToken)
+// and, for a refusal without them (an admission policy can set only the
+// message), the fixed markers coordv1alpha1.StaleMarker (409) and
+// coordv1alpha1.NotHolderMarker (403). The rest of the message may be reworded.
 func IsStale(err error) bool {
 	var se *StaleError
 	if errors.As(err, &se) {
 		return true
 	}
+	_, stale := staleLease(err)
+	return stale
+}
+
+// staleLease tells whether err is a stale refusal and, when its causes say
+// so, the lease ("namespace/name") it is about.
+func staleLease(err error) (lease string, stale bool) {
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
-		return false
+		return "", false
 	}
 	s := st.Status()
-	return (s.Code == http.StatusConflict && strings.Contains(s.Message, StaleMarker)) ||
-		(s.Code == http.StatusForbidden && strings.Contains(s.Message, NotHolderMarker))
+	if s.Details != nil {
+		for _, c := range s.Details.Causes {
+			if c.Type != coordv1alpha1.CauseTypeStaleFencingToken {
+				continue
+			}
+			stale = true
+			if c.Field == coordv1alpha1.CauseFieldLease {
+				lease = c.Message
+			}
+		}
+		if stale {
+			return lease, true
+		}
+	}
+	return "", (s.Code == http.StatusConflict && strings.Contains(s.Message, coordv1alpha1.StaleMarker)) ||
+		(s.Code == http.StatusForbidden && strings.Contains(s.Message, coordv1alpha1.NotHolderMarker))
 }
 
 // TokenSource gives the current fencing token while its holder leads. An
@@ -139,7 +159,12 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 	scope := obj.GetNamespace() + "/" + c.lease
 	// Only a refusal about this client's own lease means its tenure is over; an
 	// object guarded by another lease refuses it for reasons of that lease.
-	if err == nil || !IsStale(err) || !strings.Contains(err.Error(), "lease "+scope) {
+	if err == nil || !IsStale(err) {
+		return err
+	}
+	if lease, _ := staleLease(err); lease != scope && (lease != "" || !strings.Contains(err.Error(), "lease "+scope)) {
+		// The cause names another lease; or, without causes, the message does
+		// not name this one.
 		return err
 	}
 	se := &StaleError{Lease: scope, Err: err}

@@ -41,12 +41,7 @@ func WhoAmI(ctx context.Context, cl client.Client) (string, error) {
 
 // RequestIndex is the position of identity's request in the queue, or -1.
 func RequestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
-	for i, r := range lease.Spec.Requests {
-		if r.HolderIdentity == identity {
-			return i
-		}
-	}
-	return -1
+	return coordv1alpha1.RequestIndex(lease.Spec.Requests, identity)
 }
 
 // RenewPatch raises the renewSequence of identity's request: one JSON patch

@@ -7,7 +7,6 @@ package api_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordinationv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var (
@@ -43,6 +43,7 @@ var (
 )
 
 func TestAPI(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "FencedLease API Suite")
 }
@@ -50,24 +51,14 @@ func TestAPI(t *testing.T) {
 var _ = BeforeSuite(func() {
 	logf.SetLogger(GinkgoLogr)
 
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		Fail("KUBEBUILDER_ASSETS is not set, so there is no kube-apiserver, etcd or kubectl to test against. " +
-			"Run `make test`, or: KUBEBUILDER_ASSETS=$(./hack/setup-envtest.sh | tail -n1) go test ./test/api/")
-	}
-
 	ctx, cancel = context.WithCancel(context.TODO())
 
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordinationv1alpha1.AddToScheme(scheme)).To(Succeed())
 
 	By("bootstrapping test environment")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-
 	var err error
-	cfg, err = testEnv.Start()
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: filepath.Join("..", ".."), CRDs: true})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(cfg).NotTo(BeNil())
 

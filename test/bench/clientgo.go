@@ -159,7 +159,7 @@ func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, retr
 	if stop := a.stoppedAt(); !stop.IsZero() {
 		res.gap = append(res.gap, start.Sub(stop))
 	} else {
-		res.gap = append(res.gap, start.Sub(time.Now())) // the old holder still leads
+		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
 	}
 	return nil
 }

@@ -21,9 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -159,26 +157,21 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 		cancel()
 		return nil, fmt.Errorf("creating the webhook manager: %w", err)
 	}
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: []string{b.adminUser}}).SetupWithManager(mgr); err != nil {
-		cancel()
-		return nil, fmt.Errorf("setting up the FencedLease validator: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(b.cfg)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
 	ws := &webhookServer{
 		leases:   &leaseReader{cache: mgr.GetClient(), api: mgr.GetAPIReader()},
 		fallback: &countingReader{Reader: mgr.GetAPIReader()},
 		cache:    mgr.GetClient(),
 	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		// The cached pass stands for the webhook before every decision read its
-		// lease live (main at 966f728); the live pass is the webhook as shipped.
-		Leases: &fencing.LeaseReader{Reader: ws.leases}, Parents: dyn,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CommitLag: fencing.DefaultCommitLag,
-	})
+	// The operator's webhooks, as they ship, reading leases through counters.
+	opts := testenv.Operator("", b.adminUser)
+	opts.Reconciler = false
+	// The cached pass stands for the webhook before every decision read its
+	// lease live (main at 966f728); the live pass is the webhook as shipped.
+	opts.LeaseReader = ws.leases
+	if err := operator.Setup(mgr, opts); err != nil {
+		cancel()
+		return nil, err
+	}
 	mgr.GetWebhookServer().Register(allowAllPath, &webhook.Admission{Handler: admission.HandlerFunc(
 		func(context.Context, admission.Request) admission.Response {
 			ws.allowed.Add(1)

@@ -142,10 +142,8 @@ func (b *bench) getFencedLease(ctx context.Context, ns, name string) (*coordv1al
 }
 
 func requestOf(l *coordv1alpha1.FencedLease, id string) (coordv1alpha1.LeaseRequest, bool) {
-	for _, r := range l.Spec.Requests {
-		if r.HolderIdentity == id {
-			return r, true
-		}
+	if i := coordv1alpha1.RequestIndex(l.Spec.Requests, id); i >= 0 {
+		return l.Spec.Requests[i], true
 	}
 	return coordv1alpha1.LeaseRequest{}, false
 }
@@ -282,7 +280,7 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	if stop := a.stoppedAt(); !stop.IsZero() {
 		res.gap = append(res.gap, start.Sub(stop))
 	} else {
-		res.gap = append(res.gap, start.Sub(time.Now())) // the old holder still leads
+		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
 	}
 	// Let the controller record the new holder's first renewal and its events;
 	// the new holder's next periodic renewal is a third of a lease away.

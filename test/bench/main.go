@@ -162,13 +162,11 @@ func run(o options) error {
 
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
 	// No webhooks yet: startWebhooks installs them before phase 4.
-	testEnv := &envtest.Environment{
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
+	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
+		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+	}})
 	if err != nil {
-		return fmt.Errorf("starting envtest: %w", err)
+		return err
 	}
 	defer func() {
 		if err := testEnv.Stop(); err != nil {
@@ -351,7 +349,7 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := testenv.NewReconciler(mgr, operatorNamespace).SetupWithManager(mgr); err != nil {
+	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

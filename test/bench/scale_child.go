@@ -263,18 +263,27 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 			case "lead":
 				if len(f) == 5 {
 					var st, ld, tok int64
-					fmt.Sscan(f[2], &st)
-					fmt.Sscan(f[3], &ld)
-					fmt.Sscan(f[4], &tok)
+					if _, err := fmt.Sscan(strings.Join(f[2:5], " "), &st, &ld, &tok); err != nil {
+						fmt.Fprintf(os.Stderr, "bench: holder process sent a malformed lead line %q: %v\n", sc.Text(), err)
+						break
+					}
 					p.leads[f[1]] = append(p.leads[f[1]], leadEvent{started: time.Unix(0, st), leading: time.Unix(0, ld), token: tok})
 				}
 			case "count":
 				for i := 0; i < 4 && i+1 < len(f); i++ {
-					fmt.Sscan(f[i+1], &p.counts[i])
+					if _, err := fmt.Sscan(f[i+1], &p.counts[i]); err != nil {
+						fmt.Fprintf(os.Stderr, "bench: holder process sent a malformed count line %q: %v\n", sc.Text(), err)
+					}
 				}
 			case "lat":
 				var d int64
-				fmt.Sscan(f[1], &d)
+				if len(f) < 2 {
+					break
+				}
+				if _, err := fmt.Sscan(f[1], &d); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: holder process sent a malformed lat line %q: %v\n", sc.Text(), err)
+					break
+				}
 				p.latencies = append(p.latencies, time.Duration(d))
 			}
 			p.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
 )
 
 // errFrozen is what a frozen client's requests fail with: the holder has
@@ -372,7 +371,7 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 		case "status":
 			t.lastStatus[key] = obj.Status
 		case "":
-			if v, found := obj.Annotations[controllers.ExpiredAnnotation]; found {
+			if v, found := obj.Annotations[coordv1alpha1.ExpiredAnnotation]; found {
 				t.lastExpired[key] = v
 			}
 		}
@@ -400,7 +399,7 @@ func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.
 			return catStatusOther
 		}
 	}
-	if v, found := obj.Annotations[controllers.ExpiredAnnotation]; found && v != t.lastExpired[key] {
+	if v, found := obj.Annotations[coordv1alpha1.ExpiredAnnotation]; found && v != t.lastExpired[key] {
 		return catSpecExpiry
 	}
 	return catSpecOther

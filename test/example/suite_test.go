@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -46,6 +46,7 @@ var (
 )
 
 func TestExample(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Fenced controller example (real kube-apiserver + etcd)")
 }
@@ -54,15 +55,12 @@ func TestExample(t *testing.T) {
 // controllers/suite_test.go does: the examples are their clients.
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = testenv.NewEnvironment(filepath.Join("..", ".."))
 	var err error
-	cfg, err = testEnv.Start()
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -81,8 +79,7 @@ var _ = BeforeSuite(func() {
 
 	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
-	Expect(testenv.NewReconciler(whMgr, operatorNamespace).SetupWithManager(whMgr)).To(Succeed())
+	Expect(operator.Setup(whMgr, testenv.Operator(operatorNamespace, adminUser))).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())

@@ -330,7 +330,7 @@ func TestFault3OperatorCrashBetweenGrantAndStatusWrite(t *testing.T) {
 				g.Expect(crashed.Status.HolderIdentity).To(Equal("alice"))
 				g.Expect(crashed.Status.FencingToken).To(Equal(tokA))
 				g.Expect(crashed.Spec.Requests).To(HaveLen(1))
-				g.Expect(crashed.Annotations).To(HaveKeyWithValue(controllers.ExpiredAnnotation, "alice/"+itoa(tokA)))
+				g.Expect(crashed.Annotations).To(HaveKeyWithValue(coordv1alpha1.ExpiredAnnotation, "alice/"+itoa(tokA)))
 			case grantResponseLost, removalLost:
 				g.Expect(crashed.Status.HolderIdentity).To(Equal("bob"))
 				g.Expect(crashed.Status.FencingToken).To(BeNumerically(">", tokA))

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
@@ -82,23 +83,13 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
-		Scheme:                   scheme,
-		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  30 * time.Second,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			LocalServingHost: "127.0.0.1",
-			Paths: []string{
-				filepath.Join(root, "config", "webhook", "manifests.yaml"),
-				filepath.Join(root, "config", "webhook", "fencing.yaml"),
-			},
-		},
-	}
-	cfg, err := env.Start()
+	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
+		env.ControlPlaneStartTimeout = 90 * time.Second
+		env.ControlPlaneStopTimeout = 30 * time.Second
+		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+		return nil, err
 	}
 	c := &cluster{env: env, cfg: cfg, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds}
 	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {

@@ -96,11 +96,11 @@ func loadProfile(t *testing.T) profile {
 }
 
 func TestHistory(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
-	}
 	if testing.Short() {
 		t.Skip("runs workers, faults and the operator against a real control plane for minutes")
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	}
 	prof := loadProfile(t)
 	logf.SetLogger(logr.Discard())
@@ -123,7 +123,7 @@ func TestHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cl, err := startCluster(ctx, root, dir, managerBin, int32(prof.leaseSeconds))
+	cl, err := startCluster(ctx, root, dir, managerBin, prof.leaseSeconds)
 	if cl != nil {
 		defer func() {
 			if err := cl.stop(); err != nil {

@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const root = "../.."
@@ -167,15 +169,12 @@ func TestRenderedManifestsAreSafe(t *testing.T) {
 }
 
 func TestRenderedManifestsApplyWithServerSideDryRun(t *testing.T) {
+	testenv.SkipIfShort(t)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
-	}
 	manifest := render(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
+	env, cfg, err := testenv.Start(testenv.Input{})
 	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+		t.Fatal(err)
 	}
 	defer func() { _ = env.Stop() }()
 	c, err := client.New(cfg, client.Options{})

@@ -104,7 +104,7 @@ var _ = BeforeSuite(func() {
 	opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
 	whMgr, err := ctrl.NewManager(whCfg, opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, cfg, []string{adminUser})).To(Succeed())
+	Expect(testenv.RegisterWebhooks(whMgr, []string{adminUser})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(whMgr.Start(suiteCtx)).To(Succeed())
@@ -117,7 +117,7 @@ var _ = BeforeSuite(func() {
 
 	ctrlMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.NewReconciler(ctrlMgr, operatorNamespace).SetupWithManager(ctrlMgr)).To(Succeed())
+	Expect(testenv.SetupReconciler(ctrlMgr, operatorNamespace)).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(ctrlMgr.Start(suiteCtx)).To(Succeed())

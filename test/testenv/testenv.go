@@ -2,11 +2,17 @@
 // test suites and benchmark share: a control plane with the operator's CRDs
 // and admission configurations, the admin identity, a manager serving the
 // operator's webhooks, and the FencedLease reconciler, wired as cmd/main.go
-// wires them with its default timing and clock skew.
+// wires them (through operator.Setup) with its default timing and clock skew.
 //
-// Each helper returns what it builds (an Environment, manager options, a
-// reconciler) rather than starting or asserting anything, so that a caller
-// can change fields before use and report errors its own way.
+// It is the one place that starts a control plane (Start, and Run for a
+// TestMain, in the style of cluster-api's internal/test/envtest); under
+// -short (make test-unit) Run starts none and SkipIfShort skips the tests
+// that need one. The helpers return what they build (an Environment, manager
+// options) rather than asserting anything, so that a caller can change
+// fields before use and report errors its own way.
+//
+// It imports production packages (controllers/operator for the wiring) and
+// never the reverse: no production package may import testenv.
 package testenv
 
 import (
@@ -17,9 +23,6 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,14 +31,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/controllers/operator"
 )
-
-// RecorderName is the event recorder name of the reconciler NewReconciler
-// builds.
-const RecorderName = "kubefence-controller"
 
 // WebhookPaths are the admission configurations the deployed operator
 // installs (the FencedLease validator and the fencing webhooks), below root,
@@ -47,20 +44,11 @@ func WebhookPaths(root string) []string {
 	}
 }
 
-// NewEnvironment is an envtest environment with the operator's CRDs, the
-// test CRDs (the example guarded kind, Widget) and WebhookPaths, failing to
-// start if a CRD directory is missing. root is the repository's root relative
-// to the caller's working directory (a test's package directory), e.g. ".."
-// or "../..". Callers may set further fields before Start.
+// NewEnvironment is the Environment of the operator's suites: the
+// operator's CRDs, the test CRDs and WebhookPaths (Input{Root: root, CRDs:
+// true, Webhooks: true}). Callers may set further fields before Start.
 func NewEnvironment(root string) *envtest.Environment {
-	return &envtest.Environment{
-		CRDDirectoryPaths: []string{
-			filepath.Join(root, "config", "crd", "bases"),
-			filepath.Join(root, "test", "crds"),
-		},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: WebhookPaths(root)},
-	}
+	return Input{Root: root, CRDs: true, Webhooks: true}.Environment()
 }
 
 // AdminUser is the username c's identity authenticates as, from a
@@ -94,43 +82,32 @@ func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctr
 	}
 }
 
-// RegisterWebhooks sets up the operator's webhooks on mgr: the FencedLease
-// validator, trusting controllerUsers as the controller (no admin groups),
-// and the three fencing handlers (guarded, required, scale), reading leases
-// from mgr's cache and, live, from its API reader, and the parents of /scale
-// writes with a dynamic client for cfg, with the real clock,
-// fencing.DefaultSkew and fencing.DefaultCleanupUsers, as cmd/main.go does.
-func RegisterWebhooks(mgr ctrl.Manager, cfg *rest.Config, controllerUsers []string) error {
-	if err := (&webhooks.FencedLeaseValidator{ControllerUsers: controllerUsers, CleanupUsers: fencing.DefaultCleanupUsers, ExcludedNamespaces: []string{"kubefence-system", "kube-system"}}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the FencedLease validator: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	leases, err := fencing.NewLeaseReader(cfg, mgr.GetScheme())
-	if err != nil {
-		return err
-	}
-	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: leases, Parents: dyn, CommitLag: fencing.DefaultCommitLag,
-		Clock: clock.RealClock{}, Skew: fencing.DefaultSkew, CleanupUsers: fencing.DefaultCleanupUsers,
-	})
-	return nil
+// Operator are the options of the operator the suites run: the deployed
+// operator's defaults (operator.DefaultOptions), with the epoch store in
+// operatorNamespace and controllerUsers (the envtest admin) trusted as the
+// controller.
+func Operator(operatorNamespace string, controllerUsers ...string) operator.Options {
+	o := operator.DefaultOptions()
+	o.Namespace = operatorNamespace
+	o.ControllerUsers = controllerUsers
+	return o
 }
 
-// NewReconciler is the FencedLease reconciler for mgr: mgr's client, the
-// real clock, events as RecorderName, the epoch store
-// controllers.DefaultEpochStoreName in operatorNamespace (read from the API
-// server, written with mgr's client) and controllers.DefaultTiming. Callers
-// may change fields before SetupWithManager.
-func NewReconciler(mgr ctrl.Manager, operatorNamespace string) *controllers.FencedLeaseReconciler {
-	return &controllers.FencedLeaseReconciler{
-		Client:   mgr.GetClient(),
-		Clock:    clock.RealClock{},
-		Recorder: mgr.GetEventRecorder(RecorderName),
-		Epochs: &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-		Timing: controllers.DefaultTiming(),
-	}
+// RegisterWebhooks sets up the operator's webhooks on mgr (operator.Setup
+// without the reconciler): the FencedLease validator, trusting
+// controllerUsers as the controller, and the three fencing handlers, as
+// cmd/main.go does.
+func RegisterWebhooks(mgr ctrl.Manager, controllerUsers []string) error {
+	o := Operator("", controllerUsers...)
+	o.Reconciler = false
+	return operator.Setup(mgr, o)
+}
+
+// SetupReconciler sets up the FencedLease reconciler on mgr (operator.Setup
+// without the webhooks), with the epoch store in operatorNamespace, as
+// cmd/main.go does.
+func SetupReconciler(mgr ctrl.Manager, operatorNamespace string) error {
+	o := Operator(operatorNamespace)
+	o.Webhooks = false
+	return operator.Setup(mgr, o)
 }

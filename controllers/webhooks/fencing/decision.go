@@ -152,10 +152,6 @@ func refuse(code int32, reason Reason, lease string, presented, current int64, f
 	return Verdict{Code: code, Reason: reason, Lease: lease, Presented: presented, Current: current, Message: fmt.Sprintf(format, args...)}
 }
 
-// StaleMarker starts every refusal of a stale token; the client helper's
-// IsStale recognises refusals by it.
-const StaleMarker = "stale fencing token"
-
 // Decide is the whole fencing rule for one write. It is pure: the lease
 // lookup and the clock are inputs.
 func Decide(in Input) Verdict {
@@ -220,7 +216,7 @@ func Decide(in Input) Verdict {
 				return v
 			}
 			if t < st.Token {
-				return refuse(409, ReasonStale, scope, t, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, t, scope, st.Token)
+				return refuse(409, ReasonStale, scope, t, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, t, scope, st.Token)
 			}
 		}
 		return checkHolder(in, in.New.Lease)
@@ -251,7 +247,7 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	}
 	if accepted != nil && token < *accepted {
 		return refuse(409, ReasonStale, scope, token, *accepted,
-			"%s %d for lease %s: the object already accepted token %d", StaleMarker, token, scope, *accepted)
+			"%s %d for lease %s: the object already accepted token %d", coordv1alpha1.StaleMarker, token, scope, *accepted)
 	}
 	st, v := lookup(in, lease, token)
 	if !v.Allowed {
@@ -259,13 +255,13 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	}
 	switch {
 	case token < st.Token:
-		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", StaleMarker, token, scope, st.Token)
+		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, token, scope, st.Token)
 	case token > st.Token && token <= st.TokenBase:
 		// Issued before the lease was deleted and created again, or below a
 		// raised minFencingToken (nothing granted since): stale, not forged.
 		return refuse(409, ReasonStale, scope, token, st.Token,
 			"%s %d for lease %s: tokens up to %d were issued before the lease was deleted and created again (or are below its minFencingToken), and it has issued none since (current token is %d)",
-			StaleMarker, token, scope, st.TokenBase, st.Token)
+			coordv1alpha1.StaleMarker, token, scope, st.TokenBase, st.Token)
 	case token > st.Token:
 		return refuse(409, ReasonNotIssued, scope, token, st.Token,
 			"fencing token %d for lease %s was never issued: current token is %d", token, scope, st.Token)
@@ -289,12 +285,12 @@ func checkHolder(in Input, lease string) Verdict {
 			// or restored from an older backup, and has not caught up.
 			return refuse(409, ReasonStale, scope, 0, st.Token,
 				"%s: the object already accepted token %d, above the current token %d of lease %s (was the lease deleted and created again, or restored from an older backup?); it takes a write with a token of at least %d",
-				StaleMarker, t, st.Token, scope, t)
+				coordv1alpha1.StaleMarker, t, st.Token, scope, t)
 		}
 	}
 	if st.Holder == "" {
 		return refuse(409, ReasonNoHolder, scope, 0, st.Token,
-			"%s: lease %s has no holder (token %d was released or expired), so nobody may write this object without a token", StaleMarker, scope, st.Token)
+			"%s: lease %s has no holder (token %d was released or expired), so nobody may write this object without a token", coordv1alpha1.StaleMarker, scope, st.Token)
 	}
 	if !isHolder(in.Requester, st) {
 		who := in.Requester.Username
@@ -321,16 +317,16 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 	scope := in.Namespace + "/" + lease
 	if st.Holder == "" {
 		return refuse(409, ReasonNoHolder, scope, token, st.Token,
-			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", StaleMarker, token, scope, st.Token)
+			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", coordv1alpha1.StaleMarker, token, scope, st.Token)
 	}
 	if st.ExpireTime.IsZero() {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
-			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", StaleMarker, token, scope, st.Holder)
+			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", coordv1alpha1.StaleMarker, token, scope, st.Holder)
 	}
 	if cut := CutOff(st.ExpireTime, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
-			StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
+			coordv1alpha1.StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
 	return allow(scope, token, st.Token)
 }

@@ -9,7 +9,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -193,14 +192,12 @@ func TestEveryLeaseDecisionReadsTheLeaseOnce(t *testing.T) {
 	}
 }
 
-// The client helper recognises the webhook's refusals by these markers.
-func TestMarkersMatchTheClientHelper(t *testing.T) {
-	if StaleMarker != fence.StaleMarker {
-		t.Fatalf("webhook StaleMarker %q != client helper's %q", StaleMarker, fence.StaleMarker)
-	}
+// Refusals carry the wire contract's markers, which clients fall back on when
+// a refusal has no typed cause.
+func TestRefusalsCarryTheMarkers(t *testing.T) {
 	v := Decide(input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()))
-	if !strings.Contains(v.Message, fence.NotHolderMarker) {
-		t.Fatalf("not-holder refusal %q lacks the client helper's marker %q", v.Message, fence.NotHolderMarker)
+	if !strings.Contains(v.Message, coordv1alpha1.NotHolderMarker) {
+		t.Fatalf("not-holder refusal %q lacks the marker %q", v.Message, coordv1alpha1.NotHolderMarker)
 	}
 }
 

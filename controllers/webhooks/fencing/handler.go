@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,6 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/metrics"
-	"github.com/kubefence/kubefence/controllers/webhooks"
 )
 
 // Mode says which webhook entry of config/webhook/fencing.yaml a handler serves.
@@ -114,7 +114,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		Skew:        h.Skew,
 		CommitLag:   h.CommitLag,
 	}
-	if pods := req.UserInfo.Extra[webhooks.PodNameExtraKey]; len(pods) == 1 {
+	if pods := req.UserInfo.Extra[coordv1alpha1.PodNameExtraKey]; len(pods) == 1 {
 		in.Requester.PodName = pods[0]
 	}
 	in.Requester.Cleanup = slices.Contains(h.CleanupUsers, req.UserInfo.Username)
@@ -155,7 +155,27 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	h.report(ctx, req, v)
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
 		Allowed: false,
-		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: statusReason(v.Code), Message: v.Message},
+		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: statusReason(v.Code), Message: v.Message, Details: staleDetails(v)},
+	}}
+}
+
+// staleDetails carries a stale refusal to clients as typed causes (the wire
+// contract in api/v1alpha1): the lease, the presented and current tokens and
+// the reason. Other refusals carry none.
+func staleDetails(v Verdict) *metav1.StatusDetails {
+	switch v.Reason {
+	case ReasonStale, ReasonExpired, ReasonNoHolder, ReasonNotHolder:
+	default:
+		return nil
+	}
+	cause := func(field, msg string) metav1.StatusCause {
+		return metav1.StatusCause{Type: coordv1alpha1.CauseTypeStaleFencingToken, Field: field, Message: msg}
+	}
+	return &metav1.StatusDetails{Causes: []metav1.StatusCause{
+		cause(coordv1alpha1.CauseFieldLease, v.Lease),
+		cause(coordv1alpha1.CauseFieldPresentedToken, strconv.FormatInt(v.Presented, 10)),
+		cause(coordv1alpha1.CauseFieldCurrentToken, strconv.FormatInt(v.Current, 10)),
+		cause(coordv1alpha1.CauseFieldReason, string(v.Reason)),
 	}}
 }
 

@@ -1,0 +1,220 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// refusal is what the API server returns when the fencing webhook refuses a write.
+func refusal(code int32, msg string, causes ...metav1.StatusCause) error {
+	st := metav1.Status{Status: metav1.StatusFailure, Code: code, Message: msg}
+	if len(causes) > 0 {
+		st.Details = &metav1.StatusDetails{Causes: causes}
+	}
+	return &apierrors.StatusError{ErrStatus: st}
+}
+
+func staleCauses(lease, reason string) []metav1.StatusCause {
+	c := func(f, m string) metav1.StatusCause {
+		return metav1.StatusCause{Type: coordv1alpha1.CauseTypeStaleFencingToken, Field: f, Message: m}
+	}
+	return []metav1.StatusCause{c(coordv1alpha1.CauseFieldLease, lease), c(coordv1alpha1.CauseFieldPresentedToken, "41"),
+		c(coordv1alpha1.CauseFieldCurrentToken, "42"), c(coordv1alpha1.CauseFieldReason, reason)}
+}
+
+func TestIsStale(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"typed cause, reworded message", refusal(http.StatusConflict, `admission webhook "guarded.fencing.kubefence.io" denied the request: too old`, staleCauses("jobs/job", "stale")...), true},
+		{"typed cause on a 403", refusal(http.StatusForbidden, "someone else holds it", staleCauses("jobs/job", "not-holder")...), true},
+		{"stale marker in a 409, no causes (admission policy)", refusal(http.StatusConflict, "ValidatingAdmissionPolicy 'fence' denied request: stale fencing token 41 for lease jobs/job"), true},
+		{"not-holder marker in a 403, no causes", refusal(http.StatusForbidden, "alice is not the holder of lease jobs/job (held by bob with token 42)"), true},
+		{"stale marker on a 403 is not ours", refusal(http.StatusForbidden, "stale fencing token 41"), false},
+		{"optimistic-concurrency conflict", apierrors.NewConflict(corev1.Resource("configmaps"), "w", errors.New("the object has been modified")), false},
+		{"another cause type", refusal(http.StatusConflict, "conflict", metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: "lease"}), false},
+		{"not an API error", errors.New("stale fencing token"), false},
+		{"nil", nil, false},
+		{"wrapped StaleError", fmt.Errorf("writing: %w", &StaleError{Lease: "jobs/job", Err: errors.New("x")}), true},
+		{"wrapped refusal", fmt.Errorf("writing: %w", refusal(http.StatusConflict, "x", staleCauses("jobs/job", "expired")...)), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsStale(tc.err); got != tc.want {
+				t.Fatalf("IsStale(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+type fixedToken struct {
+	token int64
+	ok    bool
+}
+
+func (f fixedToken) Token() (int64, bool) { return f.token, f.ok }
+
+// A FencedClient reports a stale refusal only when it is about its own lease:
+// by the cause's lease when the refusal has causes, by the message otherwise.
+func TestFencedClientStaleOnlyForItsLease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantStale bool
+	}{
+		{"cause names this lease", refusal(409, "reworded", staleCauses("jobs/job", "stale")...), true},
+		{"cause names another lease, message this one", refusal(409, "stale fencing token 41 for lease jobs/job", staleCauses("jobs/other", "stale")...), false},
+		{"no causes, message names this lease", refusal(409, "stale fencing token 41 for lease jobs/job: current token is 42"), true},
+		{"no causes, message names another lease", refusal(409, "stale fencing token 41 for lease jobs/other: current token is 42"), false},
+		{"not stale", refusal(409, "the object has been modified"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+				Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return tc.err },
+			}).Build()
+			var reported []error
+			c := NewFencedClient(base, "job", fixedToken{42, true})
+			c.OnStale = func(err error) { reported = append(reported, err) }
+			err := c.Update(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm"}})
+			var se *StaleError
+			if got := errors.As(err, &se); got != tc.wantStale {
+				t.Fatalf("StaleError %v, want %v (err %v)", got, tc.wantStale, err)
+			}
+			if tc.wantStale && (len(reported) != 1 || se.Lease != "jobs/job") {
+				t.Fatalf("reported %v, lease %q; want one report for jobs/job", reported, se.Lease)
+			}
+			if !tc.wantStale && len(reported) != 0 {
+				t.Fatalf("reported %v, want none", reported)
+			}
+		})
+	}
+}
+
+// A client that does not lead sends nothing.
+func TestFencedClientNotLeading(t *testing.T) {
+	sent := 0
+	count := func() error { sent++; return nil }
+	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return count() },
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return count() },
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return count()
+		},
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return count() },
+	}).Build()
+	c := NewFencedClient(base, "job", fixedToken{})
+	ctx := context.Background()
+	cm := func() *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm"}}
+	}
+	for name, err := range map[string]error{
+		"create": c.Create(ctx, cm()),
+		"update": c.Update(ctx, cm()),
+		"patch":  c.Patch(ctx, cm(), client.MergeFrom(cm())),
+		"delete": c.Delete(ctx, cm()),
+		"status": c.Status().Update(ctx, cm()),
+	} {
+		if !errors.Is(err, ErrNotLeading) {
+			t.Errorf("%s: %v, want ErrNotLeading", name, err)
+		}
+	}
+	if sent != 0 {
+		t.Fatalf("%d writes sent while not leading", sent)
+	}
+}
+
+// Create and Update stamp the guard label and the token on the object.
+func TestFencedClientStampsObjects(t *testing.T) {
+	base := fake.NewClientBuilder().Build()
+	c := NewFencedClient(base, "job", fixedToken{42, true})
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm", Labels: map[string]string{"app": "x"}}}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.ConfigMap
+	if err := base.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{"app": "x", coordv1alpha1.GuardLeaseLabel: "job"}
+	wantAnn := map[string]string{coordv1alpha1.FencingTokenAnnotation: "42"}
+	if !reflect.DeepEqual(got.Labels, wantLabels) || !reflect.DeepEqual(got.Annotations, wantAnn) {
+		t.Fatalf("labels %v annotations %v; want %v %v", got.Labels, got.Annotations, wantLabels, wantAnn)
+	}
+}
+
+// The patch is stamped with the guard label and the token, whatever its type.
+func TestStampedPatchData(t *testing.T) {
+	withMeta := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"c": "d"}}}
+	bare := &corev1.ConfigMap{}
+	stampedObject := map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{coordv1alpha1.GuardLeaseLabel: "job"},
+		"annotations": map[string]any{coordv1alpha1.FencingTokenAnnotation: "42"},
+	}}
+	for _, tc := range []struct {
+		name  string
+		patch client.Patch
+		obj   client.Object
+		want  any
+	}{
+		{"merge, empty", client.RawPatch(types.MergePatchType, []byte(`{}`)), bare, stampedObject},
+		{"merge, null", client.RawPatch(types.MergePatchType, []byte(`null`)), bare, stampedObject},
+		{"merge, keeps the change", client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"v"},"metadata":{"labels":{"x":"y"}}}`)), bare,
+			map[string]any{"data": map[string]any{"k": "v"}, "metadata": map[string]any{
+				"labels":      map[string]any{"x": "y", coordv1alpha1.GuardLeaseLabel: "job"},
+				"annotations": map[string]any{coordv1alpha1.FencingTokenAnnotation: "42"},
+			}}},
+		{"strategic", client.RawPatch(types.StrategicMergePatchType, []byte(`{"data":{"k":"v"}}`)), bare,
+			map[string]any{"data": map[string]any{"k": "v"}, "metadata": stampedObject["metadata"]}},
+		{"apply", client.RawPatch(types.ApplyPatchType, []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`)), bare,
+			map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": stampedObject["metadata"]}},
+		{"JSON patch, object without maps", client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/data/k","value":"v"}]`)), bare,
+			[]any{
+				map[string]any{"op": "replace", "path": "/data/k", "value": "v"},
+				map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]any{coordv1alpha1.GuardLeaseLabel: "job"}},
+				map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]any{coordv1alpha1.FencingTokenAnnotation: "42"}},
+			}},
+		{"JSON patch, object with maps (keys escaped)", client.RawPatch(types.JSONPatchType, []byte(`[]`)), withMeta,
+			[]any{
+				map[string]any{"op": "add", "path": "/metadata/labels/kubefence.io~1lease", "value": "job"},
+				map[string]any{"op": "add", "path": "/metadata/annotations/kubefence.io~1fencing-token", "value": "42"},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &stampedPatch{Patch: tc.patch, lease: "job", token: 42}
+			if p.Type() != tc.patch.Type() {
+				t.Fatalf("type %s, want %s", p.Type(), tc.patch.Type())
+			}
+			data, err := p.Data(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("patch\n%s\nwant\n%v", data, tc.want)
+			}
+		})
+	}
+	if _, err := (&stampedPatch{Patch: client.RawPatch(types.JSONPatchType, []byte(`{}`)), lease: "job", token: 1}).Data(bare); err == nil {
+		t.Fatal("a JSON patch that is not a list was accepted")
+	}
+}

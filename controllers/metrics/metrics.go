@@ -92,6 +92,18 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
 	}, []string{"lease_read"})
 
+	// ClockOffset is the largest lower bound, over the last minute, of how far
+	// the controller's clock is ahead of this webhook replica's: status.renewTime
+	// (written on the controller's clock before it committed) minus this
+	// replica's clock when a live read returned it. A positive value means the
+	// controller is at least that far ahead, which shortens the cut-off margin
+	// before expiry by as much (docs/design.md); the alert fires above the
+	// configured --webhook-clock-skew.
+	ClockOffset = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "webhook_clock_offset_seconds",
+		Help: "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (renewTime minus the replica's clock when a live read returned it).",
+	})
+
 	// LeaseWritesRefused counts writes to FencedLeases refused by the webhook (I6).
 	LeaseWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "lease_writes_refused_total",
@@ -102,7 +114,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(Acquisitions, Renewals, RenewalsMissed, Expiries, Releases,
 		Takeovers, TokensIssued, CurrentToken, HolderAge, TenureSeconds, StaleWritesRejected,
-		LeaseWritesRefused, GuardedWritesRefused, FencingChecks)
+		LeaseWritesRefused, GuardedWritesRefused, FencingChecks, ClockOffset)
 }
 
 // Forget drops the per-lease series of a deleted lease.

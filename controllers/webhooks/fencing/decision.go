@@ -37,6 +37,9 @@ type LeaseState struct {
 	// ExpireTime is status.expireTime. Zero with a holder set means the status
 	// is malformed: the tenure counts as expired (fail closed).
 	ExpireTime time.Time
+	// RenewTime is status.renewTime: when the controller last recorded a
+	// renewal, on its clock (for the clock-offset gauge).
+	RenewTime time.Time
 	// LeaseDuration is the tenure's status.leaseDurationSeconds; it caps the
 	// cut-off margin before ExpireTime (see Input.CommitLag).
 	LeaseDuration time.Duration
@@ -127,6 +130,7 @@ const (
 	ReasonNotHolder   Reason = "not-holder"  // tokenless write from someone other than the holder
 	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
 	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
+	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag
 )
 
 // Verdict is the webhook's answer.

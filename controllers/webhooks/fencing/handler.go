@@ -148,6 +148,14 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	} else {
 		v = Decide(in)
 	}
+	if took := h.Clock.Since(in.Now); v.Allowed && len(reads) > 0 && h.CommitLag > 0 && took > h.CommitLag/2 {
+		// The commit-lag bound runs from the lease read to the commit: the
+		// webhook keeps its own half of it (read and decision), and assumes
+		// the other half (its answer's way back, the API server's commit).
+		v = refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
+			v.Lease, took.Round(time.Millisecond), h.CommitLag)
+	}
 	metrics.FencingChecks.WithLabelValues(map[bool]string{true: "api", false: "none"}[len(reads) > 0]).Observe(time.Since(start).Seconds())
 	if v.Allowed {
 		return admission.Allowed("").WithWarnings(ownerWarnings(req, in.New)...)
@@ -189,6 +197,8 @@ func statusReason(code int32) metav1.StatusReason {
 		return metav1.StatusReasonNotFound
 	case http.StatusForbidden:
 		return metav1.StatusReasonForbidden
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
 	}
 	return metav1.StatusReasonInternalError
 }

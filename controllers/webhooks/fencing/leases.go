@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // DefaultReadTimeout bounds one live read of a lease: well inside the
@@ -41,6 +42,30 @@ type LeaseReader struct {
 	flights map[types.NamespacedName]*leaseFlights
 	// reads counts the API reads made (for tests and benchmarks).
 	reads int64
+	// offset is the largest clock-offset sample of the current window.
+	offset      time.Duration
+	offsetSince time.Time
+}
+
+// offsetWindow is how long a clock-offset sample counts toward the gauge.
+const offsetWindow = time.Minute
+
+// observeOffset records one lower bound of how far the controller's clock is
+// ahead of ours: a time the controller wrote minus our clock once we read it.
+func (r *LeaseReader) observeOffset(written time.Time, now time.Time) {
+	if written.IsZero() {
+		return
+	}
+	sample := written.Sub(now)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.offsetSince) > offsetWindow || sample > r.offset {
+		if now.Sub(r.offsetSince) > offsetWindow {
+			r.offsetSince = now
+		}
+		r.offset = sample
+		metrics.ClockOffset.Set(sample.Seconds())
+	}
 }
 
 type leaseFlights struct {
@@ -106,6 +131,9 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		f.st, f.err = readLease(ctx, r.Reader, key.Namespace, key.Name)
 		cancel()
+		if f.err == nil {
+			r.observeOffset(f.st.RenewTime, time.Now())
+		}
 		close(f.done)
 
 		r.mu.Lock()
@@ -139,6 +167,9 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 		TokenBase: l.Status.TokenBase, LeaseDuration: time.Duration(l.Status.LeaseDurationSeconds) * time.Second}
 	if l.Status.ExpireTime != nil {
 		st.ExpireTime = l.Status.ExpireTime.Time
+	}
+	if l.Status.RenewTime != nil {
+		st.RenewTime = l.Status.RenewTime.Time
 	}
 	if st.Holder == "" {
 		return st, nil

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +51,11 @@ type cluster struct {
 	// the FencedLease webhook trusts it as the controller.
 	adminUser       string
 	adminKubeconfig string
+	// operatorKubeconfig points the operator at kube-apiserver through
+	// operatorProxy, so that faults can delay the operator's own reads and
+	// writes (the fencing webhook's lease reads among them).
+	operatorKubeconfig string
+	operatorProxy      *faultProxy
 	managerBin      string
 	dir             string
 	leaseSeconds    int32
@@ -107,6 +114,24 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 	if c.operatorLog, err = os.OpenFile(filepath.Join(dir, "operator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return c, err
 	}
+	apiAddr, err := c.apiServerAddr()
+	if err != nil {
+		return c, err
+	}
+	if c.operatorProxy, err = newFaultProxy(apiAddr); err != nil {
+		return c, err
+	}
+	kc, err := clientcmd.Load(env.KubeConfig)
+	if err != nil {
+		return c, fmt.Errorf("reading the admin kubeconfig: %w", err)
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = (&url.URL{Scheme: "https", Host: c.operatorProxy.Addr()}).String()
+	}
+	c.operatorKubeconfig = filepath.Join(dir, "operator.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, c.operatorKubeconfig); err != nil {
+		return c, err
+	}
 	return c, c.setUp(ctx)
 }
 
@@ -153,7 +178,7 @@ func (c *cluster) startOperator(ctx context.Context) error {
 		"--health-probe-bind-address=0",
 	}
 	fmt.Fprintf(c.operatorLog, "=== history: starting operator (start %d) at %s\n", c.restarts+1, time.Now().Format(time.RFC3339Nano))
-	p, err := startProc("operator", c.managerBin, args, []string{"KUBECONFIG=" + c.adminKubeconfig}, c.operatorLog, c.operatorLog)
+	p, err := startProc("operator", c.managerBin, args, []string{"KUBECONFIG=" + c.operatorKubeconfig}, c.operatorLog, c.operatorLog)
 	if err != nil {
 		return err
 	}
@@ -190,6 +215,9 @@ func (c *cluster) killOperator() {
 
 // stop stops the operator, then kube-apiserver and etcd.
 func (c *cluster) stop() error {
+	if c.operatorProxy != nil {
+		defer c.operatorProxy.Close()
+	}
 	c.mu.Lock()
 	p := c.operator
 	c.mu.Unlock()
@@ -264,4 +292,41 @@ func (c *cluster) apiServerAddr() (string, error) {
 		return "", err
 	}
 	return u.Host, nil
+}
+
+// revoke is an operator's kubectl fence release (or, with handover, hand-over
+// to the last waiting request): the holder's request goes, with the revoked
+// annotation, in one JSON patch tested against the holder. It returns the
+// revoked holder ("" when the lease had none).
+func (c *cluster) revoke(ctx context.Context, name string, handover bool) (string, error) {
+	var l coordv1alpha1.FencedLease
+	if err := c.admin.Get(ctx, client.ObjectKey{Namespace: historyNamespace, Name: name}, &l); err != nil {
+		return "", err
+	}
+	h := l.Status.HolderIdentity
+	hi := coordv1alpha1.RequestIndex(l.Spec.Requests, h)
+	if h == "" || hi < 0 {
+		return "", nil
+	}
+	ops := []map[string]any{{"op": "test", "path": "/status/holderIdentity", "value": h}}
+	if l.Annotations == nil {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]string{}})
+	}
+	ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(coordv1alpha1.RevokedAnnotation, "/", "~1"),
+		"value": coordv1alpha1.ExpiredMark(h, l.Status.FencingToken)})
+	if last := len(l.Spec.Requests) - 1; handover && last > 0 && last != hi {
+		ops = append(ops, map[string]any{"op": "move", "from": fmt.Sprintf("/spec/requests/%d", last), "path": "/spec/requests/0"})
+		if hi < last {
+			hi++
+		}
+	}
+	ops = append(ops, map[string]any{"op": "remove", "path": fmt.Sprintf("/spec/requests/%d", hi)})
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return "", err
+	}
+	if err := c.admin.Patch(ctx, &l, client.RawPatch(types.JSONPatchType, data)); err != nil {
+		return "", fmt.Errorf("revoking %s's tenure: %w", h, err)
+	}
+	return h, nil
 }

@@ -25,12 +25,14 @@ const (
 	faultNetDelay      = "net-delay"        // delay a worker's traffic to the API server
 	faultNetPartition  = "net-partition"    // hold a worker's traffic both ways, then heal
 	faultLoseResponses = "net-lose-answers" // hold only the API server's answers, then heal
+	faultOperatorDelay = "operator-net-delay" // delay the operator's traffic: its lease reads (webhook) and writes (controller)
+	faultRevoke        = "revoke"             // an operator revokes a held lease (kubectl fence release / handover), writes in flight
 	faultHealReset     = "reset"            // heal by resetting the connections
 	faultHealLate      = "late"             // heal by delivering what was held
 )
 
 var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,
-	faultNetDelay, faultNetPartition, faultLoseResponses}
+	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke}
 
 // injector injects faults at random (seeded) until stopped: a new fault
 // every gap, on a target not already under a fault. The first faults go
@@ -252,6 +254,39 @@ func (in *injector) plan(kind string) func() {
 			w.proxy.SetDelay(delay)
 			time.Sleep(d)
 			w.proxy.Heal(false)
+		}
+	case faultOperatorDelay:
+		// Up to past half the commit lag (1 s): the webhook then refuses
+		// (503, retry) rather than admit on a lease read that old.
+		delay := in.between(50*time.Millisecond, 800*time.Millisecond)
+		d := in.between(time.Second, 4*time.Second)
+		if !in.claim("net/operator") {
+			return nil
+		}
+		return func() {
+			defer in.release("net/operator")
+			in.logf("%s: delay the operator's traffic by %v for %v", kind, delay.Round(time.Millisecond), d.Round(time.Millisecond))
+			in.cluster.operatorProxy.SetDelay(delay)
+			time.Sleep(d)
+			in.cluster.operatorProxy.Heal(false)
+		}
+	case faultRevoke:
+		lease := in.leases[in.rnd.Intn(len(in.leases))]
+		handover := in.rnd.Intn(2) == 0
+		if !in.claim("lease/" + lease) {
+			return nil
+		}
+		return func() {
+			defer in.release("lease/" + lease)
+			holder, err := in.cluster.revoke(context.Background(), lease, handover)
+			switch {
+			case err != nil:
+				in.logf("%s: %s: %v", kind, lease, err)
+			case holder == "":
+				in.logf("%s: %s has no holder to revoke", kind, lease)
+			default:
+				in.logf("%s: revoked %s's tenure of %s (hand-over to the next waiting: %v)", kind, holder, lease, handover)
+			}
 		}
 	case faultNetPartition, faultLoseResponses:
 		d := in.between(in.lease/4, in.lease*2)

@@ -98,6 +98,9 @@ type FencedClient struct {
 	tokens TokenSource
 	// OnStale is called with every stale refusal (an Elector's client steps down).
 	OnStale func(error)
+	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
+	// An Elector's client takes its Config.Metrics.
+	Metrics *Metrics
 }
 
 // NewFencedClient returns a client fencing writes with the lease of that name
@@ -111,6 +114,7 @@ func NewFencedClient(c client.Client, lease string, src TokenSource) *FencedClie
 func (e *Elector) Client(c client.Client) *FencedClient {
 	fc := NewFencedClient(c, e.cfg.Name, e)
 	fc.OnStale = func(error) { e.StepDown() }
+	fc.Metrics = e.cfg.Metrics
 	return fc
 }
 
@@ -170,6 +174,7 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 		return err
 	}
 	se := &StaleError{Lease: scope, Err: err}
+	c.Metrics.staleRefusal(obj.GetNamespace(), c.lease)
 	if c.OnStale != nil {
 		c.OnStale(se)
 	}

@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -416,11 +416,11 @@ func anchors(t *testing.T, path string) map[string]bool {
 
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string][]string{
-		`sum by (lease_namespace, lease) (rate(kubefence_stale_writes_rejected_total{lease!=""}[5m])) > 0`: {"kubefence_stale_writes_rejected_total"},
+		`sum by (lease_namespace, lease) (rate(kubefence_stale_writes_rejected_total{lease!=""}[5m])) > 0`:                                                                              {"kubefence_stale_writes_rejected_total"},
 		`histogram_quantile(0.99, sum by (le, name) (rate(apiserver_admission_webhook_admission_duration_seconds_bucket{name=~".*fencing\\.kubefence\\.io"}[$__rate_interval]))) > 1e3`: {"apiserver_admission_webhook_admission_duration_seconds_bucket"},
-		`(kubefence_webhook_certificate_expiry_timestamp_seconds > 0) - time() < 7 * 86400`: {"kubefence_webhook_certificate_expiry_timestamp_seconds"},
-		`max(leader_election_master_status{name="x"}) or on() vector(0)`:                                                  {"leader_election_master_status"},
-		`a / ignoring(reason) group_left b unless c offset 5m`:                                                             {"a", "b", "c"},
+		`(kubefence_webhook_certificate_expiry_timestamp_seconds > 0) - time() < 7 * 86400`:                                                                                             {"kubefence_webhook_certificate_expiry_timestamp_seconds"},
+		`max(leader_election_master_status{name="x"}) or on() vector(0)`:                                                                                                                {"leader_election_master_status"},
+		`a / ignoring(reason) group_left b unless c offset 5m`:                                                                                                                          {"a", "b", "c"},
 	} {
 		got := metricNames(expr)
 		if strings.Join(got, ",") != strings.Join(want, ",") {

@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // EventCertificateIssued is the reason of the event emitted on the Secret
@@ -217,6 +219,9 @@ func (r *Rotator) sync(ctx context.Context) (time.Duration, error) {
 	}
 	if cur := r.serving.Load(); cur == nil || !bytes.Equal(cur.Certificate[0], pair.Certificate[0]) {
 		r.serving.Store(&pair)
+	}
+	if pair.Leaf != nil {
+		metrics.WebhookCertificateExpiry.Set(float64(pair.Leaf.NotAfter.Unix()))
 	}
 	r.once.Do(func() {
 		r.log.Info("Webhook serving certificate is ready")

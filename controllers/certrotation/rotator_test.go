@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -28,6 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // checkInstalled checks the state a ready rotator promises: the Secret holds
@@ -244,8 +247,12 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		if !bytes.Equal(a.CACert, old.CACert) || !bytes.Equal(a.CAKey, old.CAKey) {
 			t.Fatal("the CA was replaced, but it was not due")
 		}
-		if got := mustCerts(t, a.Cert)[0].NotAfter; got.Before(time.Now().Add(364 * day)) {
+		got := mustCerts(t, a.Cert)[0].NotAfter
+		if got.Before(time.Now().Add(364 * day)) {
 			t.Fatalf("new serving certificate expires %s, want a year from now", got)
+		}
+		if exp := testutil.ToFloat64(metrics.WebhookCertificateExpiry); exp != float64(got.Unix()) {
+			t.Fatalf("kubefence_webhook_certificate_expiry_timestamp_seconds is %v, want the served certificate's notAfter %d", exp, got.Unix())
 		}
 	})
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,7 +87,8 @@ type TokenSource interface {
 }
 
 // FencedClient wraps a controller-runtime client so that every create, update,
-// patch (merge, strategic, JSON patch and server-side apply) and delete of an
+// patch (merge, strategic, JSON patch and server-side apply), apply (of an
+// apply configuration) and delete of an
 // object is guarded by the lease and stamped with the current token, and every
 // status or scale write is sent only while the holder leads. A refusal as
 // stale is returned as *StaleError and reported to OnStale.
@@ -96,6 +98,9 @@ type FencedClient struct {
 	tokens TokenSource
 	// OnStale is called with every stale refusal (an Elector's client steps down).
 	OnStale func(error)
+	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
+	// An Elector's client takes its Config.Metrics.
+	Metrics *Metrics
 }
 
 // NewFencedClient returns a client fencing writes with the lease of that name
@@ -109,6 +114,7 @@ func NewFencedClient(c client.Client, lease string, src TokenSource) *FencedClie
 func (e *Elector) Client(c client.Client) *FencedClient {
 	fc := NewFencedClient(c, e.cfg.Name, e)
 	fc.OnStale = func(error) { e.StepDown() }
+	fc.Metrics = e.cfg.Metrics
 	return fc
 }
 
@@ -168,6 +174,7 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 		return err
 	}
 	se := &StaleError{Lease: scope, Err: err}
+	c.Metrics.staleRefusal(obj.GetNamespace(), c.lease)
 	if c.OnStale != nil {
 		c.OnStale(se)
 	}
@@ -210,10 +217,57 @@ func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 	return c.check(obj, c.track(func() error { return c.Client.Delete(ctx, obj, opts...) }))
 }
 
-// Apply with an ApplyConfiguration is refused: it cannot be stamped generically.
-// Use Patch(ctx, obj, client.Apply, ...) with the object instead; that is stamped.
-func (c *FencedClient) Apply(context.Context, runtime.ApplyConfiguration, ...client.ApplyOption) error {
-	return errors.New("fence: Apply with an ApplyConfiguration is not stamped with the fencing token; use Patch(ctx, obj, client.Apply, ...)")
+// Apply stamps the guard label and the token on a server-side apply
+// configuration (any runtime.ApplyConfiguration: client-go's typed ones, or
+// client.ApplyConfigurationFromUnstructured) and applies it. The field manager
+// of the apply (client.FieldOwner) then owns the label and the annotation too.
+// On success the API server's answer is written back into obj, as the
+// controller-runtime client does.
+func (c *FencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	t, err := c.token()
+	if err != nil {
+		return err
+	}
+	u, err := stampApplyConfiguration(obj, c.lease, t)
+	if err != nil {
+		return err
+	}
+	if err := c.check(u, c.track(func() error {
+		return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
+	})); err != nil {
+		return err
+	}
+	answer, err := json.Marshal(u)
+	if err != nil {
+		return fmt.Errorf("fence: reading the applied object: %w", err)
+	}
+	if err := json.Unmarshal(answer, obj); err != nil {
+		return fmt.Errorf("fence: writing the applied object into %T: %w", obj, err)
+	}
+	return nil
+}
+
+// stampApplyConfiguration returns obj as an unstructured object with the
+// guard label and the token annotation set, leaving obj as it is.
+func stampApplyConfiguration(obj runtime.ApplyConfiguration, lease string, token int64) (*unstructured.Unstructured, error) {
+	if obj == nil {
+		return nil, errors.New("fence: Apply with a nil apply configuration")
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("fence: reading apply configuration %T: %w", obj, err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		return nil, fmt.Errorf("fence: apply configuration %T is not an object with apiVersion and kind: %w", obj, err)
+	}
+	if err := unstructured.SetNestedField(u.Object, lease, "metadata", "labels", coordv1alpha1.GuardLeaseLabel); err != nil {
+		return nil, fmt.Errorf("fence: setting the guard label on %T: %w", obj, err)
+	}
+	if err := unstructured.SetNestedField(u.Object, strconv.FormatInt(token, 10), "metadata", "annotations", coordv1alpha1.FencingTokenAnnotation); err != nil {
+		return nil, fmt.Errorf("fence: setting the token annotation on %T: %w", obj, err)
+	}
+	return u, nil
 }
 
 // DeleteAllOf is refused: a collection delete cannot be fenced object by object.

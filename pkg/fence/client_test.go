@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -218,3 +220,69 @@ func TestStampedPatchData(t *testing.T) {
 		t.Fatal("a JSON patch that is not a list was accepted")
 	}
 }
+
+// Apply stamps the guard label and the token on an apply configuration,
+// keeps the rest of it, writes the answer back, and sends nothing while not
+// leading; a stale refusal through Apply is a StaleError.
+func TestFencedClientApplyStamps(t *testing.T) {
+	var sent []map[string]any
+	var answer error
+	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+			data, err := json.Marshal(obj)
+			if err != nil {
+				return err
+			}
+			var m map[string]any
+			if err := json.Unmarshal(data, &m); err != nil {
+				return err
+			}
+			sent = append(sent, m)
+			return answer
+		},
+	}).Build()
+	ctx := context.Background()
+	ac := corev1ac.ConfigMap("cm", "jobs").WithLabels(map[string]string{"app": "x"}).WithData(map[string]string{"k": "v"})
+
+	if err := NewFencedClient(base, "job", fixedToken{}).Apply(ctx, ac); !errors.Is(err, ErrNotLeading) || len(sent) != 0 {
+		t.Fatalf("not leading: %v, %d applies sent; want ErrNotLeading and none", err, len(sent))
+	}
+
+	c := NewFencedClient(base, "job", fixedToken{42, true})
+	if err := c.Apply(ctx, ac, client.FieldOwner("test")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{
+			"name": "cm", "namespace": "jobs",
+			"labels":      map[string]any{"app": "x", coordv1alpha1.GuardLeaseLabel: "job"},
+			"annotations": map[string]any{coordv1alpha1.FencingTokenAnnotation: "42"},
+		},
+		"data": map[string]any{"k": "v"},
+	}
+	if len(sent) != 1 || !reflect.DeepEqual(sent[0], want) {
+		t.Fatalf("sent %v\nwant %v", sent, want)
+	}
+	if ac.Labels[coordv1alpha1.GuardLeaseLabel] != "job" || ac.Annotations[coordv1alpha1.FencingTokenAnnotation] != "42" || ac.Data["k"] != "v" {
+		t.Fatalf("the answer was not written back into the apply configuration: labels %v annotations %v data %v", ac.Labels, ac.Annotations, ac.Data)
+	}
+
+	var reported int
+	c.OnStale = func(error) { reported++ }
+	answer = refusal(409, "stale fencing token 41 for lease jobs/job: current token is 42", staleCauses("jobs/job", "stale")...)
+	err := c.Apply(ctx, corev1ac.ConfigMap("cm", "jobs"))
+	var se *StaleError
+	if !errors.As(err, &se) || se.Lease != "jobs/job" || reported != 1 || !IsStale(err) {
+		t.Fatalf("stale apply: %v (reported %d); want a StaleError for jobs/job, reported once", err, reported)
+	}
+
+	if _, err := stampApplyConfiguration(kindless{}, "job", 1); err == nil {
+		t.Fatal("an apply configuration without apiVersion and kind was stamped")
+	}
+}
+
+// kindless is an apply configuration that is no Kubernetes object.
+type kindless struct{}
+
+func (kindless) IsApplyConfiguration() {}

@@ -59,6 +59,11 @@ type Config struct {
 	// --max-commit-lag.
 	MaxCommitLag time.Duration
 
+	// Metrics, if set, records whether this Elector leads, its token, its
+	// renewals and the stale refusals of its FencedClient (NewMetrics). Opt-in:
+	// nil records nothing.
+	Metrics *Metrics
+
 	// Clock measures deadlines; it must be monotonic. Default: the real clock,
 	// whose deadlines also hold on CLOCK_BOOTTIME (Linux), so that a machine
 	// suspended past the deadline wakes up not leading.

@@ -69,6 +69,7 @@ func New(cfg Config) (*Elector, error) {
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
 	}
+	cfg.Metrics.init(cfg.Namespace, cfg.Name)
 	return e, nil
 }
 
@@ -408,6 +409,9 @@ func (e *Elector) watchdog(ctx context.Context, cancel context.CancelFunc, renew
 func (e *Elector) setLeading(leading bool, token int64, deadline time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if leading != e.leading || token != e.token {
+		e.cfg.Metrics.setLeading(e.key.Namespace, e.key.Name, leading, token)
+	}
 	e.leading, e.token, e.deadline = leading, token, deadline
 	if leading && e.boot != nil {
 		// deadline = sent + (L - margin); the same span on CLOCK_BOOTTIME.
@@ -508,16 +512,22 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	if e.boot != nil {
 		sentBoot = e.boot()
 	}
-	if err := e.cfg.Client.Patch(ctx, updated, patch); err != nil {
+	err = e.cfg.Client.Patch(ctx, updated, patch)
+	took := e.clock.Since(sent)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
+			e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalLost, took)
 			return time.Time{}, nil, ErrLost
 		}
+		e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalError, took)
 		return time.Time{}, nil, fmt.Errorf("renewing %s: %w", e.key, err)
 	}
 	e.view.offer(updated)
 	if updated.Status.HolderIdentity != e.cfg.Identity || updated.Status.FencingToken != token {
+		e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalLost, took)
 		return time.Time{}, nil, ErrLost
 	}
+	e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalOK, took)
 	e.mu.Lock()
 	e.lastSent, e.sentBoot = sent, sentBoot
 	e.mu.Unlock()

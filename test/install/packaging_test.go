@@ -179,7 +179,7 @@ func compareObjects(t *testing.T, wantName string, want map[string]map[string]an
 }
 
 func TestChartLints(t *testing.T) {
-	for _, set := range [][]string{nil, {"--set", "certificates.mode=cert-manager", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true"}} {
+	for _, set := range [][]string{nil, {"--set", "certificates.mode=cert-manager", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}} {
 		out, err := exec.Command(helmBin(t), append([]string{"lint", "--strict", filepath.Join(root, "dist", "chart"), "--namespace", releaseNamespace, "--kube-version", kubeVersion}, set...)...).CombinedOutput()
 		if err != nil {
 			t.Errorf("helm lint --strict %v: %v\n%s", set, err, out)
@@ -195,6 +195,7 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 	for src, dst := range map[string]string{
 		"config/crd/bases/coordination.kubefence.io_fencedleases.yaml": "dist/chart/files/crds/coordination.kubefence.io_fencedleases.yaml",
 		"config/prometheus/prometheus_rule.yaml":                       "dist/chart/files/prometheus_rule.yaml",
+		"config/prometheus/grafana_dashboard.json":                     "dist/chart/files/grafana_dashboard.json",
 	} {
 		a, err := os.ReadFile(filepath.Join(root, src))
 		if err != nil {

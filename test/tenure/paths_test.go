@@ -2,6 +2,7 @@ package tenure_test
 
 import (
 	"fmt"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -9,10 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 func mergePatch(format string, args ...any) client.Patch {
@@ -90,5 +94,54 @@ var _ = Describe("Built-in kinds keep metadata on their subresources", func() {
 		Expect(err).To(HaveOccurred(), "deployments/status set the token without a token check")
 		Expect(fb.Status().Patch(suiteCtx, dep.DeepCopy(), mergePatch(`{"status":{"observedGeneration":1}}`))).To(Succeed())
 
+	})
+})
+
+var _ = Describe("FencedClient.Apply stamps server-side apply configurations", func() {
+	It("applies typed and unstructured apply configurations with the guard and the token, and refuses a stale token as stale", func() {
+		ns := newNamespace()
+		newLease(ns, "job", 30)
+		alice := startElector("alice", ns, "job")
+		n := alice.leading()
+		fa := alice.el.Client(users["alice"])
+
+		// A client-go apply configuration (typed), and a Widget through
+		// client.ApplyConfigurationFromUnstructured.
+		cm := corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "alice"})
+		Expect(fa.Apply(suiteCtx, cm, client.FieldOwner("alice"))).To(Succeed())
+		Expect(cm.UID).NotTo(BeNil(), "the API server's answer was not written back into the apply configuration")
+		var gotCM corev1.ConfigMap
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(gotCM.Labels).To(HaveKeyWithValue(coordv1alpha1.GuardLeaseLabel, "job"))
+		Expect(gotCM.Annotations).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(n, 10)))
+		Expect(gotCM.Data).To(HaveKeyWithValue("writer", "alice"))
+
+		w := widget(ns, "applied")
+		Expect(fa.Apply(suiteCtx, client.ApplyConfigurationFromUnstructured(w), client.FieldOwner("alice"))).To(Succeed())
+		Expect(getWidget(ns, "applied").GetAnnotations()).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(n, 10)))
+
+		// Bob takes over and applies with his token.
+		bob := startElector("bob", ns, "job")
+		Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
+		Expect(alice.el.Release(suiteCtx)).To(Succeed())
+		nb := bob.leading()
+		Expect(nb).To(BeNumerically(">", n))
+		fb := bob.el.Client(users["bob"])
+		Expect(fb.Apply(suiteCtx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "bob"}), client.FieldOwner("alice"))).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(gotCM.Annotations).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(nb, 10)))
+
+		// Alice's apply with her old token is refused as stale, on both objects.
+		stale := fence.NewFencedClient(users["alice"], "job", fixedToken(n))
+		err := stale.Apply(suiteCtx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "alice"}), client.FieldOwner("alice"))
+		Expect(err).To(HaveOccurred(), "token %d applied after token %d was granted", n, nb)
+		Expect(fence.IsStale(err)).To(BeTrue(), "refusal not recognised as stale: %v", err)
+		w = widget(ns, "applied")
+		_ = unstructured.SetNestedField(w.Object, "alice-again", "spec", "writer")
+		err = stale.Apply(suiteCtx, client.ApplyConfigurationFromUnstructured(w), client.FieldOwner("alice"))
+		Expect(fence.IsStale(err)).To(BeTrue(), "stale apply of a Widget: %v", err)
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(gotCM.Data).To(HaveKeyWithValue("writer", "bob"))
+		Expect(getWidget(ns, "applied").Object["spec"]).To(HaveKeyWithValue("writer", "init"))
 	})
 })

@@ -57,6 +57,14 @@ type LeaseOptions struct {
 	// OnNewHolder is called when the lease's holder or token changes. Optional.
 	OnNewHolder func(identity string, token int64)
 
+	// Metrics, if set, records this replica's leadership (kubefence_client_leading:
+	// the FencedLease's stand-in for controller-runtime's
+	// leader_election_master_status), token, renewals and stale refusals.
+	// Opt-in; for the manager's own /metrics endpoint:
+	//
+	//	m, err := fence.NewMetrics(crmetrics.Registry) // sigs.k8s.io/controller-runtime/pkg/metrics
+	Metrics *fence.Metrics
+
 	// Client talks to the API server for the election; it must know the
 	// coordination.kubefence.io scheme (and authentication.k8s.io/v1 when User is
 	// empty). Default: a client for ctrl.Options.LeaderElectionConfig, or for the
@@ -133,7 +141,7 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 	m.elector, err = fence.New(fence.Config{
 		Client: cl, Namespace: lease.Namespace, Name: lease.Name, Identity: lease.Identity, User: lease.User,
 		RenewInterval: lease.RenewInterval, RetryInterval: lease.RetryInterval, SafetyMargin: lease.SafetyMargin,
-		DisableReleaseOnCancel: lease.DisableReleaseOnCancel,
+		DisableReleaseOnCancel: lease.DisableReleaseOnCancel, Metrics: lease.Metrics,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: m.startLeading,
 			OnStoppedLeading: m.stopLeading,

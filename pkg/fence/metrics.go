@@ -1,0 +1,132 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the opt-in Prometheus metrics of this package's clients: whether
+// each Elector leads, its token, how long its renewals take, and the writes
+// its FencedClient had refused as stale. They stand in for controller-runtime's
+// leader_election_master_status in a manager whose leader election is a
+// FencedLease (package manager's LeaseOptions.Metrics).
+//
+// Every series is labelled lease_namespace and lease; run at most one Elector
+// per lease with one Metrics (a process competes once per lease).
+//
+//	kubefence_client_leading{lease_namespace, lease}                     gauge: 1 while leading (a current token), else 0
+//	kubefence_client_fencing_token{lease_namespace, lease}               gauge: token of the current (or last) tenure
+//	kubefence_client_renewal_duration_seconds{lease_namespace, lease, result}  histogram: renewal round trips; result ok, lost or error
+//	kubefence_client_stale_refusals_total{lease_namespace, lease}        counter: writes refused as stale (each ends the tenure)
+type Metrics struct {
+	leading *prometheus.GaugeVec
+	token   *prometheus.GaugeVec
+	renewal *prometheus.HistogramVec
+	stale   *prometheus.CounterVec
+}
+
+// Results of a renewal, the result label of kubefence_client_renewal_duration_seconds.
+const (
+	RenewalOK    = "ok"
+	RenewalLost  = "lost"
+	RenewalError = "error"
+)
+
+// NewMetrics creates the client metrics and registers them with reg (for a
+// controller-runtime manager, sigs.k8s.io/controller-runtime/pkg/metrics.Registry).
+// Calling it again with the same registerer returns metrics sharing the
+// collectors already registered. Pass the result as Config.Metrics.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("fence: NewMetrics needs a prometheus.Registerer")
+	}
+	labels := []string{"lease_namespace", "lease"}
+	m := &Metrics{
+		leading: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubefence_client_leading",
+			Help: "1 while this client leads the FencedLease (holds a current fencing token), 0 otherwise.",
+		}, labels),
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubefence_client_fencing_token",
+			Help: "Fencing token of this client's current (or last) tenure of the FencedLease.",
+		}, labels),
+		renewal: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubefence_client_renewal_duration_seconds",
+			Help:    "Round trip of this client's renewals of the FencedLease, by result (ok, lost, error).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}, append(labels, "result")),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_client_stale_refusals_total",
+			Help: "Writes of this client refused as stale by the fencing webhook (each ends the tenure).",
+		}, labels),
+	}
+	var err error
+	if m.leading, err = register(reg, m.leading); err != nil {
+		return nil, err
+	}
+	if m.token, err = register(reg, m.token); err != nil {
+		return nil, err
+	}
+	if m.renewal, err = register(reg, m.renewal); err != nil {
+		return nil, err
+	}
+	if m.stale, err = register(reg, m.stale); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector of that name already registered.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("fence: registering client metrics: %w", err)
+}
+
+// init creates the series of a lease at zero, so that rate() and alerts see
+// them before the first change.
+func (m *Metrics) init(namespace, lease string) {
+	if m == nil {
+		return
+	}
+	m.leading.WithLabelValues(namespace, lease).Set(0)
+	m.token.WithLabelValues(namespace, lease)
+	m.stale.WithLabelValues(namespace, lease)
+}
+
+func (m *Metrics) setLeading(namespace, lease string, leading bool, token int64) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if leading {
+		v = 1
+		m.token.WithLabelValues(namespace, lease).Set(float64(token))
+	}
+	m.leading.WithLabelValues(namespace, lease).Set(v)
+}
+
+func (m *Metrics) observeRenewal(namespace, lease, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.renewal.WithLabelValues(namespace, lease, result).Observe(d.Seconds())
+}
+
+func (m *Metrics) staleRefusal(namespace, lease string) {
+	if m == nil {
+		return
+	}
+	m.stale.WithLabelValues(namespace, lease).Inc()
+}

@@ -82,18 +82,19 @@ func explainRefusal(action string, err error, user string) error {
 	if !apierrors.IsForbidden(err) {
 		return fmt.Errorf("%s: %w", action, err)
 	}
-	flag := "--controller-user=<your username>"
+	who := "your user"
 	if user != "" {
-		flag = "--controller-user=" + user
+		who = user
 	}
 	return fmt.Errorf(`%s was refused: %w
 
-Operator actions remove or reorder other clients' requests. The FencedLease
-admission webhook allows that only to users it trusts as the kubefence
-controller. To act as an operator, start the manager with
-  %s
-(repeatable; for example for a cluster-admin user). If the refusal comes from
-RBAC instead, you need "patch" on fencedleases.coordination.kubefence.io`, action, err, flag)
+Operator actions remove or reorder other clients' requests and revoke the
+holder's tenure. The FencedLease admission webhook allows that to members of
+the manager's lease-admin groups (--lease-admin-group, default
+system:masters): add %s to one of them. (--controller-user also works, but
+it is full controller power: it can write status and so mint grants.) If the
+refusal comes from RBAC instead, you need "patch" on
+fencedleases.coordination.kubefence.io`, action, err, who)
 }
 
 // whoAmI asks the API server who the command runs as, for Events and advice;

@@ -219,7 +219,8 @@ func TestRefusalIsExplained(t *testing.T) {
 	for _, want := range []string{
 		"releasing a from fencedlease " + ns + "/jobs was refused",
 		msg,
-		"--controller-user=admin",
+		"--lease-admin-group",
+		"add admin to one of them",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

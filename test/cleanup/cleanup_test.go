@@ -46,11 +46,20 @@ func TestCleanupWithKubeControllerManager(t *testing.T) {
 				t.Run("namespace stays Terminating until system:kube-controller-manager is a clean-up user", namespaceStuckUntilConfigured)
 				cleanup.use(variantKCM)
 			}
-			t.Run("namespace deletion finishes", namespaceDeletionFinishes)
-			t.Run("foreground cascade finishes", foregroundCascadeFinishes)
-			t.Run("orphan cascade finishes", orphanCascadeFinishes)
-			t.Run("stale holder cannot delete through a guarded owner", staleHolderThroughOwner)
+			// In parallel, each in a namespace of its own; kube-controller-manager
+			// stops when they all have ended.
+			t.Run("namespace deletion finishes", parallel(namespaceDeletionFinishes))
+			t.Run("foreground cascade finishes", parallel(foregroundCascadeFinishes))
+			t.Run("orphan cascade finishes", parallel(orphanCascadeFinishes))
+			t.Run("stale holder cannot delete through a guarded owner", parallel(staleHolderThroughOwner))
 		})
+	}
+}
+
+func parallel(f func(*testing.T)) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Parallel()
+		f(t)
 	}
 }
 
@@ -97,9 +106,10 @@ func newLease(t *testing.T, ns, name string) {
 	})).To(Succeed())
 }
 
-// elector is a pkg/fence Elector of one user, running until t ends.
+// elector is a pkg/fence Elector of one user, running until stopped or t ends.
 type elector struct {
-	el *fence.Elector
+	el   *fence.Elector
+	stop func()
 }
 
 func startElector(t *testing.T, user, ns, lease string) *elector {
@@ -115,15 +125,16 @@ func startElector(t *testing.T, user, ns, lease string) *elector {
 		defer close(done)
 		_ = el.Run(ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
+	stop := func() {
+		cancel() // withdraws the request (releases a held lease)
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			t.Logf("the elector of %s did not stop within 15 s", user)
+			t.Errorf("the elector of %s did not stop within 15 s", user)
 		}
-	})
-	return &elector{el: el}
+	}
+	t.Cleanup(stop)
+	return &elector{el: el, stop: stop}
 }
 
 func (e *elector) leading(t *testing.T) int64 {
@@ -336,8 +347,18 @@ func staleHolderThroughOwner(t *testing.T) {
 		"no admission warning on creating a guarded object with an unguarded owner")
 	g.Expect(warned.all()).To(ContainElement(ContainSubstring("ConfigMap " + ns + "/via-guarded is guarded by lease job and owned by Widget/guarded-owner")))
 
-	// Alice loses the lease: bob is granted a newer token.
-	g.Expect(alice.el.Release(suiteCtx)).To(Succeed())
+	// Alice loses the lease: once bob's request is queued, alice stops
+	// (withdrawing hers) and bob is granted a newer token.
+	g.Eventually(func(g Gomega) {
+		l := &coordv1alpha1.FencedLease{}
+		g.Expect(admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "job"}, l)).To(Succeed())
+		var queued []string
+		for _, r := range l.Spec.Requests {
+			queued = append(queued, r.HolderIdentity)
+		}
+		g.Expect(queued).To(ContainElement("bob"))
+	}).WithTimeout(20 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+	alice.stop()
 	g.Expect(bob.leading(t)).To(BeNumerically(">", n))
 
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan} {

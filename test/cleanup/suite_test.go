@@ -68,7 +68,29 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Scheme: scheme}, setup))
+	if testenv.Short() {
+		os.Exit(m.Run())
+	}
+	e, c, err := testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var stop context.CancelFunc
+	suiteCtx, stop = context.WithCancel(context.Background())
+	code := 1
+	if err := setup(e, c); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
+	} else {
+		code = m.Run()
+	}
+	// The managers' watches end before the API server stops.
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	if err := e.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping kube-apiserver and etcd: %v\n", err)
+	}
+	os.Exit(code)
 }
 
 func init() {
@@ -93,7 +115,6 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
 	env, cfg = e, c
-	suiteCtx = context.Background() // the process ends with the suite
 	var err error
 	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
@@ -131,7 +152,7 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 	// answer.
 	opts := testenv.WebhookManagerOptions(env, scheme)
 	real := opts.WebhookServer
-	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault}
+	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault, mux: http.NewServeMux()}
 	whMgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return err
@@ -140,7 +161,7 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 		return err
 	}
 	// Never started: only its handlers are used, served by whMgr's server.
-	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM}
+	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
 	kcmMgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return err
@@ -252,11 +273,18 @@ func (s *cleanupSwitch) add(real webhook.Server, variant, path string, h http.Ha
 	}))
 }
 
-// variantServer registers its handlers as one variant of cleanup.
+// variantServer registers its handlers as one variant of cleanup. Its mux is
+// its own (controller-runtime's builder skips paths the mux already serves).
 type variantServer struct {
 	webhook.Server
 	sw      *cleanupSwitch
 	variant string
+	mux     *http.ServeMux
 }
 
-func (v *variantServer) Register(path string, h http.Handler) { v.sw.add(v.Server, v.variant, path, h) }
+func (v *variantServer) Register(path string, h http.Handler) {
+	v.mux.Handle(path, h)
+	v.sw.add(v.Server, v.variant, path, h)
+}
+
+func (v *variantServer) WebhookMux() *http.ServeMux { return v.mux }

@@ -57,12 +57,14 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	go func() { k.done <- k.cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+		var err error
 		select {
-		case <-k.done:
+		case err = <-k.done:
 		case <-time.After(10 * time.Second):
 			_ = k.cmd.Process.Kill()
-			<-k.done
+			err = <-k.done
 		}
+		t.Logf("kube-controller-manager stopped: %v", err)
 		if t.Failed() {
 			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.tail(8<<10))
 		}
@@ -70,7 +72,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	return k
 }
 
-// exited fails t if kube-controller-manager is no longer running.
+// running fails t if kube-controller-manager is no longer running.
 func (k *kcm) running(t *testing.T) {
 	t.Helper()
 	select {

@@ -315,8 +315,8 @@ func TestChartValues(t *testing.T) {
 	if err := sigsyaml.Unmarshal([]byte(hooks), &vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.Webhooks) != 3 {
-		t.Errorf("%d fencing webhooks, want 3", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 4 {
+		t.Errorf("%d fencing webhooks, want 4 (guarded, required, scale, eviction)", len(vwc.Webhooks))
 	}
 	for _, w := range vwc.Webhooks {
 		var excluded []string
@@ -330,7 +330,7 @@ func TestChartValues(t *testing.T) {
 		}
 	}
 	parents := y("ClusterRole <nil>/kubefence-fencing-parents-role")
-	for _, want := range []string{"batch.example.com", "jobs", "apps", "statefulsets"} {
+	for _, want := range []string{"batch.example.com", "jobs", "apps", "statefulsets", "pods"} {
 		if !strings.Contains(parents, want) {
 			t.Errorf("parents role lacks %q:\n%s", want, parents)
 		}

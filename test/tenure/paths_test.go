@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -143,5 +144,37 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
 		Expect(gotCM.Data).To(HaveKeyWithValue("writer", "bob"))
 		Expect(getWidget(ns, "applied").Object["spec"]).To(HaveKeyWithValue("writer", "init"))
+	})
+})
+
+var _ = Describe("Pod evictions are fenced", func() {
+	It("refuses a non-holder's eviction of a guarded pod as stale and accepts the holder's", func() {
+		ns := newNamespace()
+		newLease(ns, "job", 30)
+		bob := startElector("bob", ns, "job")
+		bob.leading()
+		fb := bob.el.Client(users["bob"])
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
+		evict := func(user string) error {
+			return users[user].SubResource("eviction").Create(suiteCtx, pod.DeepCopy(),
+				&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}})
+		}
+		err := evict("alice")
+		Expect(err).To(HaveOccurred(), "a non-holder evicted a guarded pod")
+		Expect(fence.IsStale(err)).To(BeTrue(), "refusal not recognised as stale: %v", err)
+		Expect(err.Error()).To(ContainSubstring("alice is not the holder of lease " + ns + "/job"))
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed())
+
+		Expect(evict("bob")).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))
+		}).Should(BeTrue(), "the holder's eviction did not delete the pod")
+		// An unguarded pod is not fenced: anyone RBAC allows evicts it.
+		free := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "free"}, Spec: pod.Spec}
+		Expect(users["alice"].Create(suiteCtx, free)).To(Succeed())
+		Expect(users["alice"].SubResource("eviction").Create(suiteCtx, free,
+			&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "free"}})).To(Succeed())
 	})
 })

@@ -33,9 +33,10 @@ const (
 	// ModeRequired serves the listed kinds in namespaces labelled
 	// kubefence.io/fencing=required: unguarded writes are refused.
 	ModeRequired Mode = "required"
-	// ModeScale serves the /scale subresource of the listed kinds. The API server
-	// hands admission a Scale object without labels, so the handler reads the
-	// parent object to learn its guard.
+	// ModeScale serves the /scale subresource of the listed kinds, and
+	// pods/eviction. The API server hands admission a Scale or an Eviction
+	// object without labels, so the handler reads the parent object (the pod)
+	// to learn its guard.
 	ModeScale Mode = "scale"
 )
 
@@ -134,7 +135,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return st, err
 	}
 	var err error
-	if req.SubResource == "scale" {
+	if readsParent(req) {
 		in.Old, in.New, err = h.scaleParent(ctx, req)
 	} else {
 		in.Old, in.New, err = decodeObjects(req)
@@ -283,7 +284,18 @@ func objectOf(labels, annotations map[string]string) *Object {
 	return &Object{Lease: labels[coordv1alpha1.GuardLeaseLabel], Token: tok, HasToken: has}
 }
 
-// scaleParent reads the object whose /scale is written; its guard stands for
+// readsParent tells whether the request's object is not the guarded object
+// but stands for it: a Scale (the /scale of any kind) or an Eviction (the
+// CREATE of pods/eviction, which deletes the pod without a DELETE admission of
+// it). Neither carries the parent's labels, so the guard is read from the
+// parent, which the request names.
+func readsParent(req admission.Request) bool {
+	return req.SubResource == "scale" ||
+		(req.SubResource == "eviction" && req.Resource.Group == "" && req.Resource.Resource == "pods")
+}
+
+// scaleParent reads the object whose /scale is written (or the pod an
+// eviction deletes); its guard stands for
 // both the old and the new version (a Scale write changes no metadata).
 func (h *Handler) scaleParent(ctx context.Context, req admission.Request) (oldObj, newObj *Object, err error) {
 	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}

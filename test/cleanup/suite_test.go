@@ -1,0 +1,290 @@
+// Package cleanup_test runs a real kube-controller-manager (its garbage
+// collector and namespace controller) against the test kube-apiserver, with
+// the operator's webhooks and reconciler in-process, and proves the fencing
+// webhook's clean-up exemption (docs/design.md, "Clean-up exemption") in both
+// of kube-controller-manager's credential modes: namespace deletion and
+// foreground and orphan cascades of guarded objects finish, and a holder that
+// lost its lease cannot delete a guarded object through an owner guarded by
+// the same lease.
+package cleanup_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
+)
+
+const (
+	operatorNamespace = "kubefence-system"
+	// kcmUser is kube-controller-manager's own identity. Without
+	// --use-service-account-credentials every controller of it runs as this
+	// user, the garbage collector and the namespace controller included.
+	kcmUser = "system:kube-controller-manager"
+	// Variants of the webhooks' clean-up users (see cleanupSwitch).
+	variantDefault = "default" // fencing.DefaultCleanupUsers
+	variantKCM     = "kcm"     // the defaults and kcmUser (--fencing-cleanup-user)
+)
+
+var (
+	env       *envtest.Environment
+	cfg       *rest.Config
+	admin     client.WithWatch
+	scheme    = runtime.NewScheme()
+	suiteCtx  context.Context
+	adminUser string
+	// users are lease clients (group kubefence:clients); userConfigs their configs.
+	users       = map[string]client.WithWatch{}
+	userConfigs = map[string]*rest.Config{}
+	// kcmKubeconfig authenticates as kcmUser, bound to cluster-admin by RBAC
+	// (not system:masters, which the FencedLease validator trusts as a lease admin).
+	kcmKubeconfig []byte
+	// cleanup chooses which clean-up users the webhooks exempt.
+	cleanup = &cleanupSwitch{handlers: map[string]map[string]http.Handler{}, registered: map[string]bool{}}
+)
+
+func TestMain(m *testing.M) {
+	if testenv.Short() {
+		os.Exit(m.Run())
+	}
+	e, c, err := testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var stop context.CancelFunc
+	suiteCtx, stop = context.WithCancel(context.Background())
+	code := 1
+	if err := setup(e, c); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
+	} else {
+		code = m.Run()
+	}
+	// The managers' watches end before the API server stops.
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	if err := e.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping kube-apiserver and etcd: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+func init() {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+}
+
+func setup(e *envtest.Environment, c *rest.Config) error {
+	// Refusals are asserted, not logged: the operator's log goes to
+	// CLEANUP_LOG if set (a file), else nowhere.
+	logOut := io.Discard
+	if p := os.Getenv("CLEANUP_LOG"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		logOut = f
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	env, cfg = e, c
+	var err error
+	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if adminUser, err = testenv.AdminUser(suiteCtx, admin); err != nil {
+		return err
+	}
+	if err := admin.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
+		return err
+	}
+	if err := grantRoles(); err != nil {
+		return err
+	}
+	for _, name := range []string{"alice", "bob"} {
+		u, err := env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+		if err != nil {
+			return err
+		}
+		userConfigs[name] = u.Config()
+		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+			return err
+		}
+	}
+	kcm, err := env.AddUser(envtest.User{Name: kcmUser}, nil)
+	if err != nil {
+		return err
+	}
+	if kcmKubeconfig, err = kcm.KubeConfig(); err != nil {
+		return err
+	}
+
+	// The webhooks, wired as the operator wires them (operator.Setup), twice:
+	// with the default clean-up users and with kcmUser added. The variant
+	// servers share one real webhook server; cleanup.use picks whose handlers
+	// answer.
+	opts := testenv.WebhookManagerOptions(env, scheme)
+	real := opts.WebhookServer
+	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault, mux: http.NewServeMux()}
+	whMgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return err
+	}
+	if err := testenv.RegisterWebhooks(whMgr, []string{adminUser}); err != nil {
+		return err
+	}
+	// Never started: only its handlers are used, served by whMgr's server.
+	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
+	kcmMgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return err
+	}
+	o := testenv.Operator("", adminUser)
+	o.Reconciler = false
+	o.CleanupUsers = append(append([]string(nil), fencing.DefaultCleanupUsers...), kcmUser)
+	if err := operator.Setup(kcmMgr, o); err != nil {
+		return err
+	}
+	cleanup.use(variantDefault)
+	go func() {
+		if err := whMgr.Start(suiteCtx); err != nil {
+			fmt.Fprintf(os.Stderr, "webhook manager: %v\n", err)
+			os.Exit(1)
+		}
+	}()
+
+	ctrlMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return err
+	}
+	if err := testenv.SetupReconciler(ctrlMgr, operatorNamespace); err != nil {
+		return err
+	}
+	go func() {
+		if err := ctrlMgr.Start(suiteCtx); err != nil {
+			fmt.Fprintf(os.Stderr, "controller manager: %v\n", err)
+			os.Exit(1)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for whMgr.GetWebhookServer().StartedChecker()(nil) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the webhook server did not start within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// grantRoles gives group kubefence:clients what a lease client needs plus full
+// rights on the objects of the tests (so that only fencing refuses), and
+// kube-controller-manager's own identity cluster-admin (what it needs without
+// --use-service-account-credentials: its controllers act as it).
+func grantRoles() error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+				Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		},
+	}
+	if err := admin.Create(suiteCtx, role); err != nil {
+		return err
+	}
+	bindings := []*rbacv1.ClusterRoleBinding{{
+		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
+	}}
+	for _, b := range bindings {
+		if err := admin.Create(suiteCtx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanupSwitch serves each webhook path with the handler of the current
+// variant: the same operator wiring with different clean-up users.
+type cleanupSwitch struct {
+	mu         sync.Mutex
+	handlers   map[string]map[string]http.Handler // variant -> path -> handler
+	registered map[string]bool
+	current    atomic.Value // string
+}
+
+func (s *cleanupSwitch) use(variant string) { s.current.Store(variant) }
+
+func (s *cleanupSwitch) add(real webhook.Server, variant, path string, h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handlers[variant] == nil {
+		s.handlers[variant] = map[string]http.Handler{}
+	}
+	s.handlers[variant][path] = h
+	if s.registered[path] {
+		return
+	}
+	s.registered[path] = true
+	real.Register(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		h := s.handlers[s.current.Load().(string)][path]
+		s.mu.Unlock()
+		if h == nil {
+			http.Error(w, "no handler for "+path, http.StatusInternalServerError)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// variantServer registers its handlers as one variant of cleanup. Its mux is
+// its own (controller-runtime's builder skips paths the mux already serves).
+type variantServer struct {
+	webhook.Server
+	sw      *cleanupSwitch
+	variant string
+	mux     *http.ServeMux
+}
+
+func (v *variantServer) Register(path string, h http.Handler) {
+	v.mux.Handle(path, h)
+	v.sw.add(v.Server, v.variant, path, h)
+}
+
+func (v *variantServer) WebhookMux() *http.ServeMux { return v.mux }

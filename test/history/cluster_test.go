@@ -56,9 +56,9 @@ type cluster struct {
 	// writes (the fencing webhook's lease reads among them).
 	operatorKubeconfig string
 	operatorProxy      *faultProxy
-	managerBin      string
-	dir             string
-	leaseSeconds    int32
+	managerBin         string
+	dir                string
+	leaseSeconds       int32
 
 	mu          sync.Mutex
 	operator    *proc

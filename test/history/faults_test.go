@@ -17,18 +17,18 @@ import (
 
 // Fault kinds.
 const (
-	faultPauseShort    = "pause-short"      // SIGSTOP a worker for less than a lease, then SIGCONT
-	faultPauseLong     = "pause-long"       // SIGSTOP a worker for longer than a lease
-	faultWorkerKill    = "worker-kill"      // kill -9 a worker, restart it
-	faultOperatorKill  = "operator-kill"    // kill -9 the operator, restart it
-	faultLeaseRecreate = "lease-recreate"   // delete a FencedLease and create it again
-	faultNetDelay      = "net-delay"        // delay a worker's traffic to the API server
-	faultNetPartition  = "net-partition"    // hold a worker's traffic both ways, then heal
-	faultLoseResponses = "net-lose-answers" // hold only the API server's answers, then heal
+	faultPauseShort    = "pause-short"        // SIGSTOP a worker for less than a lease, then SIGCONT
+	faultPauseLong     = "pause-long"         // SIGSTOP a worker for longer than a lease
+	faultWorkerKill    = "worker-kill"        // kill -9 a worker, restart it
+	faultOperatorKill  = "operator-kill"      // kill -9 the operator, restart it
+	faultLeaseRecreate = "lease-recreate"     // delete a FencedLease and create it again
+	faultNetDelay      = "net-delay"          // delay a worker's traffic to the API server
+	faultNetPartition  = "net-partition"      // hold a worker's traffic both ways, then heal
+	faultLoseResponses = "net-lose-answers"   // hold only the API server's answers, then heal
 	faultOperatorDelay = "operator-net-delay" // delay the operator's traffic: its lease reads (webhook) and writes (controller)
 	faultRevoke        = "revoke"             // an operator revokes a held lease (kubectl fence release / handover), writes in flight
-	faultHealReset     = "reset"            // heal by resetting the connections
-	faultHealLate      = "late"             // heal by delivering what was held
+	faultHealReset     = "reset"              // heal by resetting the connections
+	faultHealLate      = "late"               // heal by delivering what was held
 )
 
 var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,

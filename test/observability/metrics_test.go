@@ -32,7 +32,6 @@ import (
 
 const root = "../.."
 
-
 type fixedToken int64
 
 func (t fixedToken) Token() (int64, bool) { return int64(t), true }

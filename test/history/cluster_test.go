@@ -242,10 +242,19 @@ func (c *cluster) createLease(ctx context.Context, name string) error {
 // records its epoch first), and creates it again.
 func (c *cluster) recreateLease(ctx context.Context, name string) error {
 	l := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: historyNamespace, Name: name}}
-	if err := c.admin.Delete(ctx, l); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting lease %s: %w", name, err)
-	}
 	deadline := time.Now().Add(90 * time.Second)
+	// A FencedLease DELETE is admitted by the operator's webhook (fail
+	// closed): while an operator-kill fault has it down, retry.
+	for {
+		err := c.admin.Delete(ctx, l)
+		if err == nil || apierrors.IsNotFound(err) {
+			break
+		}
+		if !apierrors.IsInternalError(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("deleting lease %s: %w", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for {
 		err := c.admin.Get(ctx, types.NamespacedName{Namespace: historyNamespace, Name: name}, l)
 		if apierrors.IsNotFound(err) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -158,13 +159,23 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &coordv1alpha1.FencedLease{}
-	if err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "job"}, l); err != nil {
-		t.Fatal(err)
-	}
-	l.Status.HolderIdentity = "mallory"
-	if err := mc.Status().Update(suiteCtx, l); err == nil {
-		t.Fatal("a status write by someone who is not the controller was accepted")
+	// The holder renews meanwhile: retry on a conflict until the webhook judges it.
+	for attempt := 0; ; attempt++ {
+		l := &coordv1alpha1.FencedLease{}
+		if err := k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "job"}, l); err != nil {
+			t.Fatal(err)
+		}
+		l.Status.HolderIdentity = "mallory"
+		err := mc.Status().Update(suiteCtx, l)
+		if err == nil {
+			t.Fatal("a status write by someone who is not the controller was accepted")
+		}
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt > 20 {
+			t.Fatalf("a status write by someone who is not the controller: %v, want refused by the webhook", err)
+		}
 	}
 
 	stale := fence.NewFencedClient(k8sClient, "job", fixedToken(na))

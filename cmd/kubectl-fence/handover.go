@@ -25,9 +25,7 @@ request, in one write. The controller then ends the holder's tenure as Released
 (no lock-delay) and grants the lease to ID with a new, higher fencing token.
 ID must already have requested the lease.
 
-The FencedLease webhook lets a client change only its own request, so this
-needs a user trusted as the controller (the manager's --controller-user flag).
-The action is recorded as an Event with reason OperatorHandover.`,
+` + operatorActionHelp + `The action is recorded as an Event with reason OperatorHandover.`,
 		Example: `  kubectl fence handover my-lease --to worker-2 -n jobs
 
   # Rehearse: the API server and the webhook judge the write, nothing changes
@@ -45,19 +43,11 @@ The action is recorded as an Event with reason OperatorHandover.`,
 
 func (o *handoverOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
-	if err := o.dryRun.validate(); err != nil {
-		return err
-	}
-	c, err := o.clients()
+	c, lease, user, err := o.operatorAction(ctx, name, o.dryRun, func(ns string) string {
+		return fmt.Sprintf("handing fencedlease %s/%s over to %s", ns, name, o.to)
+	}, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) { return handoverPatch(l, o.to) })
 	if err != nil {
 		return err
-	}
-	user := whoAmI(ctx, c)
-	lease, err := patchLease(ctx, c, name, o.dryRun.value, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
-		return handoverPatch(l, o.to)
-	})
-	if err != nil {
-		return explainRefusal(fmt.Sprintf("handing fencedlease %s/%s over to %s", c.namespace, name, o.to), err, user)
 	}
 
 	from, tok := lease.Status.HolderIdentity, lease.Status.FencingToken

@@ -75,6 +75,36 @@ func patchLease(ctx context.Context, c *clients, name, dryRun string, build func
 	return nil, fmt.Errorf("fencedlease %s/%s kept changing; try again: %w", c.namespace, name, lastErr)
 }
 
+// operatorActionHelp is the part of release's and handover's help on who may
+// act and what the write does.
+const operatorActionHelp = `The FencedLease webhook lets a client change only its own request, so this
+needs a member of the manager's lease-admin groups (--lease-admin-group,
+default system:masters). The write carries the annotation
+coordination.kubefence.io/revoked, and the controller grants the next request
+only after the commit lag (1 s by default), once the revoked holder's admitted
+writes have committed.
+`
+
+// operatorAction validates the dry-run flag, applies the guarded JSON patch
+// build makes from the lease, and turns a refusal into advice. It returns the
+// clients, the lease as it was when the patch applied, and who acted.
+func (o *rootOptions) operatorAction(ctx context.Context, name string, dryRun dryRunFlag, action func(namespace string) string,
+	build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*clients, *coordv1alpha1.FencedLease, string, error) {
+	if err := dryRun.validate(); err != nil {
+		return nil, nil, "", err
+	}
+	c, err := o.clients()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	user := whoAmI(ctx, c)
+	lease, err := patchLease(ctx, c, name, dryRun.value, build)
+	if err != nil {
+		return nil, nil, "", explainRefusal(action(c.namespace), err, user)
+	}
+	return c, lease, user, nil
+}
+
 // explainRefusal turns a refused write into advice. The FencedLease webhook
 // lets a client change only its own request; an operator action changes
 // someone else's, so the operator must be a user the webhook trusts.

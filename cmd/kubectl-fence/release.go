@@ -28,12 +28,10 @@ released by mistake.
 
 The holder learns it lost the lease from its watch once the controller hands
 over, or at its next renewal (a pkg/fence Elector then requests the lease again,
-at the back of the queue). From the next grant on, its writes to guarded objects
-are refused as stale.
+at the back of the queue). From this write on, its writes to guarded objects
+are refused as stale (the fencing webhook reads the lease live).
 
-The FencedLease webhook lets a client change only its own request, so this
-needs a user trusted as the controller (the manager's --controller-user flag).
-The action is recorded as an Event with reason OperatorRelease.`,
+` + operatorActionHelp + `The action is recorded as an Event with reason OperatorRelease.`,
 		Example: `  kubectl fence release my-lease --holder worker-0 -n jobs
 
   # Rehearse: the API server and the webhook judge the write, nothing changes
@@ -51,19 +49,11 @@ The action is recorded as an Event with reason OperatorRelease.`,
 
 func (o *releaseOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
-	if err := o.dryRun.validate(); err != nil {
-		return err
-	}
-	c, err := o.clients()
+	c, lease, user, err := o.operatorAction(ctx, name, o.dryRun, func(ns string) string {
+		return fmt.Sprintf("releasing %s from fencedlease %s/%s", o.holder, ns, name)
+	}, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) { return releasePatch(l, o.holder) })
 	if err != nil {
 		return err
-	}
-	user := whoAmI(ctx, c)
-	lease, err := patchLease(ctx, c, name, o.dryRun.value, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) {
-		return releasePatch(l, o.holder)
-	})
-	if err != nil {
-		return explainRefusal(fmt.Sprintf("releasing %s from fencedlease %s/%s", o.holder, c.namespace, name), err, user)
 	}
 
 	var note, said string

@@ -64,19 +64,24 @@ func olderOrSame(a, b string) bool {
 	return x <= y
 }
 
+// gone records that the lease does not exist and signals a change.
+func (v *leaseView) gone() {
+	v.mu.Lock()
+	v.lease, v.known = nil, true
+	v.mu.Unlock()
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+}
+
 // refresh reads the lease from the API server.
 func (v *leaseView) refresh(ctx context.Context) error {
 	var lease coordv1alpha1.FencedLease
 	err := v.cl.Get(ctx, v.key, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
-		v.mu.Lock()
-		v.lease, v.known = nil, true
-		v.mu.Unlock()
-		select {
-		case v.changed <- struct{}{}:
-		default:
-		}
+		v.gone()
 		return nil
 	case err != nil:
 		return err
@@ -126,13 +131,7 @@ func (v *leaseView) consume(ctx context.Context, w watch.Interface) {
 					v.offer(l)
 				}
 			case watch.Deleted:
-				v.mu.Lock()
-				v.lease, v.known = nil, true
-				v.mu.Unlock()
-				select {
-				case v.changed <- struct{}{}:
-				default:
-				}
+				v.gone()
 			case watch.Error:
 				return
 			}

@@ -117,8 +117,9 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 	if st.HolderIdentity != "" {
 		holder := st.HolderIdentity
 		idx := coordv1alpha1.RequestIndex(reqs, holder)
+		remade := idx >= 0 && obs != nil && obs.holder == holder && obs.token == st.FencingToken && reqs[idx].RenewSequence < obs.renewSequence
 		switch {
-		case idx < 0 || reqs[idx].RenewSequence < st.RenewSequence:
+		case idx < 0 || reqs[idx].RenewSequence < st.RenewSequence || remade:
 			// The holder's request is gone (or was withdrawn and made anew, which
 			// resets renewSequence): the tenure is over.
 			reason := coordv1alpha1.EndReasonReleased
@@ -159,6 +160,15 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 				// accepts the token until just before it.
 				expire = old.ExpireTime.Time
 			}
+			stamped := reqs[idx].RenewTime != nil && old.ExpireTime != nil
+			if stamped {
+				// Nor before the holder's renewTime + L + allowance: the fencing
+				// webhook counts the tenure from that stamp (a controller that
+				// observed an older renewal, or none, must not expire earlier).
+				if e := reqs[idx].RenewTime.Add(l + timing.Allowance(l)); e.After(expire) {
+					expire = e
+				}
+			}
 			switch {
 			case now.Before(expire):
 				renewAt := micro(obs.recorded)
@@ -171,9 +181,15 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 						renewAt = *old.RenewTime
 					}
 				}
-				st.RenewSequence = obs.renewSequence
-				st.RenewTime = &renewAt
-				st.ExpireTime = &expireAt
+				if !stamped {
+					// A client without renewTime (an older helper): the fencing
+					// webhook's bound is the acknowledged expireTime, so write it.
+					// A stamped renewal needs no status write: one API write per
+					// renewal, the holder's.
+					st.RenewSequence = obs.renewSequence
+					st.RenewTime = &renewAt
+					st.ExpireTime = &expireAt
+				}
 				d.observation = obs
 				d.requeueAfter = expire.Sub(now)
 			case base+lease.Generation <= st.FencingToken:
@@ -230,7 +246,7 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 	}
 
 	st.Waiting = waiting(queue, st.HolderIdentity, old.Waiting, nowMicro)
-	if !equality.Semantic.DeepEqual(old, st) {
+	if !equality.Semantic.DeepEqual(old, st) && !onlyGenerationMoved(old, st) {
 		d.status = st
 	} else if pending >= 0 {
 		// Removing the request shifts the queue under the new holder's
@@ -386,4 +402,20 @@ func waiting(reqs []coordv1alpha1.LeaseRequest, holder string, prev []coordv1alp
 // micro is t as the API stores it: wall clock, microseconds, no monotonic reading.
 func micro(t time.Time) metav1.MicroTime {
 	return metav1.NewMicroTime(t.Round(0).Truncate(time.Microsecond))
+}
+
+// onlyGenerationMoved tells whether st differs from old only in the observed
+// generation (of the status and of its conditions): what a client's spec
+// write (a stamped renewal, a new request joining the queue... ) changes by
+// itself. That alone is not worth a status write: observedGeneration moves
+// with the next write that decides something (one API write per renewal).
+func onlyGenerationMoved(old, st *coordv1alpha1.FencedLeaseStatus) bool {
+	n := st.DeepCopy()
+	n.ObservedGeneration = old.ObservedGeneration
+	for i := range n.Conditions {
+		if c := meta.FindStatusCondition(old.Conditions, n.Conditions[i].Type); c != nil {
+			n.Conditions[i].ObservedGeneration = c.ObservedGeneration
+		}
+	}
+	return equality.Semantic.DeepEqual(old, n)
 }

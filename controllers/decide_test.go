@@ -501,3 +501,68 @@ func TestNeverExpiresBeforeThePersistedExpireTime(t *testing.T) {
 		t.Fatalf("holder %q at the persisted expireTime, want b", h)
 	}
 }
+
+// renewStamped is the current helper's renewal: renewSequence + 1 and
+// renewTime = the holder's send time (the sim's clock).
+func (s *sim) renewStamped(id string) {
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+		i := coordv1alpha1.RequestIndex(sp.Requests, id)
+		sp.Requests[i].RenewSequence++
+		t := metav1.NewMicroTime(s.clock.Now())
+		sp.Requests[i].RenewTime = &t
+	})
+}
+
+// One API write per renewal: a stamped renewal is tracked in memory, with no
+// status write, and expiry still counts from the controller's observation.
+func TestStampedRenewalsNeedNoStatusWrite(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	grantWrites := s.statusWrites
+	for range 6 {
+		s.clock.Step(3 * time.Second)
+		s.renewStamped("a")
+		s.reconcile()
+	}
+	if s.statusWrites != grantWrites {
+		t.Fatalf("%d status writes for 6 stamped renewals, want 0 (one API write per renewal: the holder's)", s.statusWrites-grantWrites)
+	}
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("holder %q after 6 renewals 3 s apart on a 10 s lease, want a", h)
+	}
+	// Silent from now: expired at the last observation + L + allowance.
+	last := s.clock.Now()
+	s.clock.Step(10*time.Second + s.timing.Allowance(10*time.Second) - time.Millisecond)
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("expired %v after the last renewal, before L + allowance", s.clock.Since(last))
+	}
+	s.clock.Step(time.Millisecond)
+	s.reconcile()
+	if h, _ := s.holder(); h != "b" {
+		t.Fatalf("holder %q at L + allowance after the last renewal, want b", h)
+	}
+}
+
+// A controller that never observed the latest stamped renewal (a new leader,
+// or a second controller) still never expires before renewTime + L +
+// allowance: the fencing webhook counts the tenure from that stamp.
+func TestNeverExpiresBeforeTheHoldersRenewTime(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+	stale := s.obs
+	s.clock.Step(6 * time.Second)
+	s.renewStamped("a") // renewTime = grant + 6 s; this controller does not observe it
+	stamp := s.clock.Now()
+	s.obs = &observation{holder: stale.holder, token: stale.token, renewSequence: 1, at: stale.at, recorded: stale.recorded, acked: true}
+	s.clock.Step(5 * time.Second) // 11 s after the grant: past the stale observation's expiry
+	s.obs.renewSequence = 1      // it has seen renewSequence 1 (the stamped one) only now, from an older view
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("expired a at %v, before its renewTime %v + L + allowance", s.clock.Now(), stamp)
+	}
+}

@@ -129,6 +129,10 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			r.report(ctx, &lease, d)
 		default:
 			r.setObservation(lease.UID, d.observation)
+			if d.renewed {
+				// A stamped renewal, tracked in memory only (no status write).
+				metrics.Renewals.WithLabelValues(lease.Namespace, lease.Name).Inc()
+			}
 			return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
 		}
 	}

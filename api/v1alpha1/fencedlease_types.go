@@ -97,6 +97,19 @@ type LeaseRequest struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RenewSequence int64 `json:"renewSequence,omitempty"`
+
+	// renewTime is when the holder sent its latest renewal, on its own clock,
+	// with microseconds. The FencedLease webhook refuses a renewTime later
+	// than its own clock (plus the clock skew it allows) or earlier than the
+	// request's previous one, so that it is never later than the renewal's
+	// commit: the fencing webhook takes renewTime + the tenure's duration as a
+	// lower bound of the controller's expiry, and the controller need not
+	// acknowledge every renewal with a status write (one API write per
+	// renewal). The controller's own expiry is still counted on its own clock
+	// from when it observed the renewal. Requests without it (older clients)
+	// are acknowledged in status as before.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
 }
 
 // Condition types and reasons of a FencedLease.
@@ -252,7 +265,7 @@ type FencedLeaseStatus struct {
 // +kubebuilder:resource:shortName=flease,categories=kubefence
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holderIdentity`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
-// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expireTime`
+// +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquireTime`
 // +kubebuilder:printcolumn:name="Transitions",type=integer,JSONPath=`.status.leaseTransitions`
 // +kubebuilder:printcolumn:name="Status",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Held")].reason`
 // +kubebuilder:printcolumn:name="Duration",type=integer,priority=1,JSONPath=`.spec.leaseDurationSeconds`

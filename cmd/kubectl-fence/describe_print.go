@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strconv"
 	"strings"
 	"time"
@@ -28,8 +29,8 @@ func describe(out io.Writer, v *leaseView) error {
 	field("Fencing token", "%s (token base %d)", token(st.FencingToken), st.TokenBase)
 	field("Status", "%s", statusLine(l))
 	field("Acquired", "%s", formatTime(st.AcquireTime, now))
-	field("Renewed", "%s (renew sequence %d)", formatTime(st.RenewTime, now), st.RenewSequence)
-	field("Expires", "%s", formatTime(st.ExpireTime, now))
+	field("Renewed", "%s (renew sequence %d)", formatTime(renewedAt(l), now), renewSequence(l))
+	field("Expires", "%s", formatTime(expiresAt(l), now))
 	field("Time left", "%s", v.ExpiresIn)
 	field("Lease duration", "%s", durationLine(l))
 	field("Transitions", "%d", st.LeaseTransitions)
@@ -133,4 +134,22 @@ func lockDelayLine(l *coordv1alpha1.FencedLease, now time.Time) string {
 		return s + ", not active"
 	}
 	return s
+}
+
+// renewedAt is the holder's latest renewal: its stamped renewTime, or the
+// controller's acknowledged status.renewTime for a client that does not stamp.
+func renewedAt(l *coordv1alpha1.FencedLease) *metav1.MicroTime {
+	if i := coordv1alpha1.RequestIndex(l.Spec.Requests, l.Status.HolderIdentity); i >= 0 && l.Spec.Requests[i].RenewTime != nil {
+		return l.Spec.Requests[i].RenewTime
+	}
+	return l.Status.RenewTime
+}
+
+// renewSequence is the holder's latest renewSequence: its request's, or the
+// one the controller acknowledged, whichever is higher.
+func renewSequence(l *coordv1alpha1.FencedLease) int64 {
+	if i := coordv1alpha1.RequestIndex(l.Spec.Requests, l.Status.HolderIdentity); i >= 0 && l.Spec.Requests[i].RenewSequence > l.Status.RenewSequence {
+		return l.Spec.Requests[i].RenewSequence
+	}
+	return l.Status.RenewSequence
 }

@@ -73,12 +73,30 @@ func holder(lease *coordv1alpha1.FencedLease) string {
 	return lease.Status.HolderIdentity
 }
 
-// expiresIn is the time until the controller expires the holder.
+// expiresIn is the time until the controller may expire the holder.
 func expiresIn(lease *coordv1alpha1.FencedLease, now time.Time) string {
 	if lease.Status.HolderIdentity == "" {
 		return "-"
 	}
-	return timeLeft(lease.Status.ExpireTime, now)
+	return timeLeft(expiresAt(lease), now)
+}
+
+// expiresAt is the earliest the controller may expire the holder: the
+// acknowledged status.expireTime or, for a client that stamps its renewals
+// (the controller then writes no status per renewal), the holder's latest
+// renewTime plus the lease duration, whichever is later.
+func expiresAt(lease *coordv1alpha1.FencedLease) *metav1.MicroTime {
+	st := lease.Status
+	at := st.ExpireTime
+	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity); i >= 0 {
+		if rt := lease.Spec.Requests[i].RenewTime; rt != nil && st.LeaseDurationSeconds > 0 {
+			e := metav1.NewMicroTime(rt.Add(time.Duration(st.LeaseDurationSeconds) * time.Second))
+			if at == nil || e.After(at.Time) {
+				at = &e
+			}
+		}
+	}
+	return at
 }
 
 // lockDelayActive tells whether the lease is quarantined after an expiry.

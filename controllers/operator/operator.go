@@ -182,7 +182,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		excluded = append([]string{o.Namespace}, excluded...)
 	}
 	v := &webhooks.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
-		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: excluded}
+		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: excluded, Clock: o.Clock, StampSkew: o.WebhookSkew}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -184,6 +186,37 @@ func TestSettingsChanged(t *testing.T) {
 			if got := settingsChanged(l, cur); got != tc.want {
 				t.Fatalf("settingsChanged = %v, want %v", got, tc.want)
 			}
+		})
+	}
+}
+
+// renewTime is a lower bound of the renewal's commit for the fencing webhook:
+// never later than the validator's clock plus its skew, never moving back,
+// never removed.
+func TestRenewTimeRules(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.MicroTime { m := metav1.NewMicroTime(now.Add(d)); return &m }
+	stamped := func(seq int64, rt *metav1.MicroTime) *coordv1alpha1.FencedLease {
+		r := rq("a", "alice", seq)
+		r.RenewTime = rt
+		return ruleLease("", r)
+	}
+	for _, tc := range []struct {
+		name     string
+		old, cur *coordv1alpha1.FencedLease
+		want     string
+	}{
+		{"first stamp, now", stamped(1, nil), stamped(2, at(0)), ""},
+		{"stamp within the skew", stamped(1, at(-time.Second)), stamped(2, at(90*time.Millisecond)), ""},
+		{"stamp in the future", stamped(1, at(-time.Second)), stamped(2, at(200*time.Millisecond)), "is later than the webhook's clock"},
+		{"stamp moves back", stamped(1, at(-time.Second)), stamped(2, at(-2*time.Second)), "it may only move forward"},
+		{"stamp removed", stamped(1, at(-time.Second)), stamped(2, nil), "cannot be removed once set"},
+		{"unstamped renewal (an older client)", stamped(1, nil), stamped(2, nil), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &FencedLeaseValidator{ControllerUsers: []string{ruleController}, Clock: clocktesting.NewFakePassiveClock(now), StampSkew: 100 * time.Millisecond}
+			_, err := v.ValidateUpdate(ruleContext(asUser("alice"), admissionv1.Update, ""), tc.old, tc.cur)
+			wantRefusal(t, err, tc.want)
 		})
 	}
 }

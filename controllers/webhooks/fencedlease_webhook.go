@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -42,6 +45,46 @@ type FencedLeaseValidator struct {
 	// at (the operator's own, kube-system): a FencedLease there would guard
 	// nothing, so creating one is refused.
 	ExcludedNamespaces []string
+	// Clock bounds a request's renewTime: it may not be later than the
+	// webhook's clock plus StampSkew (default: the real clock), so that it is
+	// never later than the renewal's commit (docs/design.md).
+	Clock     clock.PassiveClock
+	StampSkew time.Duration
+}
+
+// checkRenewTimes refuses a renewTime later than the webhook's clock plus
+// skew, a renewTime that moves back, and the removal of one: the fencing
+// webhook counts the holder's tenure from it, so it must never be later than
+// the renewal's commit.
+func (v *FencedLeaseValidator) checkRenewTimes(oldLease, lease *coordv1alpha1.FencedLease) error {
+	c := v.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	latest := c.Now().Add(v.StampSkew)
+	old := map[string]*metav1.MicroTime{}
+	if oldLease != nil {
+		for _, r := range oldLease.Spec.Requests {
+			old[r.HolderIdentity] = r.RenewTime
+		}
+	}
+	for i, r := range lease.Spec.Requests {
+		prev := old[r.HolderIdentity]
+		if equality.Semantic.DeepEqual(prev, r.RenewTime) {
+			continue
+		}
+		switch {
+		case r.RenewTime == nil:
+			return fmt.Errorf("spec.requests[%d].renewTime (holderIdentity %q) cannot be removed once set", i, r.HolderIdentity)
+		case r.RenewTime.Time.After(latest):
+			return fmt.Errorf("spec.requests[%d].renewTime %s (holderIdentity %q) is later than the webhook's clock %s (allowing %v of skew): renewTime is when the renewal was sent, so it cannot be in the future; check the client's clock",
+				i, r.RenewTime.UTC().Format(time.RFC3339Nano), r.HolderIdentity, c.Now().UTC().Format(time.RFC3339Nano), v.StampSkew)
+		case prev != nil && r.RenewTime.Before(prev):
+			return fmt.Errorf("spec.requests[%d].renewTime %s (holderIdentity %q) is earlier than its previous %s: it may only move forward",
+				i, r.RenewTime.UTC().Format(time.RFC3339Nano), r.HolderIdentity, prev.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	return nil
 }
 
 // +kubebuilder:webhook:path=/validate-coordination-kubefence-io-v1alpha1-fencedlease,mutating=false,failurePolicy=fail,sideEffects=None,groups=coordination.kubefence.io,resources=fencedleases;fencedleases/status,verbs=create;update;delete,versions=v1alpha1,name=vfencedlease-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=3
@@ -66,6 +109,9 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 	}
 	if sub != "" {
 		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller")
+	}
+	if err := v.checkRenewTimes(nil, lease); err != nil {
+		return nil, v.refuse(lease, "renew-time", err.Error())
 	}
 	if len(lease.OwnerReferences) > 0 && !v.isAdmin(user) {
 		return nil, v.refuse(lease, "owner", fmt.Sprintf(
@@ -93,6 +139,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	}
 	if sub != "" {
 		return nil, v.refuse(lease, "subresource", fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
+	}
+	if err := v.checkRenewTimes(oldLease, lease); err != nil {
+		return nil, v.refuse(lease, "renew-time", err.Error())
 	}
 	if slices.Contains(oldLease.Finalizers, coordv1alpha1.EpochFinalizer) && !slices.Contains(lease.Finalizers, coordv1alpha1.EpochFinalizer) {
 		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", coordv1alpha1.EpochFinalizer))
@@ -298,7 +347,7 @@ func checkRequestChanges(oldLease, lease *coordv1alpha1.FencedLease, user authen
 			return fmt.Errorf("spec.requests[%d] (holderIdentity %q) was moved behind a new request: new requests are appended at the end of the queue", i, r.HolderIdentity)
 		}
 		kept = append(kept, r.HolderIdentity)
-		if o := oldLease.Spec.Requests[j]; o != r {
+		if o := oldLease.Spec.Requests[j]; !equality.Semantic.DeepEqual(o, r) {
 			if err := ownsRequest(lease, o, user); err != nil {
 				return fmt.Errorf("cannot change the request of holderIdentity %q: %v; only the holder can renew it", r.HolderIdentity, err)
 			}

@@ -502,7 +502,9 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	if idx < 0 || lease.Status.HolderIdentity != e.cfg.Identity || lease.Status.FencingToken != token {
 		return time.Time{}, nil, ErrLost
 	}
-	patch, err := RenewPatch(lease, e.cfg.Identity)
+	// renewTime is a wall-clock time for the API server's side (the webhook
+	// compares it with its own clock); the deadline counts on e.clock.
+	patch, err := RenewPatch(lease, e.cfg.Identity, time.Now())
 	if err != nil {
 		return time.Time{}, nil, err
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,10 +46,12 @@ func RequestIndex(lease *coordv1alpha1.FencedLease, identity string) int {
 	return coordv1alpha1.RequestIndex(lease.Spec.Requests, identity)
 }
 
-// RenewPatch raises the renewSequence of identity's request: one JSON patch
-// that first tests the request is exactly as in lease, so it fails rather
-// than renew a request that moved, changed or was removed.
-func RenewPatch(lease *coordv1alpha1.FencedLease, identity string) (client.Patch, error) {
+// RenewPatch raises the renewSequence of identity's request and sets its
+// renewTime to sent (when the renewal is sent, on this client's wall clock):
+// one JSON patch that first tests the request is exactly as in lease, so it
+// fails rather than renew a request that moved, changed or was removed.
+// renewTime never moves back: a clock stepped backwards keeps the last one.
+func RenewPatch(lease *coordv1alpha1.FencedLease, identity string, sent time.Time) (client.Patch, error) {
 	idx := RequestIndex(lease, identity)
 	if idx < 0 {
 		return nil, fmt.Errorf("%s has no request of %q to renew", client.ObjectKeyFromObject(lease), identity)
@@ -55,6 +59,11 @@ func RenewPatch(lease *coordv1alpha1.FencedLease, identity string) (client.Patch
 	old := lease.Spec.Requests[idx]
 	renewed := old
 	renewed.RenewSequence++
+	stamp := metav1.NewMicroTime(sent.Round(0).Truncate(time.Microsecond))
+	if old.RenewTime != nil && stamp.Before(old.RenewTime) {
+		stamp = *old.RenewTime
+	}
+	renewed.RenewTime = &stamp
 	return jsonPatch([]map[string]any{
 		{"op": "test", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": old},
 		{"op": "replace", "path": fmt.Sprintf("/spec/requests/%d", idx), "value": renewed},

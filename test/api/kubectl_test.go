@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"io"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -63,7 +65,8 @@ func splitColumns(out string) [][]string {
 var cacheDir string
 
 var _ = Describe("kubectl get fencedleases", func() {
-	const expires = "2030-01-02T03:04:05.000000Z"
+	// ACQUIRED is a date column: the age of status.acquireTime (an hour ago).
+	const acquired = "60m"
 
 	BeforeEach(func() {
 		cacheDir = GinkgoT().TempDir()
@@ -73,41 +76,43 @@ var _ = Describe("kubectl get fencedleases", func() {
 		l.Spec.LeaseDurationSeconds = 30
 		Expect(k8sClient.Create(ctx, l)).To(Succeed())
 		l.Status = grantedStatus()
+		hourAgo := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+		l.Status.AcquireTime = &hourAgo
 		Expect(k8sClient.Status().Update(ctx, l)).To(Succeed())
 	})
 
-	It("prints holder, token, expiry, transitions and age", func() {
+	It("prints holder, token, acquired, transitions and age", func() {
 		rows := kubectlGet("fencedleases")
 		Expect(rows).To(HaveLen(2))
-		Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "EXPIRES", "TRANSITIONS", "AGE"}))
+		Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "ACQUIRED", "TRANSITIONS", "AGE"}))
 		Expect(rows[1]).To(HaveLen(6))
-		Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", expires, "3"}))
+		Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", acquired, "3"}))
 		Expect(rows[1][5]).To(MatchRegexp(`^\d+s$`), "AGE of a lease created seconds ago")
 	})
 
 	It("adds the Held reason and the lease duration with -o wide", func() {
 		rows := kubectlGet("fencedleases", "-o", "wide")
 		Expect(rows).To(HaveLen(2))
-		Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "EXPIRES", "TRANSITIONS", "STATUS", "DURATION", "AGE"}))
+		Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "ACQUIRED", "TRANSITIONS", "STATUS", "DURATION", "AGE"}))
 		Expect(rows[1]).To(HaveLen(8))
-		Expect(rows[1][:7]).To(Equal([]string{"job-a", "worker-a", "42", expires, "3", "Granted", "30"}))
+		Expect(rows[1][:7]).To(Equal([]string{"job-a", "worker-a", "42", acquired, "3", "Granted", "30"}))
 	})
 
 	It("answers to the short name flease and the kubefence category", func() {
 		for _, resource := range []string{"flease", "flease/job-a", "kubefence", "fencedlease.coordination.kubefence.io"} {
 			rows := kubectlGet(resource)
 			Expect(rows).To(HaveLen(2), "kubectl get %s", resource)
-			Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "EXPIRES", "TRANSITIONS", "AGE"}), "kubectl get %s", resource)
-			Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", expires, "3"}), "kubectl get %s", resource)
+			Expect(rows[0]).To(Equal([]string{"NAME", "HOLDER", "TOKEN", "ACQUIRED", "TRANSITIONS", "AGE"}), "kubectl get %s", resource)
+			Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", acquired, "3"}), "kubectl get %s", resource)
 		}
 	})
 
-	It("shows a lease nobody holds with empty holder, token, expiry and transitions", func() {
+	It("shows a lease nobody holds with empty holder, token, acquired and transitions", func() {
 		Expect(k8sClient.Create(ctx, newLease("job-b"))).To(Succeed())
 
 		rows := kubectlGet("fencedleases")
 		Expect(rows).To(HaveLen(3))
-		Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", expires, "3"}))
+		Expect(rows[1][:5]).To(Equal([]string{"job-a", "worker-a", "42", acquired, "3"}))
 		Expect(rows[2][:5]).To(Equal([]string{"job-b", "", "", "", ""}))
 		Expect(rows[2][5]).To(MatchRegexp(`^\d+s$`))
 	})

@@ -37,6 +37,12 @@ type LeaseState struct {
 	// ExpireTime is status.expireTime. Zero with a holder set means the status
 	// is malformed: the tenure counts as expired (fail closed).
 	ExpireTime time.Time
+	// RenewStamp is the holder's request's renewTime: when it sent its latest
+	// renewal, never later than the webhook's clock plus its skew when the
+	// renewal was admitted (the FencedLease webhook refuses later ones), so
+	// RenewStamp - Skew + LeaseDuration is a lower bound of the controller's
+	// expiry for it (zero: not stamped).
+	RenewStamp time.Time
 	// RenewTime is status.renewTime: when the controller last recorded a
 	// renewal, on its clock (for the clock-offset gauge).
 	RenewTime time.Time
@@ -327,12 +333,29 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
 			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", coordv1alpha1.StaleMarker, token, scope, st.Holder)
 	}
-	if cut := CutOff(st.ExpireTime, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
+	expire := Expiry(st, in.Skew)
+	if cut := CutOff(expire, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
-			coordv1alpha1.StaleMarker, token, scope, st.Holder, st.ExpireTime.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
+			coordv1alpha1.StaleMarker, token, scope, st.Holder, expire.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
 	return allow(scope, token, st.Token)
+}
+
+// Expiry is the webhook's lower bound of the controller's expiry of the
+// current tenure: the acknowledged status.expireTime, or the holder's latest
+// renewTime minus skew plus the lease duration, whichever is later. The
+// controller never expires before either (it takes the same maximum, with its
+// allowance on top), and a renewTime is never later than the renewal's
+// admission plus skew.
+func Expiry(st LeaseState, skew time.Duration) time.Time {
+	expire := st.ExpireTime
+	if !st.RenewStamp.IsZero() && st.LeaseDuration > 0 {
+		if e := st.RenewStamp.Add(st.LeaseDuration - skew); e.After(expire) {
+			expire = e
+		}
+	}
+	return expire
 }
 
 // CutOff is the instant from which the webhook refuses the token of a tenure

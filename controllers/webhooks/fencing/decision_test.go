@@ -138,6 +138,22 @@ func TestDecide(t *testing.T) {
 			in.CommitLag = time.Second
 			return in
 		}(), true, 0, ""},
+		{"stamped renewal: accepted past the acknowledged expireTime", func() Input {
+			st := held()
+			st.ExpireTime, st.LeaseDuration = now.Add(-5*time.Second), 15*time.Second
+			st.RenewStamp = now.Add(-4 * time.Second) // bound: now + 11 s - skew
+			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+			in.CommitLag = time.Second
+			return in
+		}(), true, 0, ""},
+		{"stamped renewal too old: refused", func() Input {
+			st := held()
+			st.ExpireTime, st.LeaseDuration = now.Add(-5*time.Second), 15*time.Second
+			st.RenewStamp = now.Add(-14 * time.Second) // bound: now + 1 s - skew, inside the margin
+			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+			in.CommitLag = time.Second
+			return in
+		}(), false, 409, "writes stop being accepted at"},
 		{"pods/status that rewrites the token takes the token rules", input(admissionv1.Update, "status", guarded("42"), guarded("999999999999"), "bob", held()), false, 409, "was never issued"},
 		{"pods/status that lowers the token", input(admissionv1.Update, "status", guarded("42"), guarded("0"), "bob", held()), false, 409, "already accepted token 42"},
 		{"pods/status that removes the guard, from someone else", input(admissionv1.Update, "status", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},

@@ -179,6 +179,9 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 		if req.HolderIdentity == st.Holder {
 			found = true
 			st.HolderUser = req.User
+			if req.RenewTime != nil {
+				st.RenewStamp = req.RenewTime.Time
+			}
 			if req.RenewSequence < l.Status.RenewSequence {
 				found = false
 			}

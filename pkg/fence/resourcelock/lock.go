@@ -275,7 +275,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 
 	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
 	// request is exactly as last seen.
-	patch, err := fence.RenewPatch(lease, l.cfg.Identity)
+	patch, err := fence.RenewPatch(lease, l.cfg.Identity, time.Now())
 	if err != nil {
 		return err
 	}

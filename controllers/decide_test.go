@@ -560,7 +560,7 @@ func TestNeverExpiresBeforeTheHoldersRenewTime(t *testing.T) {
 	stamp := s.clock.Now()
 	s.obs = &observation{holder: stale.holder, token: stale.token, renewSequence: 1, at: stale.at, recorded: stale.recorded, acked: true}
 	s.clock.Step(5 * time.Second) // 11 s after the grant: past the stale observation's expiry
-	s.obs.renewSequence = 1      // it has seen renewSequence 1 (the stamped one) only now, from an older view
+	s.obs.renewSequence = 1       // it has seen renewSequence 1 (the stamped one) only now, from an older view
 	s.reconcile()
 	if h, _ := s.holder(); h != "a" {
 		t.Fatalf("expired a at %v, before its renewTime %v + L + allowance", s.clock.Now(), stamp)

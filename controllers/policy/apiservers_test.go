@@ -1,0 +1,216 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/test/testenv"
+)
+
+// TestAPIServers runs APIServers against a control plane of two
+// kube-apiservers on one etcd (testenv.StartTwo).
+func TestAPIServers(t *testing.T) {
+	testenv.SkipIfShort(t)
+	two, err := testenv.StartTwo(testenv.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := two.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := t.Context()
+	c, err := client.New(two.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := two.First.Host, two.Second.Host
+
+	servers, err := policy.APIServers(ctx, c, two.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hosts(servers); !equal(got, first, second) {
+		t.Fatalf("APIServers lists %v, want %s and %s", got, first, second)
+	}
+
+	t.Run("each configuration reaches its own server, and a paused one times out", func(t *testing.T) {
+		for i, paused := range []*testenv.APIServerProcess{two.First, two.Second} {
+			other := servers[1-i]
+			if err := paused.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			err := version(servers[i].Config)
+			took := time.Since(start)
+			if err := paused.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if err == nil {
+				t.Fatalf("a request to %s answered while that server was paused", servers[i].Host)
+			}
+			if !strings.Contains(err.Error(), servers[i].Host) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the error of a request to the paused %s names neither it nor the timeout: %v", servers[i].Host, err)
+			}
+			if took < policy.RequestTimeout || took > policy.RequestTimeout+time.Second {
+				t.Errorf("a request to the paused %s failed after %v, want the request timeout %v", servers[i].Host, took, policy.RequestTimeout)
+			}
+			// The other server answered while this one was paused.
+			if err := paused.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			err = version(other.Config)
+			if rerr := paused.Resume(); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err != nil {
+				t.Errorf("a request to %s failed while only %s was paused: %v", other.Host, servers[i].Host, err)
+			}
+		}
+	})
+
+	t.Run("TLS is verified under the base configuration's name", func(t *testing.T) {
+		// The second server's certificate (envtest's, shared) does not hold
+		// its IP: without the server name, verification fails.
+		cfg := rest.CopyConfig(servers[1].Config)
+		cfg.TLSClientConfig.ServerName = ""
+		err := version(cfg)
+		if err == nil || !strings.Contains(err.Error(), "x509") {
+			t.Fatalf("a request to %s verified under its IP, want a certificate error: %v", servers[1].Host, err)
+		}
+		if err := version(servers[1].Config); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("more live identity leases than endpoints is an error", func(t *testing.T) {
+		// Both servers run on one host, so they renew one identity lease.
+		var leases coordinationv1.LeaseList
+		if err := c.List(ctx, &leases, client.InNamespace(metav1.NamespaceSystem),
+			client.MatchingLabels{"apiserver.kubernetes.io/identity": "kube-apiserver"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(leases.Items) != 1 {
+			t.Fatalf("two kube-apiservers on one host hold %d identity leases, want 1", len(leases.Items))
+		}
+		// Two more hosts' servers that the endpoints do not list.
+		for _, name := range []string{"apiserver-other-host-a", "apiserver-other-host-b"} {
+			if err := c.Create(ctx, identityLease(name, time.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := policy.APIServers(ctx, c, two.Config)
+		if !errors.Is(err, policy.ErrNotAddressable) || !strings.Contains(err.Error(), "3 kube-apiserver identity leases") {
+			t.Errorf("APIServers with 3 live identity leases and 2 endpoints: %v, want ErrNotAddressable", err)
+		}
+		// Leases last renewed longer ago than IdentityLeaseFreshness are dead servers'.
+		for _, name := range []string{"apiserver-other-host-a", "apiserver-other-host-b"} {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: name}}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
+				t.Fatal(err)
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-policy.IdentityLeaseFreshness - time.Second)}
+			if err := c.Update(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if servers, err := policy.APIServers(ctx, c, two.Config); err != nil || len(servers) != 2 {
+			t.Errorf("APIServers with stale extra identity leases: %v, %v; want both servers", hosts(servers), err)
+		}
+		for _, name := range []string{"apiserver-other-host-a", "apiserver-other-host-b"} {
+			if err := c.Delete(ctx, identityLease(name, time.Time{})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("a server that shuts down leaves at once, a killed one when its master lease expires", func(t *testing.T) {
+		left := func(end func() error) time.Duration {
+			t.Helper()
+			if err := end(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for {
+				servers, err := policy.APIServers(ctx, c, two.Config)
+				if err == nil && equal(hosts(servers), first) {
+					return time.Since(start)
+				}
+				if time.Since(start) > 45*time.Second {
+					t.Fatalf("45 s after its end, APIServers still lists %v (%v)", hosts(servers), err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		stopped := left(two.Second.Stop)
+		t.Logf("after a graceful stop, %s left the list in %v", second, stopped)
+		if stopped > 5*time.Second {
+			t.Errorf("a gracefully stopped server left the list after %v, want at once", stopped)
+		}
+
+		restart, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := two.Second.Start(restart, two.Config); err != nil {
+			t.Fatal(err)
+		}
+		if err := two.WaitListed(restart, first, second); err != nil {
+			t.Fatal(err)
+		}
+		killed := left(two.Second.Kill)
+		t.Logf("after SIGKILL, %s left the list in %v", second, killed)
+		// The master lease TTL (15 s) plus one reconcile period (10 s) of the
+		// surviving server, plus slack for a loaded machine.
+		if killed > 30*time.Second {
+			t.Errorf("a killed server left the list after %v, want at most 25 s", killed)
+		}
+	})
+}
+
+func identityLease(name string, renewed time.Time) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: metav1.NamespaceSystem, Name: name,
+			Labels: map[string]string{"apiserver.kubernetes.io/identity": "kube-apiserver"},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(name + "_test"),
+			LeaseDurationSeconds: ptr.To[int32](3600),
+			RenewTime:            &metav1.MicroTime{Time: renewed},
+		},
+	}
+}
+
+// version asks the server cfg addresses for its version.
+func version(cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = cs.Discovery().ServerVersion()
+	return err
+}
+
+func hosts(servers []policy.APIServer) []string {
+	var h []string
+	for _, s := range servers {
+		h = append(h, s.Host)
+	}
+	return h
+}
+
+func equal(got []string, want ...string) bool {
+	return fmt.Sprint(got) == fmt.Sprint(want)
+}

@@ -1,0 +1,453 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The addresses of the two kube-apiservers of StartTwo. Each binds a
+// loopback address, the same port on both (--bind-address), and advertises a
+// documentation address (TEST-NET-3, routed nowhere; --advertise-address):
+// kube-apiserver refuses a loopback advertise address with its endpoint
+// reconciler ("may not be in the loopback range"), so the endpoints of the
+// default/kubernetes Service list the advertised addresses, and
+// TwoAPIServers.Config dials each advertised address at its server's bound
+// one, as a network address translation would.
+const (
+	FirstAPIServerIP  = "127.0.0.1"
+	SecondAPIServerIP = "127.0.0.2"
+
+	FirstAdvertisedIP  = "203.0.113.1"
+	SecondAdvertisedIP = "203.0.113.2"
+)
+
+// twoStartTimeout bounds the start of the second kube-apiserver and the wait
+// for both to be listed in the kubernetes Service's endpoints.
+const twoStartTimeout = 60 * time.Second
+
+// TwoAPIServers is a control plane of two kube-apiservers on one etcd (the
+// shape of a highly available control plane): envtest's, and a second one
+// with the same flags, certificates, service-account keys and client CA,
+// bound to SecondAPIServerIP on the same port (see FirstAPIServerIP for the
+// addresses they advertise). Both use the lease endpoint
+// reconciler (kube-apiserver's default), so each lists itself in the
+// endpoints of default/kubernetes and a killed one leaves them when its
+// master lease expires.
+//
+// The serving certificate is envtest's, shared: valid for localhost and
+// FirstAPIServerIP, not for SecondAPIServerIP. A client that addresses the
+// second server directly verifies it under a name the certificate holds
+// (tls ServerName FirstAPIServerIP), as a client of a real control plane
+// verifies every member under the load balancer's name.
+//
+// Start it with StartTwo and stop it with Stop. It works on Linux only (it
+// reads the first server's command line from /proc).
+type TwoAPIServers struct {
+	// Env is envtest's environment; its API server is First.
+	Env *envtest.Environment
+	// Config is the admin's configuration, addressing First (as Start's),
+	// with a Dial function that reaches each advertised address (IP:port) at
+	// its server's bound one: configurations copied from it reach the
+	// servers at the addresses the kubernetes Service lists.
+	Config *rest.Config
+	// First is envtest's kube-apiserver: it can be paused, not killed or
+	// restarted (envtest stops it).
+	First *APIServerProcess
+	// Second is the additional kube-apiserver: it can be paused, stopped,
+	// killed and started again.
+	Second *APIServerProcess
+}
+
+// APIServerProcess is one kube-apiserver process of TwoAPIServers.
+type APIServerProcess struct {
+	// Host is the address it advertises, IP:port, as the endpoints of the
+	// kubernetes Service list it (reachable with TwoAPIServers.Config's Dial).
+	Host string
+	// Bind is the address it listens on, IP:port.
+	Bind string
+	// owned tells whether this package started it (and may kill and restart it).
+	owned bool
+	path  string
+	args  []string
+
+	mu   sync.Mutex
+	pid  int
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited; nil while not running
+	out  *bytes.Buffer // the process's output, for errors
+}
+
+// StartTwo starts the control plane of in (as Start does) with its
+// kube-apiserver advertising FirstAPIServerIP, then a second kube-apiserver on
+// SecondAPIServerIP, and waits until both serve and both are listed in the
+// endpoints of the kubernetes Service.
+func StartTwo(in Input) (*TwoAPIServers, error) {
+	configure := in.Configure
+	in.Configure = func(env *envtest.Environment) {
+		if configure != nil {
+			configure(env)
+		}
+		api := env.ControlPlane.GetAPIServer()
+		api.SecureServing.Address = FirstAPIServerIP
+		// Without it kube-apiserver advertises the host's default interface
+		// (a loopback bind address does not count), the same for both.
+		api.Configure().Set("advertise-address", FirstAdvertisedIP)
+	}
+	env, cfg, err := Start(in)
+	if err != nil {
+		return nil, err
+	}
+	two := &TwoAPIServers{Env: env, Config: cfg}
+	if err := two.startSecond(); err != nil {
+		_ = two.Stop()
+		return nil, err
+	}
+	return two, nil
+}
+
+func (two *TwoAPIServers) startSecond() error {
+	api := two.Env.ControlPlane.APIServer
+	if api.SecureServing.Address != FirstAPIServerIP {
+		return fmt.Errorf("envtest's kube-apiserver listens on %s, not on %s", api.SecureServing.Address, FirstAPIServerIP)
+	}
+	pid, args, err := findProcess(api.Path, "--cert-dir="+api.CertDir)
+	if err != nil {
+		return fmt.Errorf("finding envtest's kube-apiserver: %w", err)
+	}
+	port := api.SecureServing.Port
+	two.First = &APIServerProcess{
+		Host: net.JoinHostPort(FirstAdvertisedIP, port), Bind: net.JoinHostPort(FirstAPIServerIP, port),
+		path: api.Path, args: args, pid: pid,
+	}
+	// The same flags, but bound to and advertising the second address; the
+	// service-account issuer (derived from the first's address) stays the
+	// first's, so that both accept the same tokens.
+	second := slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=")
+	})
+	second = append(second, "--bind-address="+SecondAPIServerIP, "--advertise-address="+SecondAdvertisedIP)
+	two.Second = &APIServerProcess{
+		Host: net.JoinHostPort(SecondAdvertisedIP, port), Bind: net.JoinHostPort(SecondAPIServerIP, port),
+		owned: true, path: api.Path, args: second,
+	}
+	two.Config.Dial = two.dial
+	ctx, cancel := context.WithTimeout(context.Background(), twoStartTimeout)
+	defer cancel()
+	if err := two.Second.Start(ctx, two.Config); err != nil {
+		return err
+	}
+	return two.WaitListed(ctx, two.First.Host, two.Second.Host)
+}
+
+// dial dials the advertised address of either server at its bound address,
+// and any other address as it is.
+func (two *TwoAPIServers) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	for _, p := range []*APIServerProcess{two.First, two.Second} {
+		if address == p.Host {
+			address = p.Bind
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
+}
+
+// Stop resumes a paused server, stops the second kube-apiserver, then
+// envtest's control plane.
+func (two *TwoAPIServers) Stop() error {
+	var errs []error
+	for _, p := range []*APIServerProcess{two.First, two.Second} {
+		if p != nil {
+			errs = append(errs, p.Resume())
+		}
+	}
+	if two.Second != nil {
+		errs = append(errs, two.Second.Stop())
+	}
+	if err := two.Env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Listed are the addresses (IP:port) the endpoints of the kubernetes Service
+// list, sorted, read through the first server.
+func (two *TwoAPIServers) Listed(ctx context.Context) ([]string, error) {
+	cs, err := kubernetes.NewForConfig(two.Config)
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=kubernetes",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the endpoints of the kubernetes Service: %w", err)
+	}
+	var hosts []string
+	for _, s := range list.Items {
+		for _, p := range s.Ports {
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					if p.Port != nil {
+						hosts = append(hosts, net.JoinHostPort(a, strconv.Itoa(int(*p.Port))))
+					}
+				}
+			}
+		}
+	}
+	sortUnique(&hosts)
+	return hosts, nil
+}
+
+// WaitListed waits until the endpoints of the kubernetes Service list exactly
+// hosts.
+func (two *TwoAPIServers) WaitListed(ctx context.Context, hosts ...string) error {
+	want := slices.Clone(hosts)
+	sortUnique(&want)
+	var got []string
+	var err error
+	for {
+		if got, err = two.Listed(ctx); err == nil && slices.Equal(got, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the kubernetes Service's endpoints list %v, not %v (last error: %v): %w", got, want, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func sortUnique(s *[]string) {
+	slices.Sort(*s)
+	*s = slices.Compact(*s)
+}
+
+// Start starts an owned kube-apiserver that is not running and waits until it
+// is ready (its /readyz, asked with admin, the admin's configuration, answers
+// ok).
+func (p *APIServerProcess) Start(ctx context.Context, admin *rest.Config) error {
+	if !p.owned {
+		return fmt.Errorf("the kube-apiserver at %s is envtest's: it cannot be started here", p.Host)
+	}
+	p.mu.Lock()
+	if p.done != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("the kube-apiserver at %s is already running", p.Host)
+	}
+	cmd := exec.Command(p.path, p.args...)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// If the test binary dies, the kernel kills the server too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("starting the kube-apiserver at %s: %w", p.Host, err)
+	}
+	done := make(chan struct{})
+	p.pid, p.cmd, p.done, p.out = cmd.Process.Pid, cmd, done, out
+	p.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	if err := p.waitReady(ctx, admin, done); err != nil {
+		_ = p.Kill()
+		return err
+	}
+	return nil
+}
+
+// waitReady polls the server's /readyz directly (with the TLS server name of
+// admin's host) until it answers 200.
+func (p *APIServerProcess) waitReady(ctx context.Context, admin *rest.Config, done <-chan struct{}) error {
+	cfg := rest.CopyConfig(admin)
+	cfg.TLSClientConfig.ServerName = hostname(admin.Host)
+	cfg.Host = "https://" + p.Bind
+	cfg.Timeout = 2 * time.Second
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := hc.Do(req); err != nil {
+			last = err.Error()
+		} else {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("the kube-apiserver at %s exited while starting: %s", p.Host, p.output())
+		case <-ctx.Done():
+			return fmt.Errorf("the kube-apiserver at %s is not ready (last answer: %s): %w", p.Host, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// output is the tail of the process's output.
+func (p *APIServerProcess) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.out == nil {
+		return ""
+	}
+	b := p.out.Bytes()
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+func hostname(host string) string {
+	h := strings.TrimPrefix(strings.TrimPrefix(host, "https://"), "http://")
+	if hn, _, err := net.SplitHostPort(h); err == nil {
+		return hn
+	}
+	return h
+}
+
+// Pause stops the process (SIGSTOP) and waits until all its threads have
+// stopped: it keeps its connections and its port but answers nothing, renews
+// nothing and sees no watch event until Resume; its caches fall behind.
+func (p *APIServerProcess) Pause() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pid := p.pid
+	p.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !stopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the kube-apiserver at %s did not stop within 5 s of SIGSTOP", p.Host)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// stopped tells whether every thread of process pid is stopped (state T in
+// /proc/pid/task/*/stat), or the process is gone.
+func stopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return true
+	}
+	for _, f := range stats {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread is gone
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(raw, ')')
+		if i < 0 || i+2 >= len(raw) || raw[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
+// Resume continues a paused process (SIGCONT). Resuming one that runs does
+// nothing.
+func (p *APIServerProcess) Resume() error { return p.signal(syscall.SIGCONT) }
+
+func (p *APIServerProcess) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pid == 0 || (p.owned && p.done == nil) {
+		return nil // not running
+	}
+	if err := syscall.Kill(p.pid, sig); err != nil {
+		return fmt.Errorf("sending %v to the kube-apiserver at %s: %w", sig, p.Host, err)
+	}
+	return nil
+}
+
+// Kill kills an owned kube-apiserver (SIGKILL) and waits for it to exit: it
+// removes nothing on its way out, so it stays in the kubernetes Service's
+// endpoints until its master lease expires.
+func (p *APIServerProcess) Kill() error { return p.end(syscall.SIGKILL) }
+
+// Stop stops an owned kube-apiserver gracefully (SIGTERM) and waits for it to
+// exit: it removes itself from the kubernetes Service's endpoints on the way.
+func (p *APIServerProcess) Stop() error { return p.end(syscall.SIGTERM) }
+
+func (p *APIServerProcess) end(sig syscall.Signal) error {
+	if !p.owned {
+		return fmt.Errorf("the kube-apiserver at %s is envtest's: stop the environment instead", p.Host)
+	}
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot act on SIGTERM
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("sending %v to the kube-apiserver at %s: %w", sig, p.Host, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	p.mu.Lock()
+	p.pid, p.cmd, p.done = 0, nil, nil
+	p.mu.Unlock()
+	return nil
+}
+
+// findProcess finds the process whose executable is path and whose arguments
+// include arg, and returns its pid and arguments (without argv[0]).
+func findProcess(path, arg string) (int, []string, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, d := range dirs {
+		raw, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue // gone, or a kernel thread
+		}
+		argv := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+		if argv[0] != path || !slices.Contains(argv[1:], arg) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			return 0, nil, err
+		}
+		return pid, argv[1:], nil
+	}
+	return 0, nil, fmt.Errorf("no process runs %s with %s", path, arg)
+}

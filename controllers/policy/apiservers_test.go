@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +178,60 @@ func TestAPIServers(t *testing.T) {
 			t.Errorf("a killed server left the list after %v, want at most 25 s", killed)
 		}
 	})
+}
+
+// TestAPIServersPausedServerLeavesAndReturns shows why the list is not a
+// proof of death: a kube-apiserver paused for longer than its master lease
+// (15 s) leaves the list like a killed one, and returns when it resumes,
+// with whatever its caches held when it stopped. It takes about 40 s, so it
+// runs only with APISERVERS_LONG=1.
+func TestAPIServersPausedServerLeavesAndReturns(t *testing.T) {
+	testenv.SkipIfShort(t)
+	if os.Getenv("APISERVERS_LONG") == "" {
+		t.Skip("takes about 40 s: run with APISERVERS_LONG=1")
+	}
+	two, err := testenv.StartTwo(testenv.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := two.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := t.Context()
+	c, err := client.New(two.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := two.First.Host, two.Second.Host
+	until := func(want ...string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			servers, err := policy.APIServers(ctx, c, two.Config)
+			if err == nil && equal(hosts(servers), want...) {
+				return time.Since(start)
+			}
+			if time.Since(start) > 45*time.Second {
+				t.Fatalf("after 45 s APIServers lists %v (%v), want %v", hosts(servers), err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := two.Second.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	left := until(first)
+	t.Logf("paused, %s left the list in %v", second, left)
+	if err := two.Second.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	back := until(first, second)
+	t.Logf("resumed, %s was back in the list in %v", second, back)
+	if left > 30*time.Second || back > 15*time.Second {
+		t.Errorf("a paused server left the list after %v and returned %v after resuming, want at most 25 s and 10 s", left, back)
+	}
 }
 
 func identityLease(name string, renewed time.Time) *coordinationv1.Lease {

@@ -82,9 +82,11 @@ var ErrNotAddressable = errors.New("the kube-apiservers cannot be addressed one 
 // ErrNotAddressable. So does a Service without endpoints.
 //
 // A server killed without shutting down stays listed until its master lease
-// expires and a surviving server reconciles the endpoints (15 s TTL, then up
-// to 10 s: measured ... s); one that shuts down gracefully removes itself at
-// once.
+// expires (15 s after its last renewal) and a surviving server reconciles the
+// endpoints (every 10 s): 5-25 s after its death. One that shuts down
+// gracefully removes itself at once. One paused for longer than its lease
+// leaves the list too, and returns when it resumes: absent is not dead (see
+// docs/design.md).
 func APIServers(ctx context.Context, c client.Reader, base *rest.Config) ([]APIServer, error) {
 	serverName, err := tlsServerName(base)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,16 +71,23 @@ func TestAPIServers(t *testing.T) {
 			if took < policy.RequestTimeout || took > policy.RequestTimeout+time.Second {
 				t.Errorf("a request to the paused %s failed after %v, want the request timeout %v", servers[i].Host, took, policy.RequestTimeout)
 			}
-			// The other server answered while this one was paused.
+			// The other server answered while this one was paused, and the
+			// paused one still accepted TCP connections (the kernel answers).
 			if err := paused.Pause(); err != nil {
 				t.Fatal(err)
 			}
 			err = version(other.Config)
+			conn, derr := net.DialTimeout("tcp", paused.Bind, time.Second)
 			if rerr := paused.Resume(); rerr != nil {
 				t.Fatal(rerr)
 			}
 			if err != nil {
 				t.Errorf("a request to %s failed while only %s was paused: %v", other.Host, servers[i].Host, err)
+			}
+			if derr != nil {
+				t.Errorf("the paused %s refused a TCP connection: %v", servers[i].Host, derr)
+			} else {
+				_ = conn.Close()
 			}
 		}
 	})
@@ -172,6 +181,10 @@ func TestAPIServers(t *testing.T) {
 		}
 		killed := left(two.Second.Kill)
 		t.Logf("after SIGKILL, %s left the list in %v", second, killed)
+		// Unlike a paused server, a killed one refuses connections.
+		if _, err := net.DialTimeout("tcp", two.Second.Bind, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("a TCP connection to the killed %s: %v, want connection refused", second, err)
+		}
 		// The master lease TTL (15 s) plus one reconcile period (10 s) of the
 		// surviving server, plus slack for a loaded machine.
 		if killed > 30*time.Second {

@@ -127,10 +127,11 @@ func tlsServerName(base *rest.Config) (string, error) {
 	if base.TLSClientConfig.ServerName != "" {
 		return base.TLSClientConfig.ServerName, nil
 	}
-	u, err := url.Parse(base.Host)
-	if err == nil && u.Host == "" {
-		u, err = url.Parse("https://" + base.Host) // a host without a scheme, as rest.Config allows
+	h := base.Host
+	if !strings.Contains(h, "://") {
+		h = "https://" + h // a host without a scheme, as rest.Config allows
 	}
+	u, err := url.Parse(h)
 	if err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("the API server configuration's host %q has no host name to verify the API servers' certificates under", base.Host)
 	}

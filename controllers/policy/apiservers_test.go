@@ -12,11 +12,14 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -281,4 +284,100 @@ func hosts(servers []policy.APIServer) []string {
 
 func equal(got []string, want ...string) bool {
 	return fmt.Sprint(got) == fmt.Sprint(want)
+}
+
+// TestAPIServersInput covers how APIServers reads the endpoints and the base
+// configuration (the fake client: parsing only, no fencing claim).
+func TestAPIServersInput(t *testing.T) {
+	slice := func(addressType discoveryv1.AddressType, port string, addresses ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: metav1.NamespaceDefault, Name: "kubernetes" + string(addressType),
+				Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"},
+			},
+			AddressType: addressType,
+			Ports: []discoveryv1.EndpointPort{
+				{Name: ptr.To("metrics"), Port: ptr.To[int32](9090)},
+				{Name: ptr.To(port), Port: ptr.To[int32](6443)},
+			},
+		}
+		for _, a := range addresses {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name       string
+		objects    []client.Object
+		base       rest.Config
+		wantHosts  []string
+		wantServer string
+		wantErr    string
+	}{{
+		name:       "IPv4 and IPv6, sorted, verified under the base host's name",
+		objects:    []client.Object{slice(discoveryv1.AddressTypeIPv4, "https", "10.0.0.2", "10.0.0.1"), slice(discoveryv1.AddressTypeIPv6, "https", "fd00::1")},
+		base:       rest.Config{Host: "https://api.example.com:443"},
+		wantHosts:  []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"},
+		wantServer: "api.example.com",
+	}, {
+		name:       "the base's server name wins",
+		objects:    []client.Object{slice(discoveryv1.AddressTypeIPv4, "https", "10.0.0.1")},
+		base:       rest.Config{Host: "10.96.0.1:443", TLSClientConfig: rest.TLSClientConfig{ServerName: "kubernetes.default.svc"}},
+		wantHosts:  []string{"10.0.0.1:6443"},
+		wantServer: "kubernetes.default.svc",
+	}, {
+		name:       "the in-cluster host",
+		objects:    []client.Object{slice(discoveryv1.AddressTypeIPv4, "https", "10.0.0.1")},
+		base:       rest.Config{Host: "https://10.96.0.1:443"},
+		wantHosts:  []string{"10.0.0.1:6443"},
+		wantServer: "10.96.0.1",
+	}, {
+		name:       "a host without a scheme",
+		objects:    []client.Object{slice(discoveryv1.AddressTypeIPv4, "https", "10.0.0.1")},
+		base:       rest.Config{Host: "10.96.0.1:443"},
+		wantHosts:  []string{"10.0.0.1:6443"},
+		wantServer: "10.96.0.1",
+	}, {
+		name:    "no endpoints",
+		base:    rest.Config{Host: "https://api.example.com"},
+		wantErr: "cannot be addressed one by one: the default/kubernetes Service has no endpoints",
+	}, {
+		name:    "no https port",
+		objects: []client.Object{slice(discoveryv1.AddressTypeIPv4, "web", "10.0.0.1")},
+		base:    rest.Config{Host: "https://api.example.com"},
+		wantErr: "have no port named https",
+	}, {
+		name:    "an FQDN endpoint",
+		objects: []client.Object{slice(discoveryv1.AddressTypeFQDN, "https", "api-1.example.com")},
+		base:    rest.Config{Host: "https://api.example.com"},
+		wantErr: "have address type FQDN, not an IP",
+	}, {
+		name:    "plain http",
+		objects: []client.Object{slice(discoveryv1.AddressTypeIPv4, "https", "10.0.0.1")},
+		base:    rest.Config{Host: "http://127.0.0.1:8080"},
+		wantErr: "is not https",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objects...).Build()
+			servers, err := policy.APIServers(t.Context(), c, &tc.base)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("APIServers: %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hosts(servers); !equal(got, tc.wantHosts...) {
+				t.Errorf("hosts %v, want %v", got, tc.wantHosts)
+			}
+			for _, s := range servers {
+				if s.Config.Host != "https://"+s.Host || s.Config.ServerName != tc.wantServer || s.Config.Timeout != policy.RequestTimeout {
+					t.Errorf("%s: host %q, server name %q, timeout %v; want https://%s, %q, %v",
+						s.Host, s.Config.Host, s.Config.ServerName, s.Config.Timeout, s.Host, tc.wantServer, policy.RequestTimeout)
+				}
+			}
+		})
+	}
 }

@@ -29,20 +29,8 @@ import (
 // kube-apiservers on one etcd (testenv.StartTwo).
 func TestAPIServers(t *testing.T) {
 	testenv.SkipIfShort(t)
-	two, err := testenv.StartTwo(testenv.Input{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := two.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	two, c := startTwo(t)
 	ctx := t.Context()
-	c, err := client.New(two.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	first, second := two.First.Host, two.Second.Host
 
 	servers, err := policy.APIServers(ctx, c, two.Config)
@@ -156,17 +144,7 @@ func TestAPIServers(t *testing.T) {
 			if err := end(); err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
-			for {
-				servers, err := policy.APIServers(ctx, c, two.Config)
-				if err == nil && equal(hosts(servers), first) {
-					return time.Since(start)
-				}
-				if time.Since(start) > 45*time.Second {
-					t.Fatalf("45 s after its end, APIServers still lists %v (%v)", hosts(servers), err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			return untilListed(t, c, two.Config, first)
 		}
 		stopped := left(two.Second.Stop)
 		t.Logf("after a graceful stop, %s left the list in %v", second, stopped)
@@ -206,6 +184,27 @@ func TestAPIServersPausedServerLeavesAndReturns(t *testing.T) {
 	if os.Getenv("APISERVERS_LONG") == "" {
 		t.Skip("takes about 40 s: run with APISERVERS_LONG=1")
 	}
+	two, c := startTwo(t)
+	first, second := two.First.Host, two.Second.Host
+	if err := two.Second.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	left := untilListed(t, c, two.Config, first)
+	t.Logf("paused, %s left the list in %v", second, left)
+	if err := two.Second.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	back := untilListed(t, c, two.Config, first, second)
+	t.Logf("resumed, %s was back in the list in %v", second, back)
+	if left > 30*time.Second || back > 15*time.Second {
+		t.Errorf("a paused server left the list after %v and returned %v after resuming, want at most 25 s and 10 s", left, back)
+	}
+}
+
+// startTwo starts a control plane of two kube-apiservers for t and a client
+// of the first.
+func startTwo(t *testing.T) (*testenv.TwoAPIServers, client.Client) {
+	t.Helper()
 	two, err := testenv.StartTwo(testenv.Input{})
 	if err != nil {
 		t.Fatal(err)
@@ -215,38 +214,27 @@ func TestAPIServersPausedServerLeavesAndReturns(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	ctx := t.Context()
 	c, err := client.New(two.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, second := two.First.Host, two.Second.Host
-	until := func(want ...string) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for {
-			servers, err := policy.APIServers(ctx, c, two.Config)
-			if err == nil && equal(hosts(servers), want...) {
-				return time.Since(start)
-			}
-			if time.Since(start) > 45*time.Second {
-				t.Fatalf("after 45 s APIServers lists %v (%v), want %v", hosts(servers), err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
+	return two, c
+}
+
+// untilListed polls APIServers until it lists exactly want, and returns how
+// long that took (at most 45 s).
+func untilListed(t *testing.T, c client.Reader, base *rest.Config, want ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		servers, err := policy.APIServers(t.Context(), c, base)
+		if err == nil && equal(hosts(servers), want...) {
+			return time.Since(start)
 		}
-	}
-	if err := two.Second.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	left := until(first)
-	t.Logf("paused, %s left the list in %v", second, left)
-	if err := two.Second.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	back := until(first, second)
-	t.Logf("resumed, %s was back in the list in %v", second, back)
-	if left > 30*time.Second || back > 15*time.Second {
-		t.Errorf("a paused server left the list after %v and returned %v after resuming, want at most 25 s and 10 s", left, back)
+		if time.Since(start) > 45*time.Second {
+			t.Fatalf("after 45 s APIServers lists %v (%v), want %v", hosts(servers), err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

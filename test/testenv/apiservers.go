@@ -93,14 +93,41 @@ type APIServerProcess struct {
 	pid  int
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited; nil while not running
-	out  *bytes.Buffer // the process's output, for errors
+	out  *tail         // the end of the process's output, for errors
+}
+
+// tail keeps the last 8 KiB written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if over := len(t.buf) - 8<<10; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
 }
 
 // StartTwo starts the control plane of in (as Start does) with its
-// kube-apiserver advertising FirstAPIServerIP, then a second kube-apiserver on
-// SecondAPIServerIP, and waits until both serve and both are listed in the
-// endpoints of the kubernetes Service.
+// kube-apiserver on FirstAPIServerIP advertising FirstAdvertisedIP, then a
+// second kube-apiserver on SecondAPIServerIP advertising SecondAdvertisedIP,
+// and waits until both serve and both are listed in the endpoints of the
+// kubernetes Service.
 func StartTwo(in Input) (*TwoAPIServers, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	configure := in.Configure
 	in.Configure = func(env *envtest.Environment) {
 		if configure != nil {
@@ -108,6 +135,7 @@ func StartTwo(in Input) (*TwoAPIServers, error) {
 		}
 		api := env.ControlPlane.GetAPIServer()
 		api.SecureServing.Address = FirstAPIServerIP
+		api.SecureServing.Port = port
 		// Without it kube-apiserver advertises the host's default interface
 		// (a loopback bind address does not count), the same for both.
 		api.Configure().Set("advertise-address", FirstAdvertisedIP)
@@ -122,6 +150,24 @@ func StartTwo(in Input) (*TwoAPIServers, error) {
 		return nil, err
 	}
 	return two, nil
+}
+
+// freePort is a port free on both FirstAPIServerIP and SecondAPIServerIP.
+func freePort() (string, error) {
+	for range 10 {
+		l1, err := net.Listen("tcp", net.JoinHostPort(FirstAPIServerIP, "0"))
+		if err != nil {
+			return "", err
+		}
+		_, port, _ := net.SplitHostPort(l1.Addr().String())
+		l2, err := net.Listen("tcp", net.JoinHostPort(SecondAPIServerIP, port))
+		_ = l1.Close()
+		if err == nil {
+			_ = l2.Close()
+			return port, nil
+		}
+	}
+	return "", fmt.Errorf("no port free on both %s and %s after 10 tries", FirstAPIServerIP, SecondAPIServerIP)
 }
 
 func (two *TwoAPIServers) startSecond() error {
@@ -254,7 +300,7 @@ func (p *APIServerProcess) Start(ctx context.Context, admin *rest.Config) error 
 		return fmt.Errorf("the kube-apiserver at %s is already running", p.Host)
 	}
 	cmd := exec.Command(p.path, p.args...)
-	out := &bytes.Buffer{}
+	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// If the test binary dies, the kernel kills the server too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -313,18 +359,14 @@ func (p *APIServerProcess) waitReady(ctx context.Context, admin *rest.Config, do
 	}
 }
 
-// output is the tail of the process's output.
+// output is the end of the process's output.
 func (p *APIServerProcess) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.out == nil {
 		return ""
 	}
-	b := p.out.Bytes()
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
+	return p.out.String()
 }
 
 func hostname(host string) string {

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -136,6 +140,10 @@ func TestAPIServers(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	})
+
+	t.Run("a resumed server admits with its old parameters until its watch catches up", func(t *testing.T) {
+		resumedServerRounds(t, two, c, servers)
 	})
 
 	t.Run("a server that shuts down leaves at once, a killed one when its master lease expires", func(t *testing.T) {
@@ -368,4 +376,110 @@ func TestAPIServersInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resumedServerRounds measures what "absent is not dead" costs: a write that
+// reaches a paused kube-apiserver is admitted or refused, once it resumes, by
+// a ValidatingAdmissionPolicy whose parameter changed meanwhile. Each round
+// pauses the second server, changes the parameter through the first (which
+// then refuses the old value), sends a dry-run write with the old value to the
+// paused server and resumes it.
+func resumedServerRounds(t *testing.T, two *testenv.TwoAPIServers, c client.Client, servers []policy.APIServer) {
+	ctx := t.Context()
+	direct := make([]client.Client, len(servers))
+	for i, s := range servers {
+		var err error
+		if direct[i], err = client.New(s.Config, client.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ns = "apiservers-lag"
+	probeLabel := map[string]string{"apiservers-test/probe": "true"}
+	param := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "epoch"}, Data: map[string]string{"token": "1"}}
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		param,
+		&admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "apiservers-test-epoch"},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+				MatchConstraints: &admissionregistrationv1.MatchResources{
+					ObjectSelector: &metav1.LabelSelector{MatchLabels: probeLabel},
+					ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+						RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+							Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+							Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+						},
+					}},
+				},
+				Validations: []admissionregistrationv1.Validation{{Expression: "object.data.token == params.data.token"}},
+			},
+		},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "apiservers-test-epoch"},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName: "apiservers-test-epoch",
+				ParamRef: &admissionregistrationv1.ParamRef{
+					Name: "epoch", Namespace: ns,
+					ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+				},
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// probe sends a dry-run create with token through server i: nil if admitted.
+	probe := func(i int, token int) error {
+		return direct[i].Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-", Labels: probeLabel},
+			Data:       map[string]string{"token": strconv.Itoa(token)},
+		}, client.DryRunAll)
+	}
+	// until waits until server i admits token and refuses token-1.
+	until := func(i, token int) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for probe(i, token) != nil || probe(i, token-1) == nil {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("after 30 s %s does not admit token %d alone", servers[i].Host, token)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	until(0, 1)
+	until(1, 1)
+
+	const rounds = 5
+	stale := 0
+	for token := 2; token < 2+rounds; token++ {
+		if err := two.Second.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		param.Data["token"] = strconv.Itoa(token)
+		if err := c.Update(ctx, param); err != nil {
+			t.Fatal(err)
+		}
+		until(0, token)
+		result := make(chan error, 1)
+		go func() { result <- probe(1, token-1) }()
+		time.Sleep(300 * time.Millisecond) // the request waits in the paused server's socket
+		if err := two.Second.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		err := <-result
+		if err == nil {
+			stale++
+		} else if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			t.Fatalf("the old token's write through the resumed %s: %v, want admitted or refused by the policy", servers[1].Host, err)
+		}
+		caughtUp := until(1, token)
+		t.Logf("round %d: the resumed server %s the old token; it refused it %v later", token-1,
+			map[bool]string{true: "admitted", false: "refused"}[err == nil], caughtUp)
+	}
+	t.Logf("a resumed kube-apiserver admitted a write with a replaced parameter in %d of %d rounds", stale, rounds)
 }

@@ -9,12 +9,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -88,6 +91,12 @@ var ErrNotAddressable = errors.New("the kube-apiservers cannot be addressed one 
 // leaves the list too, and returns when it resumes: absent is not dead (see
 // docs/design.md).
 func APIServers(ctx context.Context, c client.Reader, base *rest.Config) ([]APIServer, error) {
+	return apiServers(ctx, c, base, time.Now())
+}
+
+// apiServers is APIServers with the time the identity leases' freshness is
+// judged at.
+func apiServers(ctx context.Context, c client.Reader, base *rest.Config, now time.Time) ([]APIServer, error) {
 	serverName, err := tlsServerName(base)
 	if err != nil {
 		return nil, err
@@ -100,7 +109,7 @@ func APIServers(ctx context.Context, c client.Reader, base *rest.Config) ([]APIS
 		return nil, fmt.Errorf("%w: the default/%s Service has no endpoints (is kube-apiserver's --endpoint-reconciler-type none?)",
 			ErrNotAddressable, kubernetesService)
 	}
-	live, err := liveIdentities(ctx, c, time.Now())
+	live, err := liveIdentities(ctx, c, now)
 	if err != nil {
 		return nil, err
 	}
@@ -199,4 +208,102 @@ func liveIdentities(ctx context.Context, c client.Reader, now time.Time) (int, e
 		}
 	}
 	return n, nil
+}
+
+// DefaultGrace is Tracker's Grace when it is zero.
+const DefaultGrace = time.Minute
+
+// departureDialTimeout bounds Tracker's check that a departed server's
+// address refuses connections.
+const departureDialTimeout = time.Second
+
+// Tracker is APIServers for a barrier that must not stop waiting for a server
+// merely because it left the kubernetes Service's endpoints: a kube-apiserver
+// paused for longer than its master lease (15 s) leaves them and, once it
+// resumes, admits writes with its old parameters for a few milliseconds (see
+// docs/design.md, "Absent is not dead"). Tracker returns the servers listed
+// now and, besides, each server it saw listed before that has left, until
+// that server is proven gone: its address refuses TCP connections (a dead
+// process on a live host), or Grace has passed since Tracker first saw it
+// absent (a lost machine, or a pause longer than Grace). A paused server
+// accepts connections (the kernel completes the handshake) and so stays, and
+// a barrier's probes to it time out until it resumes and catches up.
+//
+// A Tracker knows only what it has seen: a new leader's Tracker starts empty.
+// Calls are serialised.
+type Tracker struct {
+	// Reader and Base are APIServers' arguments.
+	Reader client.Reader
+	Base   *rest.Config
+	// Grace bounds how long a server that left the list is still returned
+	// while its address does not refuse connections; zero means DefaultGrace.
+	Grace time.Duration
+	// Clock, if set, replaces the real clock.
+	Clock clock.PassiveClock
+
+	mu    sync.Mutex
+	known map[string]*trackedServer // by Host: every server seen listed and not yet proven gone
+}
+
+type trackedServer struct {
+	server APIServer
+	left   time.Time // when first seen absent from the list; zero while listed
+}
+
+// APIServers returns the servers listed now and those that left the list but
+// are not proven gone (see Tracker), sorted by Host; its errors are
+// APIServers'.
+func (t *Tracker) APIServers(ctx context.Context) ([]APIServer, error) {
+	clk := t.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	grace := t.Grace
+	if grace == 0 {
+		grace = DefaultGrace
+	}
+	listed, err := apiServers(ctx, t.Reader, t.Base, clk.Now())
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.known == nil {
+		t.known = map[string]*trackedServer{}
+	}
+	servers := slices.Clone(listed)
+	for _, s := range listed {
+		t.known[s.Host] = &trackedServer{server: s}
+	}
+	for host, k := range t.known {
+		if slices.ContainsFunc(listed, func(s APIServer) bool { return s.Host == host }) {
+			continue
+		}
+		if k.left.IsZero() {
+			k.left = clk.Now()
+		}
+		if clk.Since(k.left) >= grace || refusesConnections(ctx, t.Base, host) {
+			delete(t.known, host)
+			continue
+		}
+		servers = append(servers, k.server)
+	}
+	slices.SortFunc(servers, func(a, b APIServer) int { return strings.Compare(a.Host, b.Host) })
+	return servers, nil
+}
+
+// refusesConnections tells whether a TCP connection to host (IP:port),
+// dialed as base dials, is refused.
+func refusesConnections(ctx context.Context, base *rest.Config, host string) bool {
+	ctx, cancel := context.WithTimeout(ctx, departureDialTimeout)
+	defer cancel()
+	dial := base.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	conn, err := dial(ctx, "tcp", host)
+	if err == nil {
+		_ = conn.Close()
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -168,11 +170,19 @@ func TestAPIServers(t *testing.T) {
 		if err := two.WaitListed(restart, first, second); err != nil {
 			t.Fatal(err)
 		}
+		tracker := &policy.Tracker{Reader: c, Base: two.Config, Grace: time.Hour}
+		if servers, err := tracker.APIServers(ctx); err != nil || !equal(hosts(servers), first, second) {
+			t.Fatalf("the tracker returns %v (%v), want both servers", hosts(servers), err)
+		}
 		killed := left(two.Second.Kill)
 		t.Logf("after SIGKILL, %s left the list in %v", second, killed)
-		// Unlike a paused server, a killed one refuses connections.
+		// Unlike a paused server, a killed one refuses connections, so the
+		// tracker lets it go as soon as it leaves the list.
 		if _, err := net.DialTimeout("tcp", two.Second.Bind, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("a TCP connection to the killed %s: %v, want connection refused", second, err)
+		}
+		if servers, err := tracker.APIServers(ctx); err != nil || !equal(hosts(servers), first) {
+			t.Errorf("after the killed server left the list, the tracker returns %v (%v), want only %s", hosts(servers), err, first)
 		}
 		// The master lease TTL (15 s) plus one reconcile period (10 s) of the
 		// surviving server, plus slack for a loaded machine.
@@ -194,11 +204,19 @@ func TestAPIServersPausedServerLeavesAndReturns(t *testing.T) {
 	}
 	two, c := startTwo(t)
 	first, second := two.First.Host, two.Second.Host
+	tracker := &policy.Tracker{Reader: c, Base: two.Config, Grace: time.Hour}
+	if servers, err := tracker.APIServers(t.Context()); err != nil || !equal(hosts(servers), first, second) {
+		t.Fatalf("the tracker returns %v (%v), want both servers", hosts(servers), err)
+	}
 	if err := two.Second.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	left := untilListed(t, c, two.Config, first)
 	t.Logf("paused, %s left the list in %v", second, left)
+	// The paused server accepts connections: the tracker keeps it.
+	if servers, err := tracker.APIServers(t.Context()); err != nil || !equal(hosts(servers), first, second) {
+		t.Errorf("the tracker returns %v (%v) after the paused server left the list, want both servers", hosts(servers), err)
+	}
 	if err := two.Second.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -482,4 +500,70 @@ func resumedServerRounds(t *testing.T, two *testenv.TwoAPIServers, c client.Clie
 			map[bool]string{true: "admitted", false: "refused"}[err == nil], caughtUp)
 	}
 	t.Logf("a resumed kube-apiserver admitted a write with a replaced parameter in %d of %d rounds", stale, rounds)
+}
+
+// TestTracker covers how Tracker lets a departed server go (the fake client
+// lists the endpoints; the departed servers' addresses are real sockets on
+// this machine).
+func TestTracker(t *testing.T) {
+	// paused: a socket that completes TCP handshakes and answers nothing.
+	paused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = paused.Close() }()
+	// dead: a port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	_ = l.Close()
+	slice := func(name, host string) *discoveryv1.EndpointSlice {
+		ip, port, err := net.SplitHostPort(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: metav1.NamespaceDefault, Name: name,
+				Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"},
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(p))}},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+		}
+	}
+	const live = "10.0.0.1:6443"
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
+		WithObjects(slice("paused", paused.Addr().String()), slice("dead", dead), slice("live", live)).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	tracker := &policy.Tracker{Reader: c, Base: &rest.Config{Host: "https://api.example.com"}, Grace: time.Minute, Clock: clk}
+	ctx := t.Context()
+	check := func(when string, want ...string) {
+		t.Helper()
+		servers, err := tracker.APIServers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		if got := hosts(servers); !equal(got, want...) {
+			t.Errorf("%s: the tracker returns %v, want %v", when, got, want)
+		}
+	}
+	check("all listed", paused.Addr().String(), dead, live)
+	for _, name := range []string{"paused", "dead"} {
+		if err := c.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("two left the list", paused.Addr().String(), live)
+	clk.SetTime(clk.Now().Add(time.Minute - time.Second))
+	check("just before the grace period ends", paused.Addr().String(), live)
+	clk.SetTime(clk.Now().Add(time.Second))
+	check("when the grace period ends", live)
 }

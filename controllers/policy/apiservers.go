@@ -89,7 +89,7 @@ var ErrNotAddressable = errors.New("the kube-apiservers cannot be addressed one 
 // endpoints (every 10 s): 5-25 s after its death. One that shuts down
 // gracefully removes itself at once. One paused for longer than its lease
 // leaves the list too, and returns when it resumes: absent is not dead (see
-// docs/design.md).
+// docs/design.md), so a barrier uses Tracker, not APIServers alone.
 func APIServers(ctx context.Context, c client.Reader, base *rest.Config) ([]APIServer, error) {
 	return apiServers(ctx, c, base, time.Now())
 }

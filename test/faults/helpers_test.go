@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -34,7 +34,7 @@ import (
 // allowance, plus slack for what the fault itself costs (a restart, a watch
 // reconnect, the new holder's acknowledging renewal).
 func recoveryBound(l, slack time.Duration) time.Duration {
-	return l + controllers.DefaultTiming().Allowance(l) + slack
+	return l + fencedlease.DefaultTiming().Allowance(l) + slack
 }
 
 var nsCounter atomic.Int32

@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"context"
@@ -56,7 +56,7 @@ var _ = BeforeSuite(func() {
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
 	var err error
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "..", CRDs: true, Webhooks: true})
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

@@ -1,5 +1,5 @@
-// Package webhooks holds the admission webhooks the kubefence manager serves.
-package webhooks
+// Package fencedlease holds the admission webhooks the kubefence manager serves.
+package fencedlease
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-// Package controllers holds the FencedLease reconciler: it grants, renews,
+// Package fencedlease holds the FencedLease reconciler: it grants, renews,
 // expires and hands over leases on its own clock.
-package controllers
+package fencedlease
 
 import (
 	"context"

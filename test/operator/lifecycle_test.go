@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -463,14 +463,14 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		DeferCleanup(bob.stop)
 		waitQueued(ns, "lag", "bob")
 
-		r := &controllers.FencedLeaseReconciler{
+		r := &fencedlease.FencedLeaseReconciler{
 			Client:    laggingClient{Client: k8sClient, stale: stale},
 			APIReader: k8sClient,
 			Clock:     clock.RealClock{},
 			Recorder:  events.NewFakeRecorder(100),
-			Epochs: &controllers.EpochStore{Reader: k8sClient, Writer: k8sClient,
-				Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-			Timing: controllers.DefaultTiming(),
+			Epochs: &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
+				Namespace: operatorNamespace, Name: fencedlease.DefaultEpochStoreName},
+			Timing: fencedlease.DefaultTiming(),
 		}
 		// The stale copy has no bob: the grant written from it conflicts. One
 		// reconcile must still grant alice, with bob waiting (read afresh).

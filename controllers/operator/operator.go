@@ -24,8 +24,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/metrics"
 	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
@@ -142,6 +144,10 @@ func (o Options) Validate() error {
 func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("invalid operator options: %w", err)
+	}
+	// The manager serves controller-runtime's registry on its metrics endpoint.
+	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("registering the kubefence metrics: %w", err)
 	}
 	if o.Reconciler {
 		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),

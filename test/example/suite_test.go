@@ -52,7 +52,7 @@ func TestExample(t *testing.T) {
 }
 
 // BeforeSuite runs the kubefence controller and its webhooks in-process, as
-// controllers/suite_test.go does: the examples are their clients.
+// test/operator/suite_test.go does: the examples are their clients.
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	suiteCtx, cancel = context.WithCancel(context.Background())

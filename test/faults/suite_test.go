@@ -41,7 +41,7 @@ import (
 const (
 	operatorNamespace = "kubefence-system"
 	// leaderElectionID is the operator's own leader-election Lease, as in
-	// controllers/suite_test.go and cmd/main.go.
+	// test/operator/suite_test.go and cmd/main.go.
 	leaderElectionID = "controller.coordination.kubefence.io"
 	clientsGroup     = "kubefence:clients"
 )

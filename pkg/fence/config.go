@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // Config configures an Elector. Zero values take the documented defaults.
@@ -94,7 +96,7 @@ func (c *Config) validate() error {
 	if c.Namespace == "" || c.Name == "" {
 		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", c.Namespace, c.Name))
 	}
-	if err := ValidateIdentity(c.Identity); err != nil {
+	if err := protocol.ValidateIdentity(c.Identity); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Callbacks.OnStartedLeading == nil {

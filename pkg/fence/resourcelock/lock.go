@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/fence/protocol"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // ErrNotGranted is returned (wrapped) by Update while this identity's request

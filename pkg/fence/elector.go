@@ -66,7 +66,7 @@ func New(cfg Config) (*Elector, error) {
 		c = clock.RealClock{}
 	}
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
-	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
+	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key, c), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
 	}
@@ -188,7 +188,7 @@ func (e *Elector) Run(ctx context.Context) error {
 				}
 				if err := e.join(ctx, lease); err != nil {
 					log.V(1).Info("Queueing failed; retrying", "error", err.Error())
-					sleep(ctx, 200*time.Millisecond)
+					sleep(ctx, e.clock, 200*time.Millisecond)
 					_ = e.view.refresh(ctx)
 				}
 				continue
@@ -267,7 +267,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	if err != nil {
 		log.V(1).Info("Could not acknowledge grant", "token", token, "error", err.Error())
 		if !errors.Is(err, ErrLost) {
-			sleep(ctx, 100*time.Millisecond)
+			sleep(ctx, e.clock, 100*time.Millisecond)
 		}
 		_ = e.view.refresh(ctx)
 		return
@@ -278,7 +278,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	if err != nil {
 		log.Error(err, "Cannot hold lease with this configuration")
 		_ = e.withdraw(ctx)
-		sleep(ctx, l)
+		sleep(ctx, e.clock, l)
 		return
 	}
 	e.setLeading(true, token, sent.Add(l-margin))
@@ -480,7 +480,7 @@ func (e *Elector) quiesce(ctx context.Context, max time.Duration) {
 		if lag <= 0 {
 			lag = DefaultMaxCommitLag
 		}
-		sleep(ctx, lag)
+		sleep(ctx, e.clock, lag)
 	}
 }
 

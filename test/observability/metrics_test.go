@@ -178,8 +178,7 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 		}
 	}
 
-	stale := fence.NewFencedClient(k8sClient, "job", fixedToken(na))
-	stale.Metrics = clientMetrics
+	stale := fence.NewFencedClient(k8sClient, "job", fixedToken(na), fence.ClientConfig{Metrics: clientMetrics})
 	for i := range n {
 		if err := k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(w), w); err != nil {
 			t.Fatal(err)

@@ -215,8 +215,7 @@ func (w *writer) writeOnce(ctx context.Context) bool {
 
 	// The token was taken before any pause: this client stamps exactly that
 	// token, without asking the elector again, so the API server decides.
-	fc := fence.NewFencedClient(w.c, w.o.lease, fixedToken(token))
-	fc.OnStale = func(error) { w.elector.StepDown() }
+	fc := fence.NewFencedClient(w.c, w.o.lease, fixedToken(token), fence.ClientConfig{OnStale: func(error) { w.elector.StepDown() }})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	entries, created, err := w.appendEntry(wctx, fc, fmt.Sprintf("%s@%d", w.o.identity, token))

@@ -124,9 +124,7 @@ func (l *Lock) Token() (int64, bool) {
 // write refused as stale makes the Lock refuse to renew that token, so the
 // elector stops leading within its RenewDeadline.
 func (l *Lock) Client(c client.Client) *fence.FencedClient {
-	fc := fence.NewFencedClient(c, l.cfg.Name, l)
-	fc.OnStale = func(error) { l.stepDown() }
-	return fc
+	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }})
 }
 
 // stepDown drops the current token and refuses to renew it again.

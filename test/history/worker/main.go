@@ -266,8 +266,7 @@ func (lw *leaseWorker) lead(ctx context.Context, token int64) {
 	tenureEnd := time.Now().Add(w.between(w.o.minTenure, w.o.maxTenure))
 	// Honest: each write takes the token from the elector first (the check),
 	// and a stale refusal makes the elector step down.
-	fc := fence.NewFencedClient(w.c, lw.lease, fixedToken(token))
-	fc.OnStale = func(error) { lw.elector.StepDown() }
+	fc := fence.NewFencedClient(w.c, lw.lease, fixedToken(token), fence.ClientConfig{OnStale: func(error) { lw.elector.StepDown() }})
 	for ctx.Err() == nil && !w.stopped() {
 		if time.Now().After(tenureEnd) {
 			rctx, cancel := context.WithTimeout(context.Background(), w.o.writeTimeout)

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -21,6 +20,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // Phase 4: what the fencing webhook adds to a write of a guarded object.
@@ -53,8 +53,6 @@ const (
 	allowAllConfig = "bench-allow-all"
 )
 
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
 type guardedPass struct {
 	guarded, unguarded []time.Duration
 	failures           int
@@ -77,7 +75,7 @@ type guardedResult struct {
 
 func widget(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
+	u.SetGroupVersionKind(testenv.WidgetGVK)
 	u.SetNamespace(ns)
 	u.SetName(name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
@@ -224,7 +222,7 @@ func (b *bench) installAllowAll(ctx context.Context, ws *webhookServer, ns, leas
 	wh.MatchConditions = nil
 	wh.Rules = []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{widgetGVK.Group}, APIVersions: []string{widgetGVK.Version},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{testenv.WidgetGVK.Group}, APIVersions: []string{testenv.WidgetGVK.Version},
 			Resources: []string{"widgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -240,17 +239,9 @@ func gatedClient(t *testing.T, user string, g *gate) client.WithWatch {
 	return cl
 }
 
-// fixedToken is a TokenSource stuck on one token: a holder that never
-// noticed it lost the lease.
-type fixedToken int64
-
-func (f fixedToken) Token() (int64, bool) { return int64(f), true }
-
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
 func widgetRef(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
+	u.SetGroupVersionKind(testenv.WidgetGVK)
 	u.SetNamespace(ns)
 	u.SetName(name)
 	return u
@@ -260,12 +251,12 @@ func widgetRef(ns, name string) *unstructured.Unstructured {
 func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
 	u := widgetRef(ns, name)
 	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
-	return fence.NewFencedClient(cl, lease, fixedToken(token)).Create(suiteCtx, u)
+	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Create(suiteCtx, u)
 }
 
 // writeWidget sets spec.writer with a merge patch stamped with token.
 func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
-	return fence.NewFencedClient(cl, lease, fixedToken(token)).Patch(ctx, widgetRef(ns, name),
+	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, widgetRef(ns, name),
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
 }
 
@@ -309,7 +300,7 @@ func startMonitor(t *testing.T, ns string) *monitor {
 	t.Cleanup(cancel)
 	go m.watch(ctx, &coordv1alpha1.FencedLeaseList{}, ns, m.onLease)
 	go m.watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{
-		"apiVersion": widgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
+		"apiVersion": testenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
 	return m
 }
 

@@ -12,7 +12,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,21 +96,7 @@ var _ = AfterSuite(func() {
 // grantClientRole gives clientsGroup what a fenced controller needs: FencedLease
 // requests (no status), and full rights on Widgets so that only fencing refuses.
 func grantClientRole() {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
-	})).To(Succeed())
+	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fenced-example", clientsGroup, testenv.ClientRules...)).To(Succeed())
 }
 
 var nsCounter int

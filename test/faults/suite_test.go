@@ -20,7 +20,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -185,23 +184,7 @@ func teardown() {
 // lease client: read and update FencedLeases, nothing on status; and full
 // rights on Widgets, so that only fencing refuses.
 func grantClientRole() error {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	if err := k8sClient.Create(suiteCtx, role); err != nil {
-		return err
-	}
-	return k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
-	})
+	return testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", clientsGroup, testenv.ClientRules...)
 }
 
 // managerProcess is one running controller-runtime manager: the webhooks, or a

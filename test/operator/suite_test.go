@@ -104,28 +104,12 @@ var _ = AfterSuite(func() {
 })
 
 // grantClientRole gives group kubefence:clients what config/rbac's editor role
-// gives a lease client: read and update FencedLeases, nothing on status.
+// gives a lease client (read and update FencedLeases, nothing on status), and
+// full rights on the guarded objects of the tests, so that only fencing refuses.
 func grantClientRole() {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			// Guarded objects of the tests: full rights, so that only fencing refuses.
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
-	})).To(Succeed())
+	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", "kubefence:clients", append(testenv.ClientRules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs})...)).To(Succeed())
 }
 
 // controllerProcess is one running kubefence controller (a manager with the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,40 +138,16 @@ func queued(ns, name string) []string {
 // pauser stalls every write (any method but GET) of the clients whose
 // transport it wraps, as a stalled process or network path would. A stalled
 // request is sent once resumed, unless its context ends first.
-type pauser struct {
-	mu   sync.Mutex
-	gate chan struct{}
-}
+type pauser struct{ gate testenv.Gate }
 
-func (p *pauser) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate == nil {
-		p.gate = make(chan struct{})
-	}
-}
-
-func (p *pauser) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
-}
+func (p *pauser) pause()  { p.gate.Close() }
+func (p *pauser) resume() { p.gate.Open() }
 
 func (p *pauser) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method != http.MethodGet {
-			p.mu.Lock()
-			g := p.gate
-			p.mu.Unlock()
-			if g != nil {
-				select {
-				case <-g:
-				case <-req.Context().Done():
-					return nil, req.Context().Err()
-				}
+			if err := p.gate.Wait(req.Context()); err != nil {
+				return nil, err
 			}
 		}
 		return rt.RoundTrip(req)

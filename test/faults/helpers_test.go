@@ -159,42 +159,11 @@ func (r *runningElector) stop() {
 // gate stalls a client's traffic, as a paused process or a network partition
 // would: while closed, new requests wait (until their context ends) and reads
 // of response bodies already streaming (watches) wait too.
-type gate struct {
-	mu     sync.Mutex
-	closed chan struct{}
-}
+type gate struct{ testenv.Gate }
 
-func (g *gate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed == nil {
-		g.closed = make(chan struct{})
-	}
-}
-
-func (g *gate) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed != nil {
-		close(g.closed)
-		g.closed = nil
-	}
-}
-
-func (g *gate) wait(ctx context.Context) error {
-	g.mu.Lock()
-	c := g.closed
-	g.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (g *gate) close()                         { g.Close() }
+func (g *gate) open()                          { g.Open() }
+func (g *gate) wait(ctx context.Context) error { return g.Wait(ctx) }
 
 func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {

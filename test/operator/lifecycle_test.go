@@ -391,41 +391,14 @@ func (c *countingClient) writesOtherThanPatch() int {
 // pausableClient blocks writes while paused, like a stalled network path.
 type pausableClient struct {
 	client.WithWatch
-	mu   sync.Mutex
-	gate chan struct{}
+	gate testenv.Gate
 }
 
-func (c *pausableClient) pause() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gate == nil {
-		c.gate = make(chan struct{})
-	}
-}
-
-func (c *pausableClient) resume() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gate != nil {
-		close(c.gate)
-		c.gate = nil
-	}
-}
-
-func (c *pausableClient) wait(ctx context.Context) {
-	c.mu.Lock()
-	g := c.gate
-	c.mu.Unlock()
-	if g != nil {
-		select {
-		case <-g:
-		case <-ctx.Done():
-		}
-	}
-}
+func (c *pausableClient) pause()  { c.gate.Close() }
+func (c *pausableClient) resume() { c.gate.Open() }
 
 func (c *pausableClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-	c.wait(ctx)
+	_ = c.gate.Wait(ctx) // a cancelled write fails in the API call
 	return c.WithWatch.Patch(ctx, obj, p, opts...)
 }
 

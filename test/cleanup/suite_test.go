@@ -129,12 +129,8 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 		return err
 	}
 	for _, name := range []string{"alice", "bob"} {
-		u, err := env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		if err != nil {
-			return err
-		}
-		userConfigs[name] = u.Config()
-		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+		var err error
+		if users[name], userConfigs[name], err = testenv.UserClient(env, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}}); err != nil {
 			return err
 		}
 	}

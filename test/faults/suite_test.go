@@ -143,12 +143,8 @@ func setup() error {
 		return err
 	}
 	for _, name := range []string{"alice", "bob", "carol"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{clientsGroup}}, nil)
-		if err != nil {
-			return err
-		}
-		userConfigs[name] = u.Config()
-		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+		var err error
+		if users[name], userConfigs[name], err = testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{clientsGroup}}); err != nil {
 			return err
 		}
 	}

@@ -437,9 +437,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 // controllers (fencing.DefaultCleanupUsers), with the lease clients' rights.
 func cleanupUser(name string) client.Client {
 	GinkgoHelper()
-	u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	c, err := client.New(u.Config(), client.Options{Scheme: scheme})
+	c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }

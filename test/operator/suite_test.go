@@ -77,9 +77,7 @@ var _ = BeforeSuite(func() {
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantClientRole()
 	for _, name := range []string{"alice", "bob", "carol", "dave"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 		Expect(err).NotTo(HaveOccurred())
 		users[name] = c
 	}

@@ -83,17 +83,13 @@ var _ = BeforeSuite(func() {
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantRoles()
 	for _, name := range []string{"alice", "bob", "mallory"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 		Expect(err).NotTo(HaveOccurred())
 		users[name] = c
 	}
 	// An operator: a lease admin (system:masters is the default admin group),
 	// not a controller user.
-	op, err := testEnv.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	users["operator"], err = client.NewWithWatch(op.Config(), client.Options{Scheme: scheme})
+	users["operator"], _, err = testenv.UserClient(testEnv, scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}})
 	Expect(err).NotTo(HaveOccurred())
 
 	// The webhooks, wired as the operator wires them, on a manager whose

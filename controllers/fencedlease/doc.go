@@ -9,7 +9,8 @@
 //   - the decision (decide.go), a pure function of the lease, the
 //     controller's own observation of the holder, the stored epoch and the
 //     clock: end the tenure (release, expiry), grant the next request, remove
-//     the expired request; tested step by step in decide_test.go;
+//     the expired request; each step has a row in decide_table_test.go's
+//     TestDecide, and decide_test.go drives sequences of them;
 //   - the expiry arithmetic (timing.go);
 //   - the epoch store (epochstore.go), which carries the highest token of a
 //     lease name across delete-then-recreate in ConfigMap shards.

@@ -189,14 +189,7 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 			os.Exit(1)
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for whMgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the webhook server did not start within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
+	return testenv.WaitForWebhookServer(whMgr, 30*time.Second)
 }
 
 // grantRoles gives group kubefence:clients what a lease client needs plus full

@@ -225,12 +225,8 @@ func startWebhooks() (*managerProcess, error) {
 	ctx, cancel := context.WithCancel(suiteCtx)
 	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
 	p.run(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("webhook server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testenv.WaitForWebhookServer(mgr, 30*time.Second); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

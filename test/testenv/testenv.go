@@ -11,6 +11,10 @@
 // options) rather than asserting anything, so that a caller can change
 // fields before use and report errors its own way.
 //
+// It also holds the helpers the suites share: GrantClusterRole and the client
+// rules (rbac.go), UserClient (users.go), Gate (gate.go), WidgetGVK and
+// FixedToken (kinds.go), WaitForWebhookServer.
+//
 // It imports production packages (controllers/operator for the wiring) and
 // never the reverse: no production package may import testenv.
 package testenv
@@ -20,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -110,4 +115,17 @@ func SetupReconciler(mgr ctrl.Manager, operatorNamespace string) error {
 	o := Operator(operatorNamespace)
 	o.Webhooks = false
 	return operator.Setup(mgr, o)
+}
+
+// WaitForWebhookServer waits until mgr's webhook server serves, at most
+// timeout.
+func WaitForWebhookServer(mgr ctrl.Manager, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the webhook server did not start within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }

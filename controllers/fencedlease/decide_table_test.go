@@ -32,8 +32,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "renew: a raised renewSequence is recorded, the token stays",
 		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
+			held(s)
 			s.clock.Step(time.Second)
 			s.renew("a")
 		},
@@ -41,8 +40,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "nothing to do: a held lease inside its duration",
 		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
+			held(s)
 			s.clock.Step(5 * time.Second)
 		},
 	}, {
@@ -57,51 +55,30 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "expire, generation unmoved: the silent holder's request is removed first, so the next token is larger",
 		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
+			held(s)
 			s.clock.Step(11 * time.Second)
 		},
 		removes: "a",
 	}, {
-		name: "expire and take over: the expiry is written with the next grant",
-		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
-			s.join("b")
-			s.reconcile()
-			s.clock.Step(11 * time.Second)
-		},
+		name:        "expire and take over: the expiry is written with the next grant",
+		setup:       expiredWithNext,
 		transitions: "Expired TakenOver", holder: "b", token: 3,
 	}, {
-		name:      "lock delay: after an expiry nobody is granted until it passes",
-		lockDelay: 5,
-		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
-			s.join("b")
-			s.reconcile()
-			s.clock.Step(11 * time.Second)
-		},
+		name:        "lock delay: after an expiry nobody is granted until it passes",
+		lockDelay:   5,
+		setup:       expiredWithNext,
 		transitions: "Expired", token: 2,
 	}, {
 		name: "tidy, not yet: the expired holder's request stays while the new holder has not acknowledged",
 		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
-			s.join("b")
-			s.reconcile()
-			s.clock.Step(11 * time.Second)
+			expiredWithNext(s)
 			s.reconcile() // b granted with a's request still in place
 			s.clock.Step(time.Second)
 		},
 	}, {
 		name: "tidy: the expired holder's request is removed after the acknowledgement grace",
 		setup: func(s *sim) {
-			s.join("a")
-			s.reconcile()
-			s.join("b")
-			s.reconcile()
-			s.clock.Step(11 * time.Second)
+			expiredWithNext(s)
 			s.reconcile()
 			s.clock.Step(4 * time.Second) // past ackGrace, a third of the duration
 		},
@@ -134,4 +111,19 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// held: a was granted the lease.
+func held(s *sim) {
+	s.join("a")
+	s.reconcile()
+}
+
+// expiredWithNext: a was granted, b queued, and a stopped renewing for longer
+// than the lease's duration (10 s).
+func expiredWithNext(s *sim) {
+	held(s)
+	s.join("b")
+	s.reconcile()
+	s.clock.Step(11 * time.Second)
 }

@@ -21,12 +21,10 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // WebhookPaths are the admission configurations the deployed operator
@@ -60,14 +59,11 @@ func NewEnvironment(root string) *envtest.Environment {
 // SelfSubjectReview: with envtest's admin config, the identity the webhook
 // trusts as "the controller". An empty username is an error.
 func AdminUser(ctx context.Context, c client.Client) (string, error) {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
+	user, err := protocol.WhoAmI(ctx, c)
+	if err != nil {
 		return "", fmt.Errorf("asking who the admin is: %w", err)
 	}
-	if review.Status.UserInfo.Username == "" {
-		return "", errors.New("the API server returned an empty username for the admin")
-	}
-	return review.Status.UserInfo.Username, nil
+	return user, nil
 }
 
 // WebhookManagerOptions are the options of a manager that serves the webhooks

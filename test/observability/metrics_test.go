@@ -433,6 +433,7 @@ func TestMetricNames(t *testing.T) {
 // uses is served by kube-apiserver, the operator or pkg/fence's client
 // metrics; and that every alert links to a runbook in docs/operations.md.
 func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
+	testenv.SkipIfShort(t)
 	clientReg := prometheus.NewRegistry()
 	clientMetrics, err := fence.NewMetrics(clientReg)
 	if err != nil {

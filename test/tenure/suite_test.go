@@ -58,6 +58,7 @@ var (
 )
 
 func TestTenure(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)")
 }

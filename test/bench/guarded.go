@@ -74,10 +74,7 @@ type guardedResult struct {
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(testenv.WidgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
 	return u
 }

@@ -154,7 +154,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	// helper says it no longer leads); a stubborn one keeps its old token.
 	honestCl := fence.NewFencedClient(writeCl, "job", a.Elector)
 	honest := startWriter(func(ctx context.Context) error {
-		return honestCl.Patch(ctx, widgetRef(ns, "w"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"alice"}}`)))
+		return honestCl.Patch(ctx, testenv.Widget(ns, "w"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"alice"}}`)))
 	})
 	stubborn := startWriter(func(ctx context.Context) error {
 		return writeWidget(ctx, writeCl, ns, "w", "job", tokA, "alice-stubborn")
@@ -869,7 +869,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 }
 
 func widgetExists(ns, name string) bool {
-	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, widgetRef(ns, name)) == nil
+	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
 }
 
 // copyDir copies the directory tree src into dst (created if missing).

@@ -208,30 +208,22 @@ func gatedClient(t *testing.T, user string, g *gate) client.WithWatch {
 	return cl
 }
 
-func widgetRef(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(testenv.WidgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 // createWidget creates a Widget guarded by lease, written with token.
 func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
-	u := widgetRef(ns, name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
 	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Create(suiteCtx, u)
 }
 
 // writeWidget sets spec.writer with a merge patch stamped with token.
 func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
-	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, widgetRef(ns, name),
+	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
 }
 
 // widgetState returns a Widget's writer and accepted token.
 func widgetState(g Gomega, ns, name string) (string, int64) {
-	u := widgetRef(ns, name)
+	u := testenv.Widget(ns, name)
 	g.Eventually(func() error {
 		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())

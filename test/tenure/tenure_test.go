@@ -23,10 +23,7 @@ import (
 )
 
 func widget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(testenv.WidgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
 	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
 	return u

@@ -1,6 +1,9 @@
 package testenv
 
-import "k8s.io/apimachinery/pkg/runtime/schema"
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
 
 // WidgetGVK is the guarded example kind the suites, the demo, the benchmark
 // and the workers write: example.kubefence.io/v1 Widget (test/crds), with
@@ -15,3 +18,13 @@ type FixedToken int64
 
 // Token returns t, always as current.
 func (t FixedToken) Token() (int64, bool) { return int64(t), true }
+
+// Widget is an empty Widget named ns/name: a reference to get into, or the
+// start of one to create.
+func Widget(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(WidgetGVK)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}

@@ -100,7 +100,7 @@ FUZZTIME ?= 10s
 .PHONY: fuzz
 fuzz: ## Run each fuzz test for FUZZTIME (default 10s) on top of its committed seed corpus.
 	go test ./controllers/webhooks/fencing/ -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
-	go test ./controllers/webhooks/ -run '^$$' -fuzz '^FuzzValidateUpdate$$' -fuzztime $(FUZZTIME)
+	go test ./controllers/webhooks/fencedlease/ -run '^$$' -fuzz '^FuzzValidateUpdate$$' -fuzztime $(FUZZTIME)
 
 .PHONY: bench
 bench: setup-envtest ## Run the benchmarks against a real kube-apiserver and print tables.
@@ -287,7 +287,7 @@ GOTESTSUM_FORMAT ?= pkgname-and-test-fails
 # The suites that exercise the API server itself (CRD validation and CEL,
 # admission webhooks, the controller, the install manifests and chart); the
 # long fault, history and example suites stay on the default version.
-K8S_MINOR_PACKAGES ?= ./test/api/... ./controllers/... ./test/install/...
+K8S_MINOR_PACKAGES ?= ./test/api/... ./test/operator/... ./controllers/... ./test/install/...
 
 # K8S_MINOR_VERSION is the other Kubernetes version test-k8s-minor runs against.
 K8S_MINOR_VERSION ?= 1.36.0

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
 	"github.com/kubefence/kubefence/controllers/certrotation"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
@@ -94,9 +94,9 @@ func main() {
 		"A group whose members may change the settings of existing FencedLeases (repeatable; default system:masters).")
 	flag.Var(&controllerUsers, "controller-user",
 		"An additional username trusted as the controller by the FencedLease webhook (repeatable).")
-	flag.Float64Var(&driftRatio, "drift-ratio", controllers.DefaultTiming().DriftRatio,
+	flag.Float64Var(&driftRatio, "drift-ratio", fencedlease.DefaultTiming().DriftRatio,
 		"Clock-drift allowance added to every lease, as a fraction of its duration.")
-	flag.DurationVar(&minDrift, "min-drift", controllers.DefaultTiming().MinDrift,
+	flag.DurationVar(&minDrift, "min-drift", fencedlease.DefaultTiming().MinDrift,
 		"Smallest clock-drift allowance added to every lease.")
 	flag.Var(&cleanupUsers, "fencing-cleanup-user",
 		"A user whose DELETEs of guarded objects are accepted without holding their lease (repeatable; default: the namespace controller "+
@@ -112,7 +112,7 @@ func main() {
 		setupLog.Error(errors.New("--leader-elect=false needs --single-replica: without leader election every replica grants and expires leases"), "Invalid flags")
 		os.Exit(1)
 	}
-	timing := controllers.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
+	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid drift settings")
 		os.Exit(1)

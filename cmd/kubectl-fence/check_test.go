@@ -23,6 +23,7 @@ import (
 // them (the API server cannot call it), then with the operator's webhooks
 // served in-process, as the deployed manager serves them.
 func TestCheckWithWebhook(t *testing.T) {
+	testenv.SkipIfShort(t)
 	env := testenv.NewEnvironment(filepath.Join("..", ".."))
 	cfg, err := env.Start()
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // complete runs cobra's `__complete args...` in-process, as
@@ -96,6 +97,7 @@ func TestCompletion(t *testing.T) {
 // path users take (kubectl -> kubectl_complete-fence -> kubectl-fence
 // __complete).
 func TestCompletionThroughKubectlInTmux(t *testing.T) {
+	testenv.SkipIfShort(t)
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Fatalf("tmux is not installed, and this test needs it to drive bash: run 'make tmux' (apt-get install -y tmux), or 'make test-plugin', which does: %v", err)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 type handoverOptions struct {
@@ -45,7 +46,7 @@ func (o *handoverOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
 	c, lease, user, err := o.operatorAction(ctx, name, o.dryRun, func(ns string) string {
 		return fmt.Sprintf("handing fencedlease %s/%s over to %s", ns, name, o.to)
-	}, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) { return handoverPatch(l, o.to) })
+	}, func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.HandoverPatch(l, o.to) })
 	if err != nil {
 		return err
 	}

@@ -62,3 +62,10 @@ func TestLockDelay(t *testing.T) {
 		t.Errorf("lock-delay that has passed: %q", got)
 	}
 }
+
+func leaseWith(holder string, ids ...string) *coordv1alpha1.FencedLease {
+	l := &coordv1alpha1.FencedLease{Spec: coordv1alpha1.FencedLeaseSpec{Requests: requests(ids...)}}
+	l.Name, l.Namespace = "l", "ns"
+	l.Status.HolderIdentity = holder
+	return l
+}

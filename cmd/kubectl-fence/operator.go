@@ -2,20 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // Event reasons and the reporting controller of operator actions.
@@ -36,7 +34,7 @@ const patchAttempts = 3
 //
 // With dryRun client it only reads and builds; with server the patch is sent
 // as a server-side dry run.
-func patchLease(ctx context.Context, c *clients, name, dryRun string, build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*coordv1alpha1.FencedLease, error) {
+func patchLease(ctx context.Context, c *clients, name, dryRun string, build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)) (*coordv1alpha1.FencedLease, error) {
 	var lastRV string
 	var lastErr error
 	for range patchAttempts {
@@ -55,15 +53,11 @@ func patchLease(ctx context.Context, c *clients, name, dryRun string, build func
 		if dryRun == dryRunClient {
 			return lease, nil
 		}
-		data, err := json.Marshal(ops)
-		if err != nil {
-			return nil, fmt.Errorf("encoding patch: %w", err)
-		}
 		var opts []client.PatchOption
 		if dryRun == dryRunServer {
 			opts = append(opts, client.DryRunAll)
 		}
-		err = c.kube.Patch(ctx, lease.DeepCopy(), client.RawPatch(types.JSONPatchType, data), opts...)
+		err = c.kube.Patch(ctx, lease.DeepCopy(), ops, opts...)
 		if err == nil {
 			return lease, nil
 		}
@@ -89,7 +83,7 @@ writes have committed.
 // build makes from the lease, and turns a refusal into advice. It returns the
 // clients, the lease as it was when the patch applied, and who acted.
 func (o *rootOptions) operatorAction(ctx context.Context, name string, dryRun dryRunFlag, action func(namespace string) string,
-	build func(*coordv1alpha1.FencedLease) ([]patchOp, error)) (*clients, *coordv1alpha1.FencedLease, string, error) {
+	build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)) (*clients, *coordv1alpha1.FencedLease, string, error) {
 	if err := dryRun.validate(); err != nil {
 		return nil, nil, "", err
 	}
@@ -97,7 +91,7 @@ func (o *rootOptions) operatorAction(ctx context.Context, name string, dryRun dr
 	if err != nil {
 		return nil, nil, "", err
 	}
-	user := whoAmI(ctx, c)
+	user, _ := protocol.WhoAmI(ctx, c.kube) // "" when it cannot tell: only for Events and advice
 	lease, err := patchLease(ctx, c, name, dryRun.value, build)
 	if err != nil {
 		return nil, nil, "", explainRefusal(action(c.namespace), err, user)
@@ -125,16 +119,6 @@ system:masters): add %s to one of them. (--controller-user also works, but
 it is full controller power: it can write status and so mint grants.) If the
 refusal comes from RBAC instead, you need "patch" on
 fencedleases.coordination.kubefence.io`, action, err, who)
-}
-
-// whoAmI asks the API server who the command runs as, for Events and advice;
-// "" when it cannot tell.
-func whoAmI(ctx context.Context, c *clients) string {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.kube.Create(ctx, review); err != nil {
-		return ""
-	}
-	return review.Status.UserInfo.Username
 }
 
 // recordEvent records an operator action as an events.k8s.io/v1 Event

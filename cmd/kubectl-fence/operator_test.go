@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // queue reads a lease's spec.requests identities.
@@ -251,7 +252,7 @@ func TestPatchIsGuarded(t *testing.T) {
 	ns := newNamespace(t)
 	l := heldLease(t, ns, "jobs", "a", "b", "c")
 	stale := l.DeepCopy()
-	apply := func(ops []patchOp) error {
+	apply := func(ops protocol.Patch) error {
 		data, err := json.Marshal(ops)
 		if err != nil {
 			t.Fatal(err)
@@ -264,7 +265,7 @@ func TestPatchIsGuarded(t *testing.T) {
 	if err := k8s.Status().Update(t.Context(), l); err != nil {
 		t.Fatal(err)
 	}
-	ops, err := releasePatch(stale, "a")
+	ops, err := protocol.ReleasePatch(stale, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestPatchIsGuarded(t *testing.T) {
 	if err := k8s.Update(t.Context(), l); err != nil {
 		t.Fatal(err)
 	}
-	ops, err = releasePatch(stale, "b")
+	ops, err = protocol.ReleasePatch(stale, "b")
 	if err != nil {
 		t.Fatal(err)
 	}

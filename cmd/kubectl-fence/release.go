@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 type releaseOptions struct {
@@ -51,7 +52,7 @@ func (o *releaseOptions) run(cmd *cobra.Command, name string) error {
 	ctx := cmd.Context()
 	c, lease, user, err := o.operatorAction(ctx, name, o.dryRun, func(ns string) string {
 		return fmt.Sprintf("releasing %s from fencedlease %s/%s", o.holder, ns, name)
-	}, func(l *coordv1alpha1.FencedLease) ([]patchOp, error) { return releasePatch(l, o.holder) })
+	}, func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.ReleasePatch(l, o.holder) })
 	if err != nil {
 		return err
 	}

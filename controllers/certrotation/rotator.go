@@ -221,7 +221,7 @@ func (r *Rotator) sync(ctx context.Context) (time.Duration, error) {
 		r.serving.Store(&pair)
 	}
 	if pair.Leaf != nil {
-		metrics.WebhookCertificateExpiry.Set(float64(pair.Leaf.NotAfter.Unix()))
+		metrics.WebhookCertificateExpiry(pair.Leaf.NotAfter)
 	}
 	r.once.Do(func() {
 		r.log.Info("Webhook serving certificate is ready")

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -251,7 +251,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		if got.Before(time.Now().Add(364 * day)) {
 			t.Fatalf("new serving certificate expires %s, want a year from now", got)
 		}
-		if exp := testutil.ToFloat64(metrics.WebhookCertificateExpiry); exp != float64(got.Unix()) {
+		if exp := servedGauge(t, "kubefence_webhook_certificate_expiry_timestamp_seconds"); exp != float64(got.Unix()) {
 			t.Fatalf("kubefence_webhook_certificate_expiry_timestamp_seconds is %v, want the served certificate's notAfter %d", exp, got.Unix())
 		}
 	})
@@ -643,4 +643,25 @@ func TestLoserUsesWinnersCertificates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// servedGauge is the value of the operator's gauge name, as a registry that
+// metrics.Register filled serves it.
+func servedGauge(t *testing.T, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s is not served by a registry metrics.Register filled", name)
+	return 0
 }

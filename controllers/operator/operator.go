@@ -7,8 +7,8 @@
 // what the tests, the demo and the benchmark run is what ships.
 //
 // It owns the wiring only, never a rule: the fencing rule is in
-// controllers/webhooks/fencing, the lease rules in controllers and
-// controllers/webhooks. It must not import test or hack packages, nor
+// controllers/webhooks/fencing, the lease rules in controllers/fencedlease and
+// controllers/webhooks/fencedlease. It must not import test or hack packages, nor
 // anything that builds the manager (flags, certificates, metrics and probe
 // servers stay in cmd/main.go).
 package operator
@@ -24,9 +24,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/kubefence/kubefence/controllers"
-	"github.com/kubefence/kubefence/controllers/webhooks"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/metrics"
+	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
@@ -46,11 +48,11 @@ type Options struct {
 	// Required with Reconciler.
 	Namespace string
 	// EpochStoreName is the epoch store ConfigMap's name (default
-	// controllers.DefaultEpochStoreName).
+	// fencedlease.DefaultEpochStoreName).
 	EpochStoreName string
 	// Timing is the controller's expiry arithmetic (default
-	// controllers.DefaultTiming()).
-	Timing controllers.Timing
+	// fencedlease.DefaultTiming()).
+	Timing fencedlease.Timing
 
 	// ControllerUsers are the usernames the FencedLease validator trusts as the
 	// controller: the identity the reconciler runs as must be one of them, or
@@ -84,8 +86,8 @@ func DefaultOptions() Options {
 	return Options{
 		Reconciler:     true,
 		Webhooks:       true,
-		EpochStoreName: controllers.DefaultEpochStoreName,
-		Timing:         controllers.DefaultTiming(),
+		EpochStoreName: fencedlease.DefaultEpochStoreName,
+		Timing:         fencedlease.DefaultTiming(),
 		CleanupUsers:   append([]string(nil), fencing.DefaultCleanupUsers...),
 		WebhookSkew:    fencing.DefaultSkew,
 		Clock:          clock.RealClock{},
@@ -103,7 +105,7 @@ func (o Options) Validate() error {
 			errs = append(errs, errors.New("Namespace is empty: the reconciler keeps its epoch store in the operator's namespace"))
 		}
 		if o.EpochStoreName == "" {
-			errs = append(errs, errors.New("EpochStoreName is empty (controllers.DefaultEpochStoreName is the default)"))
+			errs = append(errs, errors.New("EpochStoreName is empty (fencedlease.DefaultEpochStoreName is the default)"))
 		}
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
@@ -143,10 +145,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("invalid operator options: %w", err)
 	}
+	// The manager serves controller-runtime's registry on its metrics endpoint.
+	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("registering the kubefence metrics: %w", err)
+	}
 	if o.Reconciler {
-		epochs := &controllers.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
 			Namespace: o.Namespace, Name: o.EpochStoreName}
-		r := &controllers.FencedLeaseReconciler{
+		r := &fencedlease.FencedLeaseReconciler{
 			Client:   mgr.GetClient(),
 			Clock:    o.Clock,
 			Recorder: mgr.GetEventRecorder(RecorderName),
@@ -181,7 +187,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Namespace != "" && o.Namespace != "kube-system" {
 		excluded = append([]string{o.Namespace}, excluded...)
 	}
-	v := &webhooks.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
+	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: excluded, Clock: o.Clock, StampSkew: o.WebhookSkew}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)

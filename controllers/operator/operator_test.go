@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
@@ -19,8 +19,8 @@ func valid() Options {
 // DefaultOptions are the deployed operator's defaults.
 func TestDefaultOptions(t *testing.T) {
 	o := DefaultOptions()
-	if !o.Reconciler || !o.Webhooks || o.Timing != controllers.DefaultTiming() || o.WebhookSkew != fencing.DefaultSkew ||
-		o.EpochStoreName != controllers.DefaultEpochStoreName || o.Clock == nil ||
+	if !o.Reconciler || !o.Webhooks || o.Timing != fencedlease.DefaultTiming() || o.WebhookSkew != fencing.DefaultSkew ||
+		o.EpochStoreName != fencedlease.DefaultEpochStoreName || o.Clock == nil ||
 		strings.Join(o.CleanupUsers, ",") != strings.Join(fencing.DefaultCleanupUsers, ",") {
 		t.Fatalf("DefaultOptions() = %+v", o)
 	}
@@ -38,7 +38,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults with namespace and controller", func(*Options) {}, ""},
 		{"no cleanup users, zero skew, zero timing", func(o *Options) {
-			o.CleanupUsers, o.WebhookSkew, o.Timing = nil, 0, controllers.Timing{}
+			o.CleanupUsers, o.WebhookSkew, o.Timing = nil, 0, fencedlease.Timing{}
 		}, ""},
 		{"webhooks only need no namespace", func(o *Options) { o.Reconciler, o.Namespace = false, "" }, ""},
 		{"reconciler only needs no controller users", func(o *Options) { o.Webhooks, o.ControllerUsers = false, nil }, ""},

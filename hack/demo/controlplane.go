@@ -11,7 +11,6 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -115,28 +114,11 @@ func (cp *controlPlane) setUpCluster(ctx context.Context) error {
 	if err := cp.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", operatorNamespace, err)
 	}
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubefence-demo-worker"},
-		Rules: []rbacv1.PolicyRule{
-			// A lease client reads and updates FencedLeases (its own request);
-			// status is the controller's.
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			// Full rights on the guarded kind: only fencing refuses a write.
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	if err := cp.admin.Create(ctx, role); err != nil {
-		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: workersGroup}},
-	}
-	if err := cp.admin.Create(ctx, binding); err != nil {
-		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
+	// A lease client reads and updates FencedLeases (its own request); status
+	// is the controller's. Full rights on the guarded kind: only fencing
+	// refuses a write.
+	if err := testenv.GrantClusterRole(ctx, cp.admin, "kubefence-demo-worker", workersGroup, testenv.ClientRules...); err != nil {
+		return err
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +22,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // The cast and the stage.
@@ -37,8 +37,6 @@ const (
 	// writesOfB is how many writes worker B makes per tenure.
 	writesOfB = 2
 )
-
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
 
 // story plays the seeds' scenario against a running control plane.
 type story struct {
@@ -194,7 +192,7 @@ func (s *story) play(ctx context.Context) error {
 // after B's first entry, nothing of A's.
 func (s *story) checkWidget(ctx context.Context) error {
 	w := &unstructured.Unstructured{}
-	w.SetGroupVersionKind(widgetGVK)
+	w.SetGroupVersionKind(testenv.WidgetGVK)
 	if err := s.cp.admin.Get(ctx, types.NamespacedName{Namespace: storyNamespace, Name: storyObject}, w); err != nil {
 		return fmt.Errorf("reading widget %s/%s: %w", storyNamespace, storyObject, err)
 	}

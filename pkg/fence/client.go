@@ -91,12 +91,20 @@ type TokenSource interface {
 // apply configuration) and delete of an
 // object is guarded by the lease and stamped with the current token, and every
 // status or scale write is sent only while the holder leads. A refusal as
-// stale is returned as *StaleError and reported to OnStale.
+// stale is returned as *StaleError and reported to ClientConfig.OnStale.
 type FencedClient struct {
 	client.Client
 	lease  string
 	tokens TokenSource
-	// OnStale is called with every stale refusal (an Elector's client steps down).
+	cfg    ClientConfig
+}
+
+// ClientConfig is what a FencedClient does besides fencing. The zero value
+// does nothing more.
+type ClientConfig struct {
+	// OnStale is called with every write refused as stale (a *StaleError),
+	// synchronously on the goroutine that made the write, before the write
+	// returns. An Elector's client steps down.
 	OnStale func(error)
 	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
 	// An Elector's client takes its Config.Metrics.
@@ -104,18 +112,24 @@ type FencedClient struct {
 }
 
 // NewFencedClient returns a client fencing writes with the lease of that name
-// (in each object's namespace) and the tokens of src.
-func NewFencedClient(c client.Client, lease string, src TokenSource) *FencedClient {
-	return &FencedClient{Client: c, lease: lease, tokens: src}
+// (in each object's namespace) and the tokens of src. At most one ClientConfig
+// may be given.
+func NewFencedClient(c client.Client, lease string, src TokenSource, cfg ...ClientConfig) *FencedClient {
+	fc := &FencedClient{Client: c, lease: lease, tokens: src}
+	switch len(cfg) {
+	case 0:
+	case 1:
+		fc.cfg = cfg[0]
+	default:
+		panic("fence.NewFencedClient: at most one ClientConfig")
+	}
+	return fc
 }
 
 // Client returns a FencedClient stamping this Elector's token; a stale refusal
 // makes the Elector step down at once.
 func (e *Elector) Client(c client.Client) *FencedClient {
-	fc := NewFencedClient(c, e.cfg.Name, e)
-	fc.OnStale = func(error) { e.StepDown() }
-	fc.Metrics = e.cfg.Metrics
-	return fc
+	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics})
 }
 
 // writeTracker is implemented by *Elector: it counts writes in flight so
@@ -174,9 +188,9 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 		return err
 	}
 	se := &StaleError{Lease: scope, Err: err}
-	c.Metrics.staleRefusal(obj.GetNamespace(), c.lease)
-	if c.OnStale != nil {
-		c.OnStale(se)
+	c.cfg.Metrics.staleRefusal(obj.GetNamespace(), c.lease)
+	if c.cfg.OnStale != nil {
+		c.cfg.OnStale(se)
 	}
 	return se
 }

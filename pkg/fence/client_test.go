@@ -91,8 +91,7 @@ func TestFencedClientStaleOnlyForItsLease(t *testing.T) {
 				Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return tc.err },
 			}).Build()
 			var reported []error
-			c := NewFencedClient(base, "job", fixedToken{42, true})
-			c.OnStale = func(err error) { reported = append(reported, err) }
+			c := NewFencedClient(base, "job", fixedToken{42, true}, ClientConfig{OnStale: func(err error) { reported = append(reported, err) }})
 			err := c.Update(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm"}})
 			var se *StaleError
 			if got := errors.As(err, &se); got != tc.wantStale {
@@ -269,7 +268,7 @@ func TestFencedClientApplyStamps(t *testing.T) {
 	}
 
 	var reported int
-	c.OnStale = func(error) { reported++ }
+	c.cfg.OnStale = func(error) { reported++ }
 	answer = refusal(409, "stale fencing token 41 for lease jobs/job: current token is 42", staleCauses("jobs/job", "stale")...)
 	err := c.Apply(ctx, corev1ac.ConfigMap("cm", "jobs"))
 	var se *StaleError

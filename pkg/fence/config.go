@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // Config configures an Elector. Zero values take the documented defaults.
@@ -43,9 +45,9 @@ type Config struct {
 	// the lease duration.
 	SafetyMargin time.Duration
 
-	// ReleaseOnCancel withdraws the request (and so releases a held lease, handing
-	// it to the next candidate at once) when Run's context is cancelled. Default
-	// true; set DisableReleaseOnCancel to keep the request.
+	// DisableReleaseOnCancel keeps the request when Run's context is cancelled.
+	// By default (false) Run withdraws it then, which releases a held lease and
+	// hands it to the next candidate at once.
 	DisableReleaseOnCancel bool
 
 	// Callbacks are called on leadership changes. OnStartedLeading is required.
@@ -73,16 +75,21 @@ type Config struct {
 // DefaultMaxCommitLag is the operator's default --max-commit-lag.
 const DefaultMaxCommitLag = time.Second
 
-// Callbacks are called by Run.
+// Callbacks are called by Run. Only OnStartedLeading runs in a goroutine of
+// its own; the other two run on Run's goroutine, so they must return quickly:
+// while one runs, the Elector neither renews nor notices a change.
 type Callbacks struct {
 	// OnStartedLeading runs in its own goroutine when this identity is granted
 	// the lease. ctx is cancelled when leadership ends, and always before the
 	// controller could expire the lease. token is the fencing token of the grant.
 	OnStartedLeading func(ctx context.Context, token int64)
-	// OnStoppedLeading runs once leadership ended (always, if OnStartedLeading ran).
+	// OnStoppedLeading runs on Run's goroutine once leadership ended (always,
+	// if OnStartedLeading ran), after the leadership context was cancelled and
+	// before the request is withdrawn (when it is). It does not wait for
+	// OnStartedLeading to return.
 	OnStoppedLeading func(token int64)
-	// OnNewHolder runs when the lease's holder or token changes; identity is empty
-	// when nobody holds the lease. Optional.
+	// OnNewHolder runs on Run's goroutine when the lease's holder or token
+	// changes; identity is empty when nobody holds the lease. Optional.
 	OnNewHolder func(identity string, token int64)
 }
 
@@ -94,7 +101,7 @@ func (c *Config) validate() error {
 	if c.Namespace == "" || c.Name == "" {
 		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", c.Namespace, c.Name))
 	}
-	if err := ValidateIdentity(c.Identity); err != nil {
+	if err := protocol.ValidateIdentity(c.Identity); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Callbacks.OnStartedLeading == nil {

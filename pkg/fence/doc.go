@@ -34,4 +34,12 @@
 //   - If the kubefence controller is down, nobody is granted or expired: the
 //     current holder's context is still cancelled at its deadline if it cannot
 //     renew, but nobody else takes over until the controller returns.
+//
+// # Layout
+//
+// The requests this package writes (who-am-I, the renew and withdraw patches)
+// are built by pkg/fence/protocol, which the client-go lock
+// (pkg/fence/resourcelock) and kubectl fence use too; the names on the wire
+// are in api/v1alpha1. pkg/fence imports only those two kubefence packages,
+// never an operator package (controllers/...), test or hack.
 package fence

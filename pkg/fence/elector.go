@@ -14,6 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // bootPoll is how often the watchdog compares the deadline with CLOCK_BOOTTIME.
@@ -65,7 +66,7 @@ func New(cfg Config) (*Elector, error) {
 		c = clock.RealClock{}
 	}
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
-	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
+	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key, c), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
 	}
@@ -147,9 +148,9 @@ func (e *Elector) Check(*http.Request) error {
 func (e *Elector) Run(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
 	if e.cfg.User == "" {
-		user, err := WhoAmI(ctx, e.cfg.Client)
+		user, err := protocol.WhoAmI(ctx, e.cfg.Client)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (set Config.User to skip)", err)
 		}
 		e.cfg.User = user
 	}
@@ -171,7 +172,7 @@ func (e *Elector) Run(ctx context.Context) error {
 					e.cfg.Callbacks.OnNewHolder(h, t)
 				}
 			}
-			idx := RequestIndex(lease, e.cfg.Identity)
+			idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity)
 			switch {
 			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity:
 				e.lead(ctx, lease)
@@ -187,7 +188,7 @@ func (e *Elector) Run(ctx context.Context) error {
 				}
 				if err := e.join(ctx, lease); err != nil {
 					log.V(1).Info("Queueing failed; retrying", "error", err.Error())
-					sleep(ctx, 200*time.Millisecond)
+					sleep(ctx, e.clock, 200*time.Millisecond)
 					_ = e.view.refresh(ctx)
 				}
 				continue
@@ -218,7 +219,7 @@ func (e *Elector) handoverPending(lease *coordv1alpha1.FencedLease) time.Duratio
 	if left <= 0 || (holder == "" && len(lease.Spec.Requests) == 0) {
 		return 0
 	}
-	if i := RequestIndex(lease, holder); holder != "" && i >= 0 && lease.Spec.Requests[i].RenewSequence > 0 {
+	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, holder); holder != "" && i >= 0 && lease.Spec.Requests[i].RenewSequence > 0 {
 		return 0
 	}
 	return left
@@ -266,7 +267,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	if err != nil {
 		log.V(1).Info("Could not acknowledge grant", "token", token, "error", err.Error())
 		if !errors.Is(err, ErrLost) {
-			sleep(ctx, 100*time.Millisecond)
+			sleep(ctx, e.clock, 100*time.Millisecond)
 		}
 		_ = e.view.refresh(ctx)
 		return
@@ -277,7 +278,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 	if err != nil {
 		log.Error(err, "Cannot hold lease with this configuration")
 		_ = e.withdraw(ctx)
-		sleep(ctx, l)
+		sleep(ctx, e.clock, l)
 		return
 	}
 	e.setLeading(true, token, sent.Add(l-margin))
@@ -479,7 +480,7 @@ func (e *Elector) quiesce(ctx context.Context, max time.Duration) {
 		if lag <= 0 {
 			lag = DefaultMaxCommitLag
 		}
-		sleep(ctx, lag)
+		sleep(ctx, e.clock, lag)
 	}
 }
 
@@ -498,13 +499,13 @@ func outcomeUnknown(err error) bool {
 // tests the request is exactly as last seen. It returns the time the patch was
 // sent. The answer must still name this identity with token, or ErrLost.
 func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, token int64) (time.Time, *coordv1alpha1.FencedLease, error) {
-	idx := RequestIndex(lease, e.cfg.Identity)
+	idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity)
 	if idx < 0 || lease.Status.HolderIdentity != e.cfg.Identity || lease.Status.FencingToken != token {
 		return time.Time{}, nil, ErrLost
 	}
 	// renewTime is a wall-clock time for the API server's side (the webhook
 	// compares it with its own clock); the deadline counts on e.clock.
-	patch, err := RenewPatch(lease, e.cfg.Identity, time.Now())
+	patch, err := protocol.RenewPatch(lease, e.cfg.Identity, time.Now())
 	if err != nil {
 		return time.Time{}, nil, err
 	}
@@ -546,12 +547,12 @@ func (e *Elector) withdraw(ctx context.Context) error {
 		if lease == nil {
 			return nil
 		}
-		patch, err := WithdrawPatch(lease, e.cfg.Identity)
-		if patch == nil || err != nil {
-			return err
+		patch := protocol.WithdrawPatch(lease, e.cfg.Identity)
+		if patch == nil {
+			return nil
 		}
 		updated := lease.DeepCopy()
-		err = e.cfg.Client.Patch(ctx, updated, patch)
+		err := e.cfg.Client.Patch(ctx, updated, patch)
 		if err == nil || apierrors.IsNotFound(err) {
 			if err == nil {
 				e.view.offer(updated)

@@ -50,8 +50,7 @@ func TestMetrics(t *testing.T) {
 			return refusal(409, "stale", staleCauses("jobs/job", "stale")...)
 		},
 	}).Build()
-	c := NewFencedClient(base, "job", fixedToken{7, true})
-	c.Metrics = m
+	c := NewFencedClient(base, "job", fixedToken{7, true}, ClientConfig{Metrics: m})
 	err = c.Update(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm"}})
 	var se *StaleError
 	if !errors.As(err, &se) {

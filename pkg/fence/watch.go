@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -21,6 +22,8 @@ import (
 type leaseView struct {
 	cl  client.WithWatch
 	key types.NamespacedName
+	// clock paces the retries of a failed list or watch (the Elector's).
+	clock clock.Clock
 
 	mu      sync.Mutex
 	lease   *coordv1alpha1.FencedLease // nil: not found
@@ -28,8 +31,8 @@ type leaseView struct {
 	changed chan struct{}
 }
 
-func newLeaseView(cl client.WithWatch, key types.NamespacedName) *leaseView {
-	return &leaseView{cl: cl, key: key, changed: make(chan struct{}, 1)}
+func newLeaseView(cl client.WithWatch, key types.NamespacedName, clk clock.Clock) *leaseView {
+	return &leaseView{cl: cl, key: key, clock: clk, changed: make(chan struct{}, 1)}
 }
 
 // get returns the newest version seen (nil if the lease does not exist) and
@@ -95,7 +98,7 @@ func (v *leaseView) refresh(ctx context.Context) error {
 func (v *leaseView) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := v.refresh(ctx); err != nil {
-			sleep(ctx, 200*time.Millisecond)
+			sleep(ctx, v.clock, 200*time.Millisecond)
 			continue
 		}
 		rv := "0"
@@ -108,7 +111,7 @@ func (v *leaseView) run(ctx context.Context) {
 			Raw:           &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true},
 		})
 		if err != nil {
-			sleep(ctx, 200*time.Millisecond)
+			sleep(ctx, v.clock, 200*time.Millisecond)
 			continue
 		}
 		v.consume(ctx, w)
@@ -139,11 +142,12 @@ func (v *leaseView) consume(ctx context.Context, w watch.Interface) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
+// sleep waits d on clk, or until ctx ends.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-t.C():
 	}
 }

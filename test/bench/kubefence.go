@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
@@ -313,7 +313,7 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	if expiry == nil {
 		expiry = grant
 	}
-	due := observed.Add(b.lease + controllers.DefaultTiming().Allowance(b.lease))
+	due := observed.Add(b.lease + fencedlease.DefaultTiming().Allowance(b.lease))
 	res.stages.add(stageObserve, observed.Sub(t0))
 	res.stages.add(stageTimer, expiry.sent.Sub(due))
 	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))

@@ -115,7 +115,7 @@ func (r *report) print(w io.Writer, b *bench) {
 		rows = append(rows, [][]string{
 			{"lease duration", fmt.Sprintf("%v, both systems", l)},
 			{"kubefence holder", fmt.Sprintf("fence.Config defaults: renew every %v (L/3), local deadline %v after the last renewal's send (safety margin L/10)", (l / 3).Round(time.Millisecond), l-l/10)},
-			{"kubefence controller", fmt.Sprintf("controllers.DefaultTiming(): expiry %v after it observes a renewal (drift allowance 0.5%% of L, at least 10 ms)", l+max(time.Duration(float64(l)*0.005), 10*time.Millisecond))},
+			{"kubefence controller", fmt.Sprintf("fencedlease.DefaultTiming(): expiry %v after it observes a renewal (drift allowance 0.5%% of L, at least 10 ms)", l+max(time.Duration(float64(l)*0.005), 10*time.Millisecond))},
 			{"client-go", fmt.Sprintf("LeaseLock; LeaseDuration %v, RenewDeadline %v, RetryPeriod %v, JitterFactor 1.2 (waiters retry every %v to %v), ReleaseOnCancel", cgLease, cgRenew, cgRetry, cgRetry, cgRetry+time.Duration(1.2*float64(cgRetry)))},
 			{"iterations", fmt.Sprintf("takeover %d, hand-over %d per system; steady window %v", o.takeovers, o.handovers, o.steady)},
 			{"scheduling", mode},

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // scaleHolderUser is the holder processes' identity: a service account, so
@@ -352,7 +352,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
 		return leadCount(sampleW) == len(sampleKeys), nil
 	})
-	allowance := controllers.DefaultTiming().Allowance(b.lease)
+	allowance := fencedlease.DefaultTiming().Allowance(b.lease)
 	leads := map[string][]leadEvent{}
 	for _, p := range sampleW {
 		for k, v := range p.leading() {
@@ -547,7 +547,7 @@ func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) 
 	s.rep.deleted = len(all)
 	s.rep.deleteTime = time.Since(t0)
 	if more := scaleOpts.epochNames - len(all); more > 0 {
-		store := &controllers.EpochStore{Reader: b.admin, Writer: b.admin}
+		store := &fencedlease.EpochStore{Reader: b.admin, Writer: b.admin}
 		tokens := map[string]int64{}
 		for i := range more {
 			tokens[fmt.Sprintf("gone-%06d", i)] = int64(1_000_000 + i)
@@ -557,7 +557,7 @@ func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) 
 		}
 	}
 	var list corev1.ConfigMapList
-	if err := b.admin.List(ctx, &list, client.MatchingLabels{controllers.EpochStoreLabel: "shard"}); err != nil {
+	if err := b.admin.List(ctx, &list, client.MatchingLabels{fencedlease.EpochStoreLabel: "shard"}); err != nil {
 		return err
 	}
 	s.rep.epochPerNS = map[string]int{}
@@ -566,7 +566,7 @@ func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) 
 		if err != nil {
 			return err
 		}
-		entries, err := controllers.EpochShardEntries(&list.Items[i])
+		entries, err := fencedlease.EpochShardEntries(&list.Items[i])
 		if err != nil {
 			return err
 		}

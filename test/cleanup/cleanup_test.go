@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -63,13 +62,8 @@ func parallel(f func(*testing.T)) func(*testing.T) {
 	}
 }
 
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
 func widget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
 	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
 	return u
@@ -272,7 +266,7 @@ func cascade(t *testing.T, prefix string) (fb *fence.FencedClient, owner *unstru
 	fb = bob.el.Client(users["bob"])
 	owner = widget(ns, "owner")
 	g.Expect(fb.Create(suiteCtx, owner)).To(Succeed())
-	owner.SetGroupVersionKind(widgetGVK)
+	owner.SetGroupVersionKind(testenv.WidgetGVK)
 	deps = []client.Object{ownedBy(widget(ns, "dep"), owner), ownedBy(configMap(ns, "dep"), owner)}
 	for _, d := range deps {
 		g.Expect(fb.Create(suiteCtx, d)).To(Succeed())
@@ -332,7 +326,7 @@ func staleHolderThroughOwner(t *testing.T) {
 
 	guardedOwner := widget(ns, "guarded-owner")
 	g.Expect(fa.Create(suiteCtx, guardedOwner)).To(Succeed())
-	guardedOwner.SetGroupVersionKind(widgetGVK)
+	guardedOwner.SetGroupVersionKind(testenv.WidgetGVK)
 	viaGuarded := ownedBy(configMap(ns, "via-guarded"), guardedOwner)
 	g.Expect(fa.Create(suiteCtx, viaGuarded)).To(Succeed())
 

@@ -129,12 +129,8 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 		return err
 	}
 	for _, name := range []string{"alice", "bob"} {
-		u, err := env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		if err != nil {
-			return err
-		}
-		userConfigs[name] = u.Config()
-		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+		var err error
+		if users[name], userConfigs[name], err = testenv.UserClient(env, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}}); err != nil {
 			return err
 		}
 	}
@@ -193,14 +189,7 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 			os.Exit(1)
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for whMgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the webhook server did not start within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
+	return testenv.WaitForWebhookServer(whMgr, 30*time.Second)
 }
 
 // grantRoles gives group kubefence:clients what a lease client needs plus full

@@ -23,6 +23,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence"
 	fencemanager "github.com/kubefence/kubefence/pkg/fence/manager"
 	"github.com/kubefence/kubefence/test/example"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // replica is one running copy of the example controller.
@@ -81,16 +82,8 @@ func startReplica(user, ns, lease string) *replica {
 	return r
 }
 
-func newWidget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(example.WidgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 func getWidget(ns, name string) *unstructured.Unstructured {
-	u := newWidget(ns, name)
+	u := testenv.Widget(ns, name)
 	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 	return u
 }
@@ -143,7 +136,7 @@ var _ = Describe("A controller fenced with one option (pkg/fence/manager)", func
 	It("lets only the leader write, fails over with a larger token, and the deposed leader's writes are refused", func() {
 		ns := newNamespace()
 		newLease(ns, "widgets", 2)
-		w := newWidget(ns, "w")
+		w := testenv.Widget(ns, "w")
 		Expect(unstructured.SetNestedField(w.Object, "nobody", "spec", "writer")).To(Succeed())
 		Expect(k8sClient.Create(suiteCtx, w)).To(Succeed(), "an unguarded Widget; the controller guards it")
 		history := recordWidgets(ns)
@@ -253,7 +246,7 @@ var _ = Describe("A controller fenced with one option (pkg/fence/manager)", func
 	It("withdraws the request on a normal stop, so the other replica is granted at once", func() {
 		ns := newNamespace()
 		newLease(ns, "handover", 30)
-		w := newWidget(ns, "w")
+		w := testenv.Widget(ns, "w")
 		Expect(k8sClient.Create(suiteCtx, w)).To(Succeed())
 		a := startReplica("replica-a", ns, "handover")
 		Eventually(a.mgr.Elected(), 15*time.Second).Should(BeClosed())

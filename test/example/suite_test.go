@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,7 +50,7 @@ func TestExample(t *testing.T) {
 }
 
 // BeforeSuite runs the kubefence controller and its webhooks in-process, as
-// controllers/suite_test.go does: the examples are their clients.
+// test/operator/suite_test.go does: the examples are their clients.
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	suiteCtx, cancel = context.WithCancel(context.Background())
@@ -97,21 +95,7 @@ var _ = AfterSuite(func() {
 // grantClientRole gives clientsGroup what a fenced controller needs: FencedLease
 // requests (no status), and full rights on Widgets so that only fencing refuses.
 func grantClientRole() {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fenced-example"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
-	})).To(Succeed())
+	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fenced-example", clientsGroup, testenv.ClientRules...)).To(Succeed())
 }
 
 var nsCounter int
@@ -154,40 +138,16 @@ func queued(ns, name string) []string {
 // pauser stalls every write (any method but GET) of the clients whose
 // transport it wraps, as a stalled process or network path would. A stalled
 // request is sent once resumed, unless its context ends first.
-type pauser struct {
-	mu   sync.Mutex
-	gate chan struct{}
-}
+type pauser struct{ gate testenv.Gate }
 
-func (p *pauser) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate == nil {
-		p.gate = make(chan struct{})
-	}
-}
-
-func (p *pauser) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
-}
+func (p *pauser) pause()  { p.gate.Close() }
+func (p *pauser) resume() { p.gate.Open() }
 
 func (p *pauser) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method != http.MethodGet {
-			p.mu.Lock()
-			g := p.gate
-			p.mu.Unlock()
-			if g != nil {
-				select {
-				case <-g:
-				case <-req.Context().Done():
-					return nil, req.Context().Err()
-				}
+			if err := p.gate.Wait(req.Context()); err != nil {
+				return nil, err
 			}
 		}
 		return rt.RoundTrip(req)

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -154,7 +154,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	// helper says it no longer leads); a stubborn one keeps its old token.
 	honestCl := fence.NewFencedClient(writeCl, "job", a.Elector)
 	honest := startWriter(func(ctx context.Context) error {
-		return honestCl.Patch(ctx, widgetRef(ns, "w"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"alice"}}`)))
+		return honestCl.Patch(ctx, testenv.Widget(ns, "w"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"alice"}}`)))
 	})
 	stubborn := startWriter(func(ctx context.Context) error {
 		return writeWidget(ctx, writeCl, ns, "w", "job", tokA, "alice-stubborn")
@@ -649,8 +649,8 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 		return isNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
 	}, 10*time.Second, 20*time.Millisecond).Should(BeTrue(), "the epoch finalizer is removed once the token is recorded")
 	var epochs corev1.ConfigMap
-	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.EpochShardName("phoenix")}, &epochs)).To(Succeed())
-	g.Expect(controllers.EpochShardEntries(&epochs)).To(HaveKeyWithValue(controllers.EpochKey("phoenix"), highest))
+	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: fencedlease.EpochShardName("phoenix")}, &epochs)).To(Succeed())
+	g.Expect(fencedlease.EpochShardEntries(&epochs)).To(HaveKeyWithValue(fencedlease.EpochKey("phoenix"), highest))
 	// Alice's tenure ends with the lease that granted it.
 	g.Eventually(func() time.Time { return j.Snapshot()[0].Stop }, l, 10*time.Millisecond).ShouldNot(BeZero())
 
@@ -869,7 +869,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 }
 
 func widgetExists(ns, name string) bool {
-	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, widgetRef(ns, name)) == nil
+	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
 }
 
 // copyDir copies the directory tree src into dst (created if missing).

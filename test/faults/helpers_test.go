@@ -17,14 +17,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -34,7 +33,7 @@ import (
 // allowance, plus slack for what the fault itself costs (a restart, a watch
 // reconnect, the new holder's acknowledging renewal).
 func recoveryBound(l, slack time.Duration) time.Duration {
-	return l + controllers.DefaultTiming().Allowance(l) + slack
+	return l + fencedlease.DefaultTiming().Allowance(l) + slack
 }
 
 var nsCounter atomic.Int32
@@ -160,42 +159,11 @@ func (r *runningElector) stop() {
 // gate stalls a client's traffic, as a paused process or a network partition
 // would: while closed, new requests wait (until their context ends) and reads
 // of response bodies already streaming (watches) wait too.
-type gate struct {
-	mu     sync.Mutex
-	closed chan struct{}
-}
+type gate struct{ testenv.Gate }
 
-func (g *gate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed == nil {
-		g.closed = make(chan struct{})
-	}
-}
-
-func (g *gate) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed != nil {
-		close(g.closed)
-		g.closed = nil
-	}
-}
-
-func (g *gate) wait(ctx context.Context) error {
-	g.mu.Lock()
-	c := g.closed
-	g.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (g *gate) close()                         { g.Close() }
+func (g *gate) open()                          { g.Open() }
+func (g *gate) wait(ctx context.Context) error { return g.Wait(ctx) }
 
 func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
@@ -240,38 +208,22 @@ func gatedClient(t *testing.T, user string, g *gate) client.WithWatch {
 	return cl
 }
 
-// fixedToken is a TokenSource stuck on one token: a holder that never
-// noticed it lost the lease.
-type fixedToken int64
-
-func (f fixedToken) Token() (int64, bool) { return int64(f), true }
-
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
-func widgetRef(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 // createWidget creates a Widget guarded by lease, written with token.
 func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
-	u := widgetRef(ns, name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
-	return fence.NewFencedClient(cl, lease, fixedToken(token)).Create(suiteCtx, u)
+	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Create(suiteCtx, u)
 }
 
 // writeWidget sets spec.writer with a merge patch stamped with token.
 func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
-	return fence.NewFencedClient(cl, lease, fixedToken(token)).Patch(ctx, widgetRef(ns, name),
+	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
 }
 
 // widgetState returns a Widget's writer and accepted token.
 func widgetState(g Gomega, ns, name string) (string, int64) {
-	u := widgetRef(ns, name)
+	u := testenv.Widget(ns, name)
 	g.Eventually(func() error {
 		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
@@ -309,7 +261,7 @@ func startMonitor(t *testing.T, ns string) *monitor {
 	t.Cleanup(cancel)
 	go m.watch(ctx, &coordv1alpha1.FencedLeaseList{}, ns, m.onLease)
 	go m.watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{
-		"apiVersion": widgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
+		"apiVersion": testenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
 	return m
 }
 

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -41,7 +40,7 @@ import (
 const (
 	operatorNamespace = "kubefence-system"
 	// leaderElectionID is the operator's own leader-election Lease, as in
-	// controllers/suite_test.go and cmd/main.go.
+	// test/operator/suite_test.go and cmd/main.go.
 	leaderElectionID = "controller.coordination.kubefence.io"
 	clientsGroup     = "kubefence:clients"
 )
@@ -144,12 +143,8 @@ func setup() error {
 		return err
 	}
 	for _, name := range []string{"alice", "bob", "carol"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{clientsGroup}}, nil)
-		if err != nil {
-			return err
-		}
-		userConfigs[name] = u.Config()
-		if users[name], err = client.NewWithWatch(u.Config(), client.Options{Scheme: scheme}); err != nil {
+		var err error
+		if users[name], userConfigs[name], err = testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{clientsGroup}}); err != nil {
 			return err
 		}
 	}
@@ -185,23 +180,7 @@ func teardown() {
 // lease client: read and update FencedLeases, nothing on status; and full
 // rights on Widgets, so that only fencing refuses.
 func grantClientRole() error {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	if err := k8sClient.Create(suiteCtx, role); err != nil {
-		return err
-	}
-	return k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: clientsGroup}},
-	})
+	return testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", clientsGroup, testenv.ClientRules...)
 }
 
 // managerProcess is one running controller-runtime manager: the webhooks, or a
@@ -246,12 +225,8 @@ func startWebhooks() (*managerProcess, error) {
 	ctx, cancel := context.WithCancel(suiteCtx)
 	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
 	p.run(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("webhook server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testenv.WaitForWebhookServer(mgr, 30*time.Second); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -21,6 +21,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // TestCertManagerComponent checks config/cert-manager (config/default plus
@@ -111,6 +113,7 @@ func TestCertManagerComponent(t *testing.T) {
 // a stop function.
 func startAPIServer(t *testing.T, crdPaths ...string) (client.Client, []string) {
 	t.Helper()
+	testenv.SkipIfShort(t)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")

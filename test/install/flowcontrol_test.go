@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // TestFlowControlClassifiesFencedLeaseTraffic applies the rendered
@@ -22,6 +24,7 @@ import (
 // service account's FencedLease requests and the operator's requests land in
 // the kubefence priority level, while other traffic does not.
 func TestFlowControlClassifiesFencedLeaseTraffic(t *testing.T) {
+	testenv.SkipIfShort(t)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")

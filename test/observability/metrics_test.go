@@ -29,13 +29,10 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const root = "../.."
-
-type fixedToken int64
-
-func (t fixedToken) Token() (int64, bool) { return int64(t), true }
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -178,8 +175,7 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 		}
 	}
 
-	stale := fence.NewFencedClient(k8sClient, "job", fixedToken(na))
-	stale.Metrics = clientMetrics
+	stale := fence.NewFencedClient(k8sClient, "job", testenv.FixedToken(na), fence.ClientConfig{Metrics: clientMetrics})
 	for i := range n {
 		if err := k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(w), w); err != nil {
 			t.Fatal(err)
@@ -437,6 +433,7 @@ func TestMetricNames(t *testing.T) {
 // uses is served by kube-apiserver, the operator or pkg/fence's client
 // metrics; and that every alert links to a runbook in docs/operations.md.
 func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
+	testenv.SkipIfShort(t)
 	clientReg := prometheus.NewRegistry()
 	clientMetrics, err := fence.NewMetrics(clientReg)
 	if err != nil {

@@ -92,12 +92,5 @@ func setup(env *envtest.Environment, c *rest.Config) error {
 			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return context.DeadlineExceeded
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
+	return testenv.WaitForWebhookServer(mgr, 30*time.Second)
 }

@@ -58,6 +58,7 @@ var (
 )
 
 func TestTenure(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)")
 }
@@ -83,17 +84,13 @@ var _ = BeforeSuite(func() {
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantRoles()
 	for _, name := range []string{"alice", "bob", "mallory"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 		Expect(err).NotTo(HaveOccurred())
 		users[name] = c
 	}
 	// An operator: a lease admin (system:masters is the default admin group),
 	// not a controller user.
-	op, err := testEnv.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	users["operator"], err = client.NewWithWatch(op.Config(), client.Options{Scheme: scheme})
+	users["operator"], _, err = testenv.UserClient(testEnv, scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}})
 	Expect(err).NotTo(HaveOccurred())
 
 	// The webhooks, wired as the operator wires them, on a manager whose
@@ -138,25 +135,13 @@ var _ = AfterSuite(func() {
 // gives a lease client, plus full rights on the guarded objects of the tests
 // (Widgets, Pods, Deployments, evictions), so that only fencing refuses.
 func grantRoles() {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenure-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenure-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
-	})).To(Succeed())
+	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "tenure-client", "kubefence:clients",
+		rbacv1.PolicyRule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+			Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
+		testenv.WidgetRule,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: testenv.AllVerbs},
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: testenv.AllVerbs},
+	)).To(Succeed())
 }
 
 // watchFreezer holds the bodies of FencedLease watch responses while frozen.

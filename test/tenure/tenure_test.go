@@ -14,21 +14,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
 func widget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
 	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
 	return u
@@ -61,11 +56,6 @@ func getLease(ns, name string) *coordv1alpha1.FencedLease {
 	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, l)).To(Succeed())
 	return l
 }
-
-// fixedToken is a holder that believes it still holds token n.
-type fixedToken int64
-
-func (t fixedToken) Token() (int64, bool) { return int64(t), true }
 
 // runningElector is a pkg/fence Elector of one user, running until stopped.
 type runningElector struct {
@@ -196,7 +186,7 @@ var _ = Describe("The old holder's writes after its tenure ended, whatever the w
 
 			// The old holder's write with its old token, on an object the new
 			// holder has not written: refused as stale.
-			stale := fence.NewFencedClient(users["alice"], "job", fixedToken(n))
+			stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
 			y := getWidget(ns, "y")
 			_ = unstructured.SetNestedField(y.Object, "alice", "spec", "writer")
 			err := stale.Update(suiteCtx, y)
@@ -222,7 +212,7 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 			coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"})
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
 		n := getLease(ns, "job").Status.FencingToken
-		stale := fence.NewFencedClient(users["alice"], "job", fixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
 		const writers = 5
 		for i := range writers {
 			Expect(stale.Create(suiteCtx, widget(ns, fmt.Sprintf("w%d", i)))).To(Succeed())

@@ -11,17 +11,20 @@
 // options) rather than asserting anything, so that a caller can change
 // fields before use and report errors its own way.
 //
+// It also holds the helpers the suites share: GrantClusterRole and the client
+// rules (rbac.go), UserClient (users.go), Gate (gate.go), WidgetGVK and
+// FixedToken (kinds.go), WaitForWebhookServer.
+//
 // It imports production packages (controllers/operator for the wiring) and
 // never the reverse: no production package may import testenv.
 package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // WebhookPaths are the admission configurations the deployed operator
@@ -55,14 +59,11 @@ func NewEnvironment(root string) *envtest.Environment {
 // SelfSubjectReview: with envtest's admin config, the identity the webhook
 // trusts as "the controller". An empty username is an error.
 func AdminUser(ctx context.Context, c client.Client) (string, error) {
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
+	user, err := protocol.WhoAmI(ctx, c)
+	if err != nil {
 		return "", fmt.Errorf("asking who the admin is: %w", err)
 	}
-	if review.Status.UserInfo.Username == "" {
-		return "", errors.New("the API server returned an empty username for the admin")
-	}
-	return review.Status.UserInfo.Username, nil
+	return user, nil
 }
 
 // WebhookManagerOptions are the options of a manager that serves the webhooks
@@ -110,4 +111,17 @@ func SetupReconciler(mgr ctrl.Manager, operatorNamespace string) error {
 	o := Operator(operatorNamespace)
 	o.Webhooks = false
 	return operator.Setup(mgr, o)
+}
+
+// WaitForWebhookServer waits until mgr's webhook server serves, at most
+// timeout.
+func WaitForWebhookServer(mgr ctrl.Manager, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the webhook server did not start within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }

@@ -1,5 +1,15 @@
 // Package fencing is the admission webhook that makes guarded objects refuse
 // writes carrying a stale fencing token (invariants I4, I5, I7).
+//
+// It owns the rule (decision.go: Decide, a pure function with a table test
+// and a fuzz test), the live single-flight lease reader (leases.go) and the
+// admission handler with its three paths (handler.go). Cases that need a real
+// API server are in test/operator/fencing_test.go and test/tenure.
+//
+// It imports only the API (api/v1alpha1), controllers/metrics, client-go,
+// apimachinery and controller-runtime. It must not import the reconciler
+// (controllers/fencedlease), the FencedLease webhook, the assembly
+// (controllers/operator), pkg/fence, or any test or hack package.
 package fencing
 
 import (

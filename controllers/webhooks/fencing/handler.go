@@ -157,7 +157,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
 			v.Lease, took.Round(time.Millisecond), h.CommitLag)
 	}
-	metrics.FencingChecks.WithLabelValues(map[bool]string{true: "api", false: "none"}[len(reads) > 0]).Observe(time.Since(start).Seconds())
+	metrics.FencingChecked(len(reads) > 0, time.Since(start))
 	if v.Allowed {
 		return admission.Allowed("").WithWarnings(ownerWarnings(req, in.New)...)
 	}
@@ -172,9 +172,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 // contract in api/v1alpha1): the lease, the presented and current tokens and
 // the reason. Other refusals carry none.
 func staleDetails(v Verdict) *metav1.StatusDetails {
-	switch v.Reason {
-	case ReasonStale, ReasonExpired, ReasonNoHolder, ReasonNotHolder:
-	default:
+	if !v.Reason.stale() {
 		return nil
 	}
 	cause := func(field, msg string) metav1.StatusCause {
@@ -186,6 +184,17 @@ func staleDetails(v Verdict) *metav1.StatusDetails {
 		cause(coordv1alpha1.CauseFieldCurrentToken, strconv.FormatInt(v.Current, 10)),
 		cause(coordv1alpha1.CauseFieldReason, string(v.Reason)),
 	}}
+}
+
+// stale tells whether a refusal is for a token or tenure that is over (the
+// writer's token is stale, expired, has no holder, or is not the holder's):
+// the refusals that carry typed causes and count as stale writes.
+func (r Reason) stale() bool {
+	switch r {
+	case ReasonStale, ReasonExpired, ReasonNoHolder, ReasonNotHolder:
+		return true
+	}
+	return false
 }
 
 func statusReason(code int32) metav1.StatusReason {
@@ -205,12 +214,8 @@ func statusReason(code int32) metav1.StatusReason {
 }
 
 func (h *Handler) report(ctx context.Context, req admission.Request, v Verdict) {
-	metrics.GuardedWritesRefused.WithLabelValues(string(v.Reason)).Inc()
 	leaseName := strings.TrimPrefix(v.Lease, req.Namespace+"/")
-	switch v.Reason {
-	case ReasonStale, ReasonExpired, ReasonNoHolder, ReasonNotHolder:
-		metrics.StaleWritesRejected.WithLabelValues(req.Namespace, leaseName, string(req.Operation)).Inc()
-	}
+	metrics.GuardedWriteRefused(string(v.Reason), v.Reason.stale(), req.Namespace, leaseName, string(req.Operation))
 	// Never the payload: scope, tokens and who asked.
 	logf.FromContext(ctx).Info("Refused write to guarded object",
 		"lease", v.Lease, "presentedToken", v.Presented, "currentToken", v.Current, "reason", string(v.Reason),

@@ -64,7 +64,7 @@ func (r *LeaseReader) observeOffset(written time.Time, now time.Time) {
 			r.offsetSince = now
 		}
 		r.offset = sample
-		metrics.ClockOffset.Set(sample.Seconds())
+		metrics.ClockOffset(sample)
 	}
 }
 

@@ -30,22 +30,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/worker"
 )
-
-// widgetGVK is the guarded example kind of test/crds.
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
 
 type options struct {
 	kubeconfig, namespace, lease, identity, object string
@@ -65,14 +57,7 @@ func main() {
 	flag.IntVar(&o.pauseBeforeWrite, "pause-before-write", 0,
 		"Stop this process with SIGSTOP after checking the lease for its Nth write (counted over all tenures) and before sending it; 0: never.")
 	flag.BoolVar(&o.exitOnStdinEOF, "exit-on-stdin-eof", false, "Exit when stdin closes (the demo's life line).")
-	zapOpts := zap.Options{Development: true}
-	zapOpts.BindFlags(flag.CommandLine)
-	// --kubeconfig is controller-runtime's own flag (pkg/client/config).
-	flag.Parse()
-	if f := flag.Lookup("kubeconfig"); f != nil {
-		o.kubeconfig = f.Value.String()
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(os.Stderr)))
+	o.kubeconfig = worker.ParseFlags()
 
 	if o.kubeconfig == "" || o.identity == "" {
 		fmt.Fprintln(os.Stderr, "worker: --kubeconfig and --identity are required")
@@ -117,20 +102,9 @@ func (r *reporter) emit(ev event.Event) {
 }
 
 func run(ctx context.Context, o options, out *reporter) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	c, err := worker.NewClient(o.kubeconfig, nil)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %s: %w", o.kubeconfig, err)
-	}
-	scheme := kruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
 	}
 
 	w := &writer{o: o, c: c, out: out}
@@ -215,8 +189,7 @@ func (w *writer) writeOnce(ctx context.Context) bool {
 
 	// The token was taken before any pause: this client stamps exactly that
 	// token, without asking the elector again, so the API server decides.
-	fc := fence.NewFencedClient(w.c, w.o.lease, fixedToken(token))
-	fc.OnStale = func(error) { w.elector.StepDown() }
+	fc := fence.NewFencedClient(w.c, w.o.lease, testenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { w.elector.StepDown() }})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	entries, created, err := w.appendEntry(wctx, fc, fmt.Sprintf("%s@%d", w.o.identity, token))
@@ -245,7 +218,7 @@ func (w *writer) appendEntry(ctx context.Context, fc *fence.FencedClient, entry 
 	key := types.NamespacedName{Namespace: w.o.namespace, Name: w.o.object}
 	for {
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(widgetGVK)
+		obj.SetGroupVersionKind(testenv.WidgetGVK)
 		err := w.c.Get(ctx, key, obj)
 		created := apierrors.IsNotFound(err)
 		if err != nil && !created {
@@ -286,9 +259,3 @@ func stopSelf() error {
 	defer runtime.UnlockOSThread()
 	return syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
-
-// fixedToken is a TokenSource that always offers one token: the token the
-// worker took when it checked its lease.
-type fixedToken int64
-
-func (t fixedToken) Token() (int64, bool) { return int64(t), true }

@@ -12,6 +12,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,7 +56,12 @@ type LeaseOptions struct {
 	DisableReleaseOnCancel bool
 
 	// OnNewHolder is called when the lease's holder or token changes. Optional.
+	// It runs on the Elector's goroutine (fence.Callbacks): return quickly.
 	OnNewHolder func(identity string, token int64)
+
+	// Clock is fence.Config's; it also times the wait for the leader-election
+	// runnables to stop after the tenure ended. Default: the real clock.
+	Clock clock.Clock
 
 	// Metrics, if set, records this replica's leadership (kubefence_client_leading:
 	// the FencedLease's stand-in for controller-runtime's
@@ -81,6 +87,7 @@ type Manager struct {
 	elector *fence.Elector
 	fenced  *fence.FencedClient
 	grace   time.Duration
+	clock   clock.Clock
 
 	mu      sync.Mutex
 	pending []crmanager.Runnable // leader-election runnables waiting for the grant
@@ -137,11 +144,15 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{Manager: inner, grace: grace, elected: make(chan struct{}), failed: make(chan error, 1)}
+	clk := lease.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	m := &Manager{Manager: inner, grace: grace, clock: clk, elected: make(chan struct{}), failed: make(chan error, 1)}
 	m.elector, err = fence.New(fence.Config{
 		Client: cl, Namespace: lease.Namespace, Name: lease.Name, Identity: lease.Identity, User: lease.User,
 		RenewInterval: lease.RenewInterval, RetryInterval: lease.RetryInterval, SafetyMargin: lease.SafetyMargin,
-		DisableReleaseOnCancel: lease.DisableReleaseOnCancel, Metrics: lease.Metrics,
+		DisableReleaseOnCancel: lease.DisableReleaseOnCancel, Metrics: lease.Metrics, Clock: lease.Clock,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: m.startLeading,
 			OnStoppedLeading: m.stopLeading,
@@ -269,25 +280,25 @@ func (m *Manager) stopLeading(token int64) {
 	m.ended = true
 	runCtx := m.runCtx
 	m.mu.Unlock()
-	waitTimeout(&m.running, m.grace)
+	waitTimeout(m.clock, &m.running, m.grace)
 	if runCtx != nil && runCtx.Err() == nil {
 		m.fail(fmt.Errorf("%w: tenure of %q with token %d ended", ErrLeaseLost, m.elector.Identity(), token))
 	}
 }
 
 // waitTimeout waits for wg, at most d (forever when d is negative).
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+func waitTimeout(clk clock.Clock, wg *sync.WaitGroup, d time.Duration) {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	if d < 0 {
 		<-done
 		return
 	}
-	t := time.NewTimer(d)
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
-	case <-t.C:
+	case <-t.C():
 	}
 }
 

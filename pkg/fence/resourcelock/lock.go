@@ -18,6 +18,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // ErrNotGranted is returned (wrapped) by Update while this identity's request
@@ -86,7 +87,7 @@ func New(cfg Config) (*Lock, error) {
 	if cfg.Namespace == "" || cfg.Name == "" {
 		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", cfg.Namespace, cfg.Name))
 	}
-	if err := fence.ValidateIdentity(cfg.Identity); err != nil {
+	if err := protocol.ValidateIdentity(cfg.Identity); err != nil {
 		errs = append(errs, err)
 	}
 	if cfg.SafetyMargin < 0 {
@@ -123,9 +124,7 @@ func (l *Lock) Token() (int64, bool) {
 // write refused as stale makes the Lock refuse to renew that token, so the
 // elector stops leading within its RenewDeadline.
 func (l *Lock) Client(c client.Client) *fence.FencedClient {
-	fc := fence.NewFencedClient(c, l.cfg.Name, l)
-	fc.OnStale = func(error) { l.stepDown() }
-	return fc
+	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }})
 }
 
 // stepDown drops the current token and refuses to renew it again.
@@ -253,7 +252,7 @@ func (l *Lock) update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 }
 
 func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
-	idx := fence.RequestIndex(lease, l.cfg.Identity)
+	idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, l.cfg.Identity)
 	if idx < 0 {
 		if lease.Status.HolderIdentity == l.cfg.Identity {
 			// Queue again only once the controller no longer lists us as holder, so
@@ -275,7 +274,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 
 	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
 	// request is exactly as last seen.
-	patch, err := fence.RenewPatch(lease, l.cfg.Identity, time.Now())
+	patch, err := protocol.RenewPatch(lease, l.cfg.Identity, time.Now())
 	if err != nil {
 		return err
 	}
@@ -309,9 +308,9 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 // reports success: the controller grants later.
 func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	if l.cfg.User == "" {
-		user, err := fence.WhoAmI(ctx, l.cfg.Client)
+		user, err := protocol.WhoAmI(ctx, l.cfg.Client)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (set Config.User to skip)", err)
 		}
 		l.cfg.User = user
 	}
@@ -331,9 +330,9 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 // the lease if held).
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
-	patch, err := fence.WithdrawPatch(lease, l.cfg.Identity)
-	if patch == nil || err != nil {
-		return err
+	patch := protocol.WithdrawPatch(lease, l.cfg.Identity)
+	if patch == nil {
+		return nil
 	}
 	updated := lease.DeepCopy()
 	if err := l.cfg.Client.Patch(ctx, updated, patch); err != nil {

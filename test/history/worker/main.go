@@ -41,21 +41,15 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
+	"github.com/kubefence/kubefence/test/testenv"
+	workercore "github.com/kubefence/kubefence/test/worker"
 )
-
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
 
 type options struct {
 	kubeconfig, namespace, identity, user string
@@ -88,14 +82,7 @@ func main() {
 	flag.DurationVar(&o.maxTenure, "max-tenure", 3*time.Second, "Longest time a holder writes before releasing.")
 	flag.Float64Var(&o.staleProbability, "stale-probability", 0.6, "Probability that a tenure is followed by stale writes.")
 	flag.IntVar(&o.maxStaleWrites, "max-stale-writes", 5, "Most stale writes after one tenure.")
-	zapOpts := zap.Options{Development: true}
-	zapOpts.BindFlags(flag.CommandLine)
-	// --kubeconfig (this worker's user) is controller-runtime's own flag.
-	flag.Parse()
-	if f := flag.Lookup("kubeconfig"); f != nil {
-		o.kubeconfig = f.Value.String()
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(os.Stderr)))
+	o.kubeconfig = workercore.ParseFlags() // this worker's user
 	for _, l := range strings.Split(leases, ",") {
 		if l = strings.TrimSpace(l); l != "" {
 			o.leases = append(o.leases, l)
@@ -154,25 +141,15 @@ type worker struct {
 }
 
 func run(o options) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	c, err := workercore.NewClient(o.kubeconfig, func(cfg *rest.Config) {
+		// No client-side rate limit: the API server and the faults decide the pace.
+		cfg.QPS, cfg.Burst = 1000, 2000
+		// Short dial and TLS timeouts, so that a partition shows as errors promptly.
+		cfg.Dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext
+		cfg.Timeout = 0
+	})
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %s: %w", o.kubeconfig, err)
-	}
-	// No client-side rate limit: the API server and the faults decide the pace.
-	cfg.QPS, cfg.Burst = 1000, 2000
-	// Short dial and TLS timeouts, so that a partition shows as errors promptly.
-	cfg.Dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext
-	cfg.Timeout = 0
-	scheme := kruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
 	}
 	w := &worker{o: o, c: c, log: &logger{worker: o.identity, start: o.start}, stopping: make(chan struct{}),
 		seq: o.seqStart, rnd: rand.New(rand.NewSource(o.seed)), segment: map[string]int{}}
@@ -266,8 +243,7 @@ func (lw *leaseWorker) lead(ctx context.Context, token int64) {
 	tenureEnd := time.Now().Add(w.between(w.o.minTenure, w.o.maxTenure))
 	// Honest: each write takes the token from the elector first (the check),
 	// and a stale refusal makes the elector step down.
-	fc := fence.NewFencedClient(w.c, lw.lease, fixedToken(token))
-	fc.OnStale = func(error) { lw.elector.StepDown() }
+	fc := fence.NewFencedClient(w.c, lw.lease, testenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { lw.elector.StepDown() }})
 	for ctx.Err() == nil && !w.stopped() {
 		if time.Now().After(tenureEnd) {
 			rctx, cancel := context.WithTimeout(context.Background(), w.o.writeTimeout)
@@ -286,7 +262,7 @@ func (lw *leaseWorker) lead(ctx context.Context, token int64) {
 		return
 	}
 	n := 1 + int(w.random(func(r *rand.Rand) float64 { return float64(r.Intn(w.o.maxStaleWrites)) }))
-	stale := fence.NewFencedClient(w.c, lw.lease, fixedToken(token))
+	stale := fence.NewFencedClient(w.c, lw.lease, testenv.FixedToken(token))
 	for i := 0; i < n && !w.stopped(); i++ {
 		time.Sleep(w.between(0, 150*time.Millisecond))
 		lw.write(stale, token, "stale")
@@ -314,7 +290,7 @@ func (lw *leaseWorker) write(fc *fence.FencedClient, token int64, phase string) 
 		key := types.NamespacedName{Namespace: w.o.namespace, Name: name}
 
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(widgetGVK)
+		obj.SetGroupVersionKind(testenv.WidgetGVK)
 		read := checker.Record{Type: checker.TypeOp, ID: fmt.Sprintf("%s/r%d", w.o.identity, w.nextSeq()), Lease: lw.lease, Object: name,
 			Op: checker.Read, Phase: phase}
 		ctx, cancel := context.WithTimeout(context.Background(), w.o.writeTimeout)
@@ -407,9 +383,3 @@ func classify(err error) (checker.Outcome, string) {
 	}
 	return checker.Timeout, msg // 5xx, 408, 504: the write may have been committed
 }
-
-// fixedToken is a TokenSource that always offers one token: the token the
-// worker holds (or held).
-type fixedToken int64
-
-func (t fixedToken) Token() (int64, bool) { return int64(t), true }

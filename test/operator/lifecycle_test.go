@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -391,41 +391,14 @@ func (c *countingClient) writesOtherThanPatch() int {
 // pausableClient blocks writes while paused, like a stalled network path.
 type pausableClient struct {
 	client.WithWatch
-	mu   sync.Mutex
-	gate chan struct{}
+	gate testenv.Gate
 }
 
-func (c *pausableClient) pause() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gate == nil {
-		c.gate = make(chan struct{})
-	}
-}
-
-func (c *pausableClient) resume() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gate != nil {
-		close(c.gate)
-		c.gate = nil
-	}
-}
-
-func (c *pausableClient) wait(ctx context.Context) {
-	c.mu.Lock()
-	g := c.gate
-	c.mu.Unlock()
-	if g != nil {
-		select {
-		case <-g:
-		case <-ctx.Done():
-		}
-	}
-}
+func (c *pausableClient) pause()  { c.gate.Close() }
+func (c *pausableClient) resume() { c.gate.Open() }
 
 func (c *pausableClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-	c.wait(ctx)
+	_ = c.gate.Wait(ctx) // a cancelled write fails in the API call
 	return c.WithWatch.Patch(ctx, obj, p, opts...)
 }
 
@@ -463,14 +436,14 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 		DeferCleanup(bob.stop)
 		waitQueued(ns, "lag", "bob")
 
-		r := &controllers.FencedLeaseReconciler{
+		r := &fencedlease.FencedLeaseReconciler{
 			Client:    laggingClient{Client: k8sClient, stale: stale},
 			APIReader: k8sClient,
 			Clock:     clock.RealClock{},
 			Recorder:  events.NewFakeRecorder(100),
-			Epochs: &controllers.EpochStore{Reader: k8sClient, Writer: k8sClient,
-				Namespace: operatorNamespace, Name: controllers.DefaultEpochStoreName},
-			Timing: controllers.DefaultTiming(),
+			Epochs: &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
+				Namespace: operatorNamespace, Name: fencedlease.DefaultEpochStoreName},
+			Timing: fencedlease.DefaultTiming(),
 		}
 		// The stale copy has no bob: the grant written from it conflicts. One
 		// reconcile must still grant alice, with bob waiting (read afresh).

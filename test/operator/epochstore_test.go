@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"encoding/json"
@@ -25,21 +25,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // shards lists the epoch store's shards in ns.
 func shards(ns string) []corev1.ConfigMap {
 	var list corev1.ConfigMapList
 	Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns),
-		client.MatchingLabels{controllers.EpochStoreLabel: "shard"})).To(Succeed())
+		client.MatchingLabels{fencedlease.EpochStoreLabel: "shard"})).To(Succeed())
 	return list.Items
 }
 
 // storeFor is an epoch store reading the legacy ConfigMap of operatorNS.
-func storeFor(operatorNS string) *controllers.EpochStore {
-	return &controllers.EpochStore{Reader: k8sClient, Writer: k8sClient,
-		Namespace: operatorNS, Name: controllers.DefaultEpochStoreName}
+func storeFor(operatorNS string) *fencedlease.EpochStore {
+	return &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
+		Namespace: operatorNS, Name: fencedlease.DefaultEpochStoreName}
 }
 
 var _ = Describe("Epoch store", func() {
@@ -59,14 +59,14 @@ var _ = Describe("Epoch store", func() {
 		GinkgoWriter.Printf("recorded %d names in %s\n", n, time.Since(start))
 
 		items := shards(ns)
-		Expect(items).To(HaveLen(controllers.EpochShards))
+		Expect(items).To(HaveLen(fencedlease.EpochShards))
 		entries, largest := 0, 0
 		for i := range items {
 			raw, err := json.Marshal(&items[i])
 			Expect(err).NotTo(HaveOccurred())
 			Expect(len(raw)).To(BeNumerically("<", 512<<10), "shard %s", items[i].Name)
-			Expect(controllers.EpochShardBytes(&items[i])).To(BeNumerically("<=", controllers.EpochShardBudget))
-			e, err := controllers.EpochShardEntries(&items[i])
+			Expect(fencedlease.EpochShardBytes(&items[i])).To(BeNumerically("<=", fencedlease.EpochShardBudget))
+			e, err := fencedlease.EpochShardEntries(&items[i])
 			Expect(err).NotTo(HaveOccurred())
 			entries += len(e)
 			largest = max(largest, len(raw))
@@ -93,7 +93,7 @@ var _ = Describe("Epoch store", func() {
 		// optimistic-locked update, so none is lost.
 		var same []string
 		for i := 0; len(same) < 16; i++ {
-			if n := fmt.Sprintf("n%d", i); controllers.EpochShardName(n) == controllers.EpochShardName("a") {
+			if n := fmt.Sprintf("n%d", i); fencedlease.EpochShardName(n) == fencedlease.EpochShardName("a") {
 				same = append(same, n)
 			}
 		}
@@ -116,15 +116,15 @@ var _ = Describe("Epoch store", func() {
 		ns := newNamespace()
 		store := storeFor(operatorNamespace)
 		long := strings.Repeat("l", 253)
-		Expect(controllers.EpochKey(long)).To(HaveLen(33))
+		Expect(fencedlease.EpochKey(long)).To(HaveLen(33))
 		Expect(store.Record(suiteCtx, ns, long, 77)).To(Succeed())
 		Expect(store.Get(suiteCtx, ns, long)).To(Equal(int64(77)))
 		Expect(store.Get(suiteCtx, ns, long[:252])).To(Equal(int64(0)))
 
 		var cm corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.EpochShardName(long)}, &cm)).To(Succeed())
-		Expect(controllers.EpochShardEntries(&cm)).To(HaveKeyWithValue(controllers.EpochKey(long), int64(77)))
-		cm.Data[controllers.EpochDataKey] = controllers.EpochKey(long) + " seventy\n"
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: fencedlease.EpochShardName(long)}, &cm)).To(Succeed())
+		Expect(fencedlease.EpochShardEntries(&cm)).To(HaveKeyWithValue(fencedlease.EpochKey(long), int64(77)))
+		cm.Data[fencedlease.EpochDataKey] = fencedlease.EpochKey(long) + " seventy\n"
 		Expect(k8sClient.Update(suiteCtx, &cm)).To(Succeed())
 		_, err := store.Get(suiteCtx, ns, long)
 		Expect(err).To(MatchError(ContainSubstring("non-negative integer")))
@@ -135,30 +135,30 @@ var _ = Describe("Epoch store", func() {
 		ns := newNamespace()
 		store := storeFor(operatorNamespace)
 		// Fill one shard to its budget with hand-written filler entries.
-		shard := controllers.EpochShardName("victim")
+		shard := fencedlease.EpochShardName("victim")
 		var filler strings.Builder
 		// Filler lines are 55 bytes: at most 70 bytes of room stay, enough for
 		// "victim 1" but not for a line of a 61-character name.
-		for i := 0; filler.Len()+70 <= controllers.EpochShardBudget; i++ {
+		for i := 0; filler.Len()+70 <= fencedlease.EpochShardBudget; i++ {
 			fmt.Fprintf(&filler, "filler-%06d-%s 1\n", i, strings.Repeat("f", 40))
 		}
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{controllers.EpochStoreLabel: "shard"}},
-			Data:       map[string]string{controllers.EpochDataKey: filler.String()},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{fencedlease.EpochStoreLabel: "shard"}},
+			Data:       map[string]string{fencedlease.EpochDataKey: filler.String()},
 		})).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "victim", 1)).To(Succeed(), "room for one more entry")
 		var big string
 		for i := 0; ; i++ {
-			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); controllers.EpochShardName(n) == shard {
+			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); fencedlease.EpochShardName(n) == shard {
 				big = n
 				break
 			}
 		}
 		err := store.Record(suiteCtx, ns, big, 1)
-		Expect(err).To(MatchError(controllers.ErrEpochShardFull))
+		Expect(err).To(MatchError(fencedlease.ErrEpochShardFull))
 		var cm corev1.ConfigMap
 		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: shard}, &cm)).To(Succeed())
-		Expect(controllers.EpochShardBytes(&cm)).To(BeNumerically("<=", controllers.EpochShardBudget))
+		Expect(fencedlease.EpochShardBytes(&cm)).To(BeNumerically("<=", fencedlease.EpochShardBudget))
 		Expect(store.Record(suiteCtx, ns, "victim", 2)).To(Succeed(), "raising an existing entry needs no room")
 		Expect(store.Get(suiteCtx, ns, "victim")).To(Equal(int64(2)))
 	})
@@ -167,7 +167,7 @@ var _ = Describe("Epoch store", func() {
 		ns := newNamespace()
 		legacyNS := newNamespace()
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: legacyNS, Name: controllers.DefaultEpochStoreName},
+			ObjectMeta: metav1.ObjectMeta{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName},
 			Data:       map[string]string{ns + ".old": "40", ns + ".both": "7"},
 		})).To(Succeed())
 		store := storeFor(legacyNS)
@@ -178,7 +178,7 @@ var _ = Describe("Epoch store", func() {
 		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
 		Expect(store.Record(suiteCtx, ns, "both", 8)).To(Succeed())
 		var legacy corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: legacyNS, Name: controllers.DefaultEpochStoreName}, &legacy)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName}, &legacy)).To(Succeed())
 		Expect(legacy.Data).To(Equal(map[string]string{ns + ".old": "40", ns + ".both": "7"}), "the legacy store is never written")
 
 		// An operator reinstalled into a fresh namespace (no legacy store)
@@ -206,7 +206,7 @@ var _ = Describe("Epoch store", func() {
 		// lives, one whose shard would have to be created while it terminates.
 		first, second := "phoenix", ""
 		for i := 0; second == ""; i++ {
-			if n := fmt.Sprintf("late-%d", i); controllers.EpochShardName(n) != controllers.EpochShardName(first) {
+			if n := fmt.Sprintf("late-%d", i); fencedlease.EpochShardName(n) != fencedlease.EpochShardName(first) {
 				second = n
 			}
 		}
@@ -261,7 +261,7 @@ var _ = Describe("Epoch store", func() {
 
 var _ = Describe("Epoch store RBAC", func() {
 	It("works with the generated manager role alone, which names every shard and reads no other ConfigMap", func() {
-		raw, err := os.ReadFile(filepath.Join("..", "config", "rbac", "role.yaml"))
+		raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		var role rbacv1.ClusterRole
 		for _, doc := range strings.Split(string(raw), "\n---\n") {
@@ -280,9 +280,9 @@ var _ = Describe("Epoch store RBAC", func() {
 		}
 		want := map[string]bool{}
 		for i := range 100_000 {
-			want[controllers.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
+			want[fencedlease.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
 		}
-		Expect(want).To(HaveLen(controllers.EpochShards))
+		Expect(want).To(HaveLen(fencedlease.EpochShards))
 		Expect(named).To(ConsistOf(slices.Collect(maps.Keys(want))))
 
 		role.ObjectMeta = metav1.ObjectMeta{Name: "epoch-store-manager-role"}
@@ -299,7 +299,7 @@ var _ = Describe("Epoch store RBAC", func() {
 
 		ns := newNamespace()
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-data"}})).To(Succeed())
-		store := &controllers.EpochStore{Reader: op, Writer: op} // no legacy store
+		store := &fencedlease.EpochStore{Reader: op, Writer: op} // no legacy store
 		Eventually(func() error { return store.Record(suiteCtx, ns, "rbac", 11) }).Should(Succeed())
 		Expect(store.Record(suiteCtx, ns, "rbac", 12)).To(Succeed())
 		Expect(store.Get(suiteCtx, ns, "rbac")).To(Equal(int64(12)))

@@ -1,6 +1,4 @@
-// Package controllers holds the FencedLease reconciler: it grants, renews,
-// expires and hands over leases on its own clock.
-package controllers
+package fencedlease
 
 import (
 	"context"
@@ -131,7 +129,7 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			r.setObservation(lease.UID, d.observation)
 			if d.renewed {
 				// A stamped renewal, tracked in memory only (no status write).
-				metrics.Renewals.WithLabelValues(lease.Namespace, lease.Name).Inc()
+				metrics.Renewed(lease.Namespace, lease.Name)
 			}
 			return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
 		}
@@ -190,37 +188,29 @@ func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1
 	log := logf.FromContext(ctx)
 	ns, name := lease.Namespace, lease.Name
 	if d.renewed {
-		metrics.Renewals.WithLabelValues(ns, name).Inc()
+		metrics.Renewed(ns, name)
 	}
-	metrics.CurrentToken.WithLabelValues(ns, name).Set(float64(lease.Status.FencingToken))
+	var age time.Duration
 	if lease.Status.AcquireTime != nil {
-		metrics.HolderAge.WithLabelValues(ns, name).Set(r.Clock.Since(lease.Status.AcquireTime.Time).Seconds())
-	} else {
-		metrics.HolderAge.WithLabelValues(ns, name).Set(0)
+		age = r.Clock.Since(lease.Status.AcquireTime.Time)
 	}
+	metrics.LeaseState(ns, name, lease.Status.FencingToken, age)
 	for _, tr := range d.transitions {
 		switch tr.Kind {
 		case string(coordv1alpha1.EndReasonExpired):
-			metrics.Expiries.WithLabelValues(ns, name).Inc()
-			metrics.RenewalsMissed.WithLabelValues(ns, name).Inc()
+			metrics.Expired(ns, name, tr.Tenure)
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventRenewFail, "Expire",
 				"%s did not renew token %d within %ds", tr.Previous, tr.PreviousToken, lease.Status.LeaseDurationSeconds)
-			metrics.TenureSeconds.WithLabelValues(tr.Kind).Observe(tr.Tenure.Seconds())
 			log.Info("Lease expired", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventExpired, "Expire",
 				"%s stopped renewing; token %d expired", tr.Previous, tr.PreviousToken)
 		case string(coordv1alpha1.EndReasonReleased):
-			metrics.Releases.WithLabelValues(ns, name).Inc()
-			metrics.TenureSeconds.WithLabelValues(tr.Kind).Observe(tr.Tenure.Seconds())
+			metrics.Released(ns, name, tr.Tenure)
 			log.Info("Lease released", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeNormal, EventReleased, "Release",
 				"%s released token %d", tr.Previous, tr.PreviousToken)
 		default:
-			metrics.Acquisitions.WithLabelValues(ns, name, tr.Kind).Inc()
-			metrics.TokensIssued.WithLabelValues(ns, name).Inc()
-			if tr.Kind == coordv1alpha1.ReasonTakenOver {
-				metrics.Takeovers.WithLabelValues(ns, name).Inc()
-			}
+			metrics.Granted(ns, name, tr.Kind)
 			log.Info("Lease granted", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Holder, "token", tr.Token,
 				"kind", tr.Kind, "previousHolder", tr.Previous, "previousToken", tr.PreviousToken)
 			note := fmt.Sprintf("granted to %s with fencing token %d", tr.Holder, tr.Token)

@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,11 +27,9 @@ import (
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
 func widget(ns, name, lease string, token string, writer string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
+	u.SetGroupVersionKind(testenv.WidgetGVK)
 	u.SetNamespace(ns)
 	u.SetName(name)
 	if lease != "" {
@@ -48,7 +45,7 @@ func widget(ns, name, lease string, token string, writer string) *unstructured.U
 
 func getWidget(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
+	u.SetGroupVersionKind(testenv.WidgetGVK)
 	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 	return u
 }
@@ -329,7 +326,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		// The helper stopped A locally: its fenced client sends nothing.
 		Expect(fa.Update(suiteCtx, getWidget(ns, "w"))).To(MatchError(fence.ErrNotLeading))
 		// A buggy or paused A that writes anyway with its old token is refused by the API server.
-		staleA := fence.NewFencedClient(users["alice"], "job", fixedToken(tokenA))
+		staleA := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(tokenA))
 		w = getWidget(ns, "w")
 		_ = unstructured.SetNestedField(w.Object, "alice", "spec", "writer")
 		Expect(fence.IsStale(staleA.Update(suiteCtx, w))).To(BeTrue(), "update")
@@ -407,7 +404,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 					mine = last
 					cmu.Unlock()
 					if mine > 0 {
-						err := fence.NewFencedClient(users[user], "race", fixedToken(mine)).Patch(ctx, widget(ns, "w", "", "", ""),
+						err := fence.NewFencedClient(users[user], "race", testenv.FixedToken(mine)).Patch(ctx, widget(ns, "w", "", "", ""),
 							client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, user))))
 						cmu.Lock()
 						writes++
@@ -436,19 +433,11 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 	})
 })
 
-// fixedToken is a TokenSource that always offers one token: a stale holder
-// that never noticed it lost the lease.
-type fixedToken int64
-
-func (f fixedToken) Token() (int64, bool) { return int64(f), true }
-
 // cleanupUser is a client authenticated as one of the cluster's clean-up
 // controllers (fencing.DefaultCleanupUsers), with the lease clients' rights.
 func cleanupUser(name string) client.Client {
 	GinkgoHelper()
-	u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	c, err := client.New(u.Config(), client.Options{Scheme: scheme})
+	c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }

@@ -1,4 +1,4 @@
-package webhooks
+package fencedlease
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // The FencedLease validator's rules (I6), one table row each. The envtest
-// suite (controllers/admission_test.go) keeps the cases that need a real API
+// suite (test/operator/admission_test.go) keeps the cases that need a real API
 // server: patch types, server-side apply, RBAC.
 
 const ruleController = "system:serviceaccount:kubefence-system:kubefence-controller-manager"

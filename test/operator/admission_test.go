@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ import (
 // leaves the FencedLease exactly as it was; every write a client may make is
 // accepted.
 var _ = Describe("FencedLease admission (I6)", func() {
-	// What the refusals say (controllers/webhooks/fencedlease_webhook.go).
+	// What the refusals say (controllers/webhooks/fencedlease/fencedlease_webhook.go).
 	const (
 		notTheHolder    = "only the holder can renew it"
 		notTheRequester = "only the requester can withdraw or release it"

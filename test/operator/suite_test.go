@@ -1,4 +1,13 @@
-package controllers_test
+// Package operator_test holds the operator-level specs, run against a real
+// kube-apiserver and etcd with the operator wired as it ships
+// (controllers/operator.Setup through test/testenv): who may change which
+// part of a FencedLease (admission_test.go, I6), stale writes refused on
+// every write path (fencing_test.go, I4, I5), the controller's lifecycle
+// across restarts and fail-over (lifecycle_test.go) and the epoch store
+// (epochstore_test.go). The pure rules are table-tested beside their code in
+// controllers/...; this suite keeps what needs an API server. It imports
+// production packages and test/testenv only, and nothing imports it.
+package operator_test
 
 import (
 	"context"
@@ -56,7 +65,7 @@ var _ = BeforeSuite(func() {
 	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
 
 	var err error
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "..", CRDs: true, Webhooks: true})
+	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -68,9 +77,7 @@ var _ = BeforeSuite(func() {
 	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	grantClientRole()
 	for _, name := range []string{"alice", "bob", "carol", "dave"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: scheme})
+		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 		Expect(err).NotTo(HaveOccurred())
 		users[name] = c
 	}
@@ -95,28 +102,12 @@ var _ = AfterSuite(func() {
 })
 
 // grantClientRole gives group kubefence:clients what config/rbac's editor role
-// gives a lease client: read and update FencedLeases, nothing on status.
+// gives a lease client (read and update FencedLeases, nothing on status), and
+// full rights on the guarded objects of the tests, so that only fencing refuses.
 func grantClientRole() {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			// Guarded objects of the tests: full rights, so that only fencing refuses.
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-	Expect(k8sClient.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
-	})).To(Succeed())
+	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", "kubefence:clients", append(testenv.ClientRules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs})...)).To(Succeed())
 }
 
 // controllerProcess is one running kubefence controller (a manager with the

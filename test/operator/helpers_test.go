@@ -1,4 +1,4 @@
-package controllers_test
+package operator_test
 
 import (
 	"context"

@@ -1,9 +1,10 @@
-package main
+package protocol
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // applyTo applies ops to lease as JSON and returns the resulting queue.
-func applyTo(t *testing.T, lease *coordv1alpha1.FencedLease, ops []patchOp) (string, error) {
+func applyTo(t *testing.T, lease *coordv1alpha1.FencedLease, ops Patch) (string, error) {
 	t.Helper()
 	doc, err := json.Marshal(lease)
 	if err != nil {
@@ -34,6 +35,14 @@ func applyTo(t *testing.T, lease *coordv1alpha1.FencedLease, ops []patchOp) (str
 		t.Fatal(err)
 	}
 	return queueNames(&got), nil
+}
+
+func requests(ids ...string) []coordv1alpha1.LeaseRequest {
+	var out []coordv1alpha1.LeaseRequest
+	for _, id := range ids {
+		out = append(out, coordv1alpha1.LeaseRequest{HolderIdentity: id, User: "user-" + id})
+	}
+	return out
 }
 
 func leaseWith(holder string, ids ...string) *coordv1alpha1.FencedLease {
@@ -61,7 +70,7 @@ func TestHandoverPatch(t *testing.T) {
 		{name: "release pending", lease: leaseWith("a", "b"), to: "b", errors: "release is pending"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ops, err := handoverPatch(tc.lease, tc.to)
+			ops, err := HandoverPatch(tc.lease, tc.to)
 			if tc.errors != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errors) {
 					t.Fatalf("error %v, want %q", err, tc.errors)
@@ -82,7 +91,7 @@ func TestHandoverPatch(t *testing.T) {
 func TestReleasePatch(t *testing.T) {
 	l := leaseWith("a", "a", "b", "c")
 	for id, want := range map[string]string{"a": "[b, c]", "b": "[a, c]", "c": "[a, b]"} {
-		ops, err := releasePatch(l, id)
+		ops, err := ReleasePatch(l, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +101,7 @@ func TestReleasePatch(t *testing.T) {
 	}
 
 	// The tests pin the entry and the holder, not the renewal count.
-	ops, _ := releasePatch(l, "a")
+	ops, _ := ReleasePatch(l, "a")
 	renewed := l.DeepCopy()
 	renewed.Spec.Requests[0].RenewSequence = 9
 	if _, err := applyTo(t, renewed, ops); err != nil {
@@ -105,5 +114,54 @@ func TestReleasePatch(t *testing.T) {
 	regranted := leaseWith("b", "a", "b", "c")
 	if _, err := applyTo(t, regranted, ops); err == nil {
 		t.Error("the release applied after the holder changed")
+	}
+}
+
+func TestRenewPatch(t *testing.T) {
+	l := leaseWith("a", "a", "b")
+	sent := time.Date(2026, 11, 30, 12, 0, 0, 1500, time.UTC)
+	p, err := RenewPatch(l, "a", sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := applyTo(t, l, p); err != nil {
+		t.Fatalf("renewal of an unchanged request: %v", err)
+	}
+	renewed := p[1].Value.(coordv1alpha1.LeaseRequest)
+	if renewed.RenewSequence != 1 || !renewed.RenewTime.Time.Equal(sent.Truncate(time.Microsecond)) {
+		t.Errorf("renewed request %+v, want renewSequence 1 and renewTime %v", renewed, sent.Truncate(time.Microsecond))
+	}
+	// The test operation pins the whole request: a renewal read before another
+	// one does not apply.
+	after := l.DeepCopy()
+	after.Spec.Requests[0] = renewed
+	if _, err := applyTo(t, after, p); err == nil {
+		t.Error("a renewal built from an older read applied")
+	}
+	// renewTime never moves back.
+	back, err := RenewPatch(after, "a", sent.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back[1].Value.(coordv1alpha1.LeaseRequest).RenewTime; !got.Equal(renewed.RenewTime) {
+		t.Errorf("a clock stepped back moved renewTime to %v, want it kept at %v", got, renewed.RenewTime)
+	}
+	if _, err := RenewPatch(l, "x", sent); err == nil || !strings.Contains(err.Error(), `no request of "x"`) {
+		t.Errorf("renewing a missing request: %v", err)
+	}
+}
+
+func TestWithdrawPatch(t *testing.T) {
+	l := leaseWith("a", "a", "b", "c")
+	if got, err := applyTo(t, l, WithdrawPatch(l, "b")); err != nil || got != "[a, c]" {
+		t.Errorf("withdraw b: queue = %s (%v), want [a, c]", got, err)
+	}
+	if p := WithdrawPatch(l, "x"); p != nil {
+		t.Errorf("withdrawing a missing request gave %v, want nil", p)
+	}
+	renewed := l.DeepCopy()
+	renewed.Spec.Requests[1].RenewSequence++
+	if _, err := applyTo(t, renewed, WithdrawPatch(l, "b")); err == nil {
+		t.Error("a withdrawal built from an older read applied")
 	}
 }

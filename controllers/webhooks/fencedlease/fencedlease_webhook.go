@@ -1,5 +1,4 @@
-// Package webhooks holds the admission webhooks the kubefence manager serves.
-package webhooks
+package fencedlease
 
 import (
 	"context"
@@ -261,7 +260,7 @@ func (v *FencedLeaseValidator) isController(user authenticationv1.UserInfo) bool
 }
 
 func (v *FencedLeaseValidator) refuse(lease *coordv1alpha1.FencedLease, reason, msg string) error {
-	metrics.LeaseWritesRefused.WithLabelValues(reason).Inc()
+	metrics.LeaseWriteRefused(reason)
 	return apierrors.NewForbidden(coordv1alpha1.GroupVersion.WithResource("fencedleases").GroupResource(), lease.Name, fmt.Errorf("%s", msg))
 }
 

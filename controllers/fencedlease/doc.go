@@ -1,0 +1,23 @@
+// Package fencedlease is the FencedLease reconciler: it grants, renews,
+// expires and hands over leases on its own clock (invariants I1-I3 in
+// docs/design.md).
+//
+// It owns:
+//   - the reconcile loop (fencedlease_controller.go): read, decide, one
+//     optimistic write conditional on the resourceVersion it decided from,
+//     then report (metrics, Events, logs);
+//   - the decision (decide.go), a pure function of the lease, the
+//     controller's own observation of the holder, the stored epoch and the
+//     clock: end the tenure (release, expiry), grant the next request, remove
+//     the expired request; each step has a row in decide_table_test.go's
+//     TestDecide, and decide_test.go drives sequences of them;
+//   - the expiry arithmetic (timing.go);
+//   - the epoch store (epochstore.go), which carries the highest token of a
+//     lease name across delete-then-recreate in ConfigMap shards.
+//
+// It imports only the API (api/v1alpha1), controllers/metrics, client-go,
+// apimachinery and controller-runtime. It must not import the webhooks
+// (controllers/webhooks/...), the assembly (controllers/operator), pkg/fence,
+// or any test or hack package: what it shares with the webhooks is the wire
+// contract in api/v1alpha1.
+package fencedlease

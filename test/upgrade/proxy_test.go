@@ -34,6 +34,8 @@ type replica struct {
 	proxy *httputil.ReverseProxy
 	// served counts the requests per webhook path.
 	served map[string]int
+	// inflight counts the calls under way.
+	inflight sync.WaitGroup
 }
 
 // startWebhookService serves on addr with the certificate in certDir
@@ -65,7 +67,9 @@ func (s *webhookService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rep := s.replicas[s.next%len(s.replicas)]
 	s.next++
 	rep.served[r.URL.Path]++
+	rep.inflight.Add(1)
 	s.mu.Unlock()
+	defer rep.inflight.Done()
 	rep.proxy.ServeHTTP(w, r)
 }
 
@@ -89,17 +93,21 @@ func (s *webhookService) add(name string, port int, caPEM []byte) error {
 }
 
 // remove takes the replica out of the Service (its endpoint is gone) and
-// returns what it served.
-func (s *webhookService) remove(name string) map[string]int {
+// waits for the calls it has under way.
+func (s *webhookService) remove(name string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var gone *replica
 	for i, r := range s.replicas {
 		if r.name == name {
+			gone = r
 			s.replicas = append(s.replicas[:i], s.replicas[i+1:]...)
-			return r.served
+			break
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	if gone != nil {
+		gone.inflight.Wait()
+	}
 }
 
 // takeCounts returns, per replica, the fencing and FencedLease calls served

@@ -193,7 +193,11 @@ func runScenario(t *testing.T, sc scenario) {
 		return p
 	}
 	stopReplica := func(name string) {
-		suite.svc.remove(name) // the endpoint goes first, as a terminating pod's does
+		// The endpoint goes first and its calls drain, then SIGTERM (as with a
+		// preStop delay): the previous release refuses the calls it has in
+		// flight when it stops ("context canceled"; fixed since, see
+		// TestCallsInFlightAreDecidedWhileTheManagerStops).
+		suite.svc.remove(name)
 		replicas[name].stop(10 * time.Second)
 		delete(replicas, name)
 	}
@@ -272,6 +276,39 @@ func runScenario(t *testing.T, sc scenario) {
 	judge(t, ctx, ns, dir, start, holders, phases, mon)
 }
 
+// minTenure is the holders' --min-tenure: a tenure that ends sooner, before
+// the holder is told to exit, was lost, not released.
+const minTenure = 12 * time.Second
+
+// lostTenures lists the tenures a holder lost: ended ("stopped") sooner than
+// minTenure after their grant while the holder was not exiting, and the
+// errors its elector reported (a refused renewal among them).
+func lostTenures(records []checker.Record) []string {
+	var out []string
+	granted := map[string]int64{} // worker/lease -> grant time
+	exiting := map[string]bool{}
+	for _, r := range records {
+		if r.Type != checker.TypeEvent {
+			continue
+		}
+		key := r.Worker + "/" + r.Lease
+		switch r.Event {
+		case "exiting":
+			exiting[r.Worker] = true
+		case "granted":
+			granted[key] = r.Invoke
+		case "stopped":
+			if g, ok := granted[key]; ok && !exiting[r.Worker] && time.Duration(r.Invoke-g) < minTenure {
+				out = append(out, fmt.Sprintf("%s: tenure of token %d ended %v after its grant", key, r.Token, time.Duration(r.Invoke-g).Round(time.Millisecond)))
+			}
+			delete(granted, key)
+		case "elector-error":
+			out = append(out, fmt.Sprintf("%s: elector error at %v: %s", key, time.Duration(r.Invoke).Round(time.Millisecond), r.Msg))
+		}
+	}
+	return out
+}
+
 // startHolders starts one holder process per sc.holders, each as its own
 // user, competing for every lease.
 func startHolders(ctx context.Context, sc scenario, ns, dir string, start time.Time) ([]*proc, error) {
@@ -295,7 +332,7 @@ func startHolders(ctx context.Context, sc scenario, ns, dir string, start time.T
 			"--identity=" + name, "--user=" + name, fmt.Sprintf("--start=%d", start.UnixNano()), fmt.Sprintf("--seed=%d", i+1),
 			// Tenures of several lease durations, so that renewals, not only
 			// grants, carry a tenure through each phase.
-			"--min-tenure=12s", "--max-tenure=24s", "--interval=40ms", "--write-timeout=3s",
+			"--min-tenure=" + minTenure.String(), "--max-tenure=" + (2 * minTenure).String(), "--interval=40ms", "--write-timeout=3s",
 		}
 		p, err := startProc(name, b.holder, filepath.Join(dir, name+".jsonl"), args, nil)
 		if err != nil {
@@ -443,6 +480,7 @@ func judge(t *testing.T, ctx context.Context, ns, dir string, start time.Time, h
 			per[i].granted++
 		}
 	}
+	lost := lostTenures(records)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-26s %9s %9s %9s %8s  webhook calls (fencing/FencedLease) per replica\n", "phase", "accepted", "stale-ref", "live-ref", "grants")
@@ -455,6 +493,7 @@ func judge(t *testing.T, ctx context.Context, ns, dir string, start time.Time, h
 		fmt.Fprintf(&b, "%-26s %9d %9d %9d %8d  %s\n", p.name, per[i].accepted, per[i].staleRefused, per[i].liveRefused, per[i].granted, strings.Join(calls, ", "))
 	}
 	ends := mon.ends()
+	fmt.Fprintf(&b, "tenures lost by holders: %d; ", len(lost))
 	fmt.Fprintf(&b, "tenure ends: %v; checker: %d objects, %d ops, %d violations\n", ends, res.Objects, len(ops), len(res.Violations))
 	t.Log("\n" + b.String())
 
@@ -486,6 +525,9 @@ func judge(t *testing.T, ctx context.Context, ns, dir string, start time.Time, h
 	}
 	if n := ends[coordv1alpha1.EndReasonExpired] + ends[coordv1alpha1.EndReasonSuperseded]; n > 0 {
 		t.Errorf("%d tenures of live holders expired (leases flapped)", n)
+	}
+	for _, l := range lost {
+		t.Errorf("a holder lost its lease: %s", l)
 	}
 	if t.Failed() {
 		t.Logf("logs: %s (UPGRADE_ARTIFACTS keeps them)", dir)

@@ -5,10 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -81,6 +83,7 @@ func (s *webhookService) add(name string, port int, caPEM []byte) error {
 	}
 	target := &url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(port))}
 	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(os.Stderr, "webhook service, replica "+name+": ", log.LstdFlags|log.Lmicroseconds)
 	rp.Transport = &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 16,

@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
 	}}
 	code := testenv.Run(m, in, func(env *envtest.Environment, cfg *rest.Config) error { return setUp(env, cfg, scheme) })
+	if suite.svc != nil {
+		suite.svc.close()
+	}
 	if suite.dir != "" {
 		_ = os.RemoveAll(suite.dir)
 	}

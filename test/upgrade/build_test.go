@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"testing"
 )
 
 // previousRelease is the commit this test runs as the previous release
@@ -94,4 +96,13 @@ func goBuild(ctx context.Context, dir, out, pkg string, env ...string) error {
 func executable(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// A previous release missing from the clone (a shallow clone, a rewritten
+// history) fails the suite with what to do, rather than skip it.
+func TestMissingReleaseIsAnError(t *testing.T) {
+	_, err := buildRelease(context.Background(), root, "0123456789abcdef0123456789abcdef01234567")
+	if err == nil || !strings.Contains(err.Error(), "is not in this clone's history") {
+		t.Fatalf("building a commit the clone lacks: %v, want an error saying it is not in the clone's history", err)
+	}
 }

@@ -285,13 +285,14 @@ helm-lint: helm ## Lint the Helm chart.
 GOTESTSUM_FORMAT ?= pkgname-and-test-fails
 
 # The suites that exercise the API server itself (CRD validation and CEL,
-# admission webhooks, the controller, the install manifests and chart); the
+# admission webhooks, every way a tenure ends, the controller, the install
+# manifests and chart, a rolling upgrade from the previous release); the
 # long fault, history and example suites stay on the default version.
-K8S_MINOR_PACKAGES ?= ./test/api/... ./test/operator/... ./controllers/... ./test/install/...
+K8S_MINOR_PACKAGES ?= ./test/api/... ./test/tenure/... ./test/operator/... ./controllers/... ./test/install/... ./test/upgrade/...
 
 # K8S_MINOR_VERSION is the other Kubernetes version test-k8s-minor runs against.
-K8S_MINOR_VERSION ?= 1.36.0
+K8S_MINOR_VERSION ?= 1.36.3
 
 .PHONY: test-k8s-minor
-test-k8s-minor: kustomize helm gotestsum $(SETUP_ENVTEST) ## Run the API-server suites against another Kubernetes (K8S_MINOR_VERSION, default 1.36.0; hack/setup-envtest.sh builds it from the module proxy in about 15 min the first time).
+test-k8s-minor: kustomize helm gotestsum $(SETUP_ENVTEST) ## Run the API-server suites against another Kubernetes (K8S_MINOR_VERSION, default 1.36.3; hack/setup-envtest.sh builds it from the module proxy in about 15 min the first time).
 	KUBEBUILDER_ASSETS="$$(ENVTEST_K8S_VERSION=$(K8S_MINOR_VERSION) ./hack/setup-envtest.sh | tail -n1)" $(GOTESTSUM) --format $(GOTESTSUM_FORMAT) -- $(K8S_MINOR_PACKAGES) -count=1 -timeout 30m $(TEST_ARGS)

@@ -48,6 +48,7 @@ func main() {
 		metricsCertPath, metricsCertName, metricsKey     string
 		webhookCertPath, webhookCertName, webhookKey     string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
+		acknowledgeStamped                               bool
 		namespace, serviceAccount                        string
 		controllerUsers, webhookConfigs, adminGroups     stringList
 		cleanupUsers                                     stringList
@@ -101,6 +102,9 @@ func main() {
 	flag.Var(&cleanupUsers, "fencing-cleanup-user",
 		"A user whose DELETEs of guarded objects are accepted without holding their lease (repeatable; default: the namespace controller "+
 			"and the garbage collector of kube-controller-manager, "+strings.Join(fencing.DefaultCleanupUsers, ", ")+"; \"-\" for nobody).")
+	flag.BoolVar(&acknowledgeStamped, "acknowledge-stamped-renewals", false,
+		"Acknowledge stamped renewals in status too (two API writes per renewal), for a rolling upgrade from a release before renewTime: "+
+			"its webhook replicas judge tenures from status.expireTime alone. Set it for that rollout, then roll out again without it (docs/versioning.md).")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	opts := zap.Options{Development: false}
@@ -112,7 +116,7 @@ func main() {
 		setupLog.Error(errors.New("--leader-elect=false needs --single-replica: without leader election every replica grants and expires leases"), "Invalid flags")
 		os.Exit(1)
 	}
-	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
+	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag, AcknowledgeStamped: acknowledgeStamped}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid drift settings")
 		os.Exit(1)

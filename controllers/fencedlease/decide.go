@@ -181,11 +181,12 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 						renewAt = *old.RenewTime
 					}
 				}
-				if !stamped {
+				if !stamped || timing.AcknowledgeStamped {
 					// A client without renewTime (an older helper): the fencing
 					// webhook's bound is the acknowledged expireTime, so write it.
 					// A stamped renewal needs no status write: one API write per
-					// renewal, the holder's.
+					// renewal, the holder's (unless an older webhook, which reads
+					// only expireTime, may still serve: AcknowledgeStamped).
 					st.RenewSequence = obs.renewSequence
 					st.RenewTime = &renewAt
 					st.ExpireTime = &expireAt

@@ -26,6 +26,14 @@ type Timing struct {
 	// waits this long before it grants (the fencing webhook's cut-off before an
 	// expiry covers the same lag; see docs/design.md).
 	CommitLag time.Duration
+	// AcknowledgeStamped makes the controller acknowledge stamped renewals in
+	// status as it does unstamped ones (status.renewTime, expireTime), at a
+	// second API write per renewal. It is for a rolling upgrade from a release
+	// whose fencing webhook judges a tenure from status.expireTime alone: an
+	// old replica still serving webhook calls would otherwise refuse a live
+	// holder's writes once the expireTime of its grant passed
+	// (docs/versioning.md, test/upgrade).
+	AcknowledgeStamped bool
 }
 
 // DefaultTiming allows 0.5% of the lease duration (5000 ppm, fifty times a

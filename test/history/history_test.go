@@ -29,12 +29,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/history/checker"
 )
 
@@ -241,7 +237,7 @@ func TestHistory(t *testing.T) {
 	stopped = true
 	time.Sleep(time.Second)
 
-	finals, err := readFinals(ctx, cl.admin, start)
+	finals, err := checker.ReadFinals(ctx, cl.admin, historyNamespace, start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,34 +284,6 @@ func TestHistory(t *testing.T) {
 	if t.Failed() {
 		t.Logf("logs: %s (set HISTORY_ARTIFACTS to keep them)", dir)
 	}
-}
-
-var widgetListGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "WidgetList"}
-
-// readFinals lists the Widgets: their entries, lease and token annotation.
-func readFinals(ctx context.Context, c client.Client, start time.Time) ([]checker.Final, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(widgetListGVK)
-	invoke := time.Since(start).Nanoseconds()
-	if err := c.List(ctx, list, client.InNamespace(historyNamespace)); err != nil {
-		return nil, fmt.Errorf("listing widgets: %w", err)
-	}
-	complete := time.Since(start).Nanoseconds()
-	var finals []checker.Final
-	for _, u := range list.Items {
-		entries, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "entries")
-		f := checker.Final{Object: u.GetName(), Lease: u.GetLabels()[coordv1alpha1.GuardLeaseLabel], Exists: true, Entries: entries,
-			Invoke: invoke, Complete: complete}
-		if tok, ok := u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation]; ok {
-			n, err := strconv.ParseInt(tok, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("widget %s: token annotation %q: %w", u.GetName(), tok, err)
-			}
-			f.Token, f.HasToken = n, true
-		}
-		finals = append(finals, f)
-	}
-	return finals, nil
 }
 
 func newRand(seed int64) *rand.Rand { return rand.New(rand.NewSource(seed)) }

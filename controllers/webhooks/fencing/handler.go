@@ -102,9 +102,20 @@ type guardOnly struct {
 	} `json:"metadata"`
 }
 
+// maxCallTime bounds a decision whose context lost its cancellation: the
+// longest timeoutSeconds a webhook configuration may set.
+const maxCallTime = 30 * time.Second
+
 // Handle decides one write.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
+	// A stopping manager cancels the context of every call in flight (the
+	// webhook server derives them from the manager's) and then waits for
+	// their answers: decide them anyway, within maxCallTime, so
+	// that a terminating replica does not refuse a live holder's write with
+	// "context canceled" (test/upgrade, TestCallsInFlightAreDecidedWhileTheManagerStops).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCallTime)
+	defer cancel()
 	in := Input{
 		Operation:   req.Operation,
 		SubResource: req.SubResource,

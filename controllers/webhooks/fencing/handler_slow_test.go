@@ -51,3 +51,38 @@ func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// delayedReader serves the lease after a real delay, ignoring ctx as a read
+// under way on the API server does.
+type delayedReader struct {
+	cacheLike
+	delay time.Duration
+}
+
+func (d delayedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	time.Sleep(d.delay)
+	return d.cacheLike.Get(ctx, key, obj, opts...)
+}
+
+// A stopping manager cancels the context of every webhook call in flight
+// (controller-runtime's webhook server derives them from the manager's) and
+// then waits for their answers: a terminating replica still decides them
+// within the call's time, rather than refuse a live holder's write with
+// "context canceled" (test/upgrade saw it when a replica stopped during a
+// rolling upgrade).
+func TestCallsInFlightAreDecidedWhileTheManagerStops(t *testing.T) {
+	h, body := benchHandler(t)
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &ar); err != nil {
+		t.Fatal(err)
+	}
+	lease := h.Leases.Reader.(cacheLike).lease
+	h.Clock, h.CommitLag = clocktesting.NewFakePassiveClock(time.Now()), time.Second
+	h.Leases = &LeaseReader{Reader: delayedReader{cacheLike: cacheLike{lease: lease}, delay: 20 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the manager stops while the call is in flight
+	resp := h.Handle(ctx, admission.Request{AdmissionRequest: *ar.Request})
+	if !resp.Allowed {
+		t.Fatalf("a live holder's write refused while the manager stops: %v", resp.Result)
+	}
+}

@@ -40,8 +40,7 @@ func buildCurrent(ctx context.Context, root, dir string) (binaries, error) {
 }
 
 // buildRelease builds the manager and holder of commit from this clone's
-// history, offline (GOPROXY=off: the module cache must hold the commit's
-// dependencies), once: the binaries are kept in the user's cache directory,
+// history (its dependencies from the module cache or the module proxy), once: the binaries are kept in the user's cache directory,
 // keyed by commit. A commit missing from the clone is an error that says so.
 func buildRelease(ctx context.Context, root, commit string) (binaries, error) {
 	b := binaries{version: "old"}
@@ -54,9 +53,9 @@ func buildRelease(ctx context.Context, root, commit string) (binaries, error) {
 	if executable(b.manager) && executable(b.holder) {
 		return b, nil
 	}
-	if out, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		return b, fmt.Errorf("the previous release %s is not in this clone's history (%v: %s): the upgrade test builds it from git; "+
-			"fetch the full history (git fetch --unshallow) or update previousRelease in test/upgrade/build_test.go and docs/versioning.md together", commit, err, out)
+	if err := haveCommit(ctx, root, commit); err != nil {
+		return b, fmt.Errorf("the previous release %s is not in this clone's history, nor could it be fetched from origin (%v): the upgrade test builds it from git; "+
+			"fetch the full history (git fetch --unshallow) or update previousRelease in test/upgrade/build_test.go and docs/versioning.md together", commit, err)
 	}
 	src, err := os.MkdirTemp("", "kubefence-release-*")
 	if err != nil {
@@ -73,8 +72,8 @@ func buildRelease(ctx context.Context, root, commit string) (binaries, error) {
 	}
 	for out, pkg := range map[string]string{b.manager: targets["manager"], b.holder: targets["holder"]} {
 		tmp := out + ".tmp"
-		if err := goBuild(ctx, src, tmp, pkg, "GOPROXY=off", "GOFLAGS=-mod=readonly"); err != nil {
-			return b, fmt.Errorf("building the previous release %s offline: %w", commit, err)
+		if err := goBuild(ctx, src, tmp, pkg, "GOFLAGS=-mod=readonly"); err != nil {
+			return b, fmt.Errorf("building the previous release %s: %w", commit, err)
 		}
 		if err := os.Rename(tmp, out); err != nil {
 			return b, err
@@ -105,4 +104,26 @@ func TestMissingReleaseIsAnError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is not in this clone's history") {
 		t.Fatalf("building a commit the clone lacks: %v, want an error saying it is not in the clone's history", err)
 	}
+}
+
+// haveCommit makes sure commit is in the clone: a shallow clone (as some CI
+// systems make) first fetches it from its origin, then the full history.
+func haveCommit(ctx context.Context, root, commit string) error {
+	has := func() error {
+		out, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if has() == nil {
+		return nil
+	}
+	for _, args := range [][]string{{"fetch", "--quiet", "origin", commit}, {"fetch", "--quiet", "--unshallow", "origin"}} {
+		_ = exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...).Run()
+		if has() == nil {
+			return nil
+		}
+	}
+	return has()
 }

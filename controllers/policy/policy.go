@@ -167,14 +167,14 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("tokenNewAccepted", tokenCheck(true)),
 		v("verdict", `variables.cleanup ? '' :
 (!variables.guardedOld && !variables.guardedNew) ? (variables.required ?
-    'fencing is required for this kind in namespace ' + request.namespace + ': label the object ` + guardLabel + `=<lease name> and annotate it ` + tokenAnn + `=<token>' : '') :
+    'fencing is required for this kind in namespace ' + request.namespace + ': label the object `+guardLabel+`=<lease name> and annotate it `+tokenAnn+`=<token>' : '') :
 (variables.required && variables.metadataWrite && variables.guardedOld && !variables.guardedNew) ?
-    'fencing is required for this kind in namespace ' + request.namespace + ': the guard label ` + guardLabel + ` cannot be removed' :
+    'fencing is required for this kind in namespace ' + request.namespace + ': the guard label `+guardLabel+` cannot be removed' :
 (variables.guardedOld && (!variables.metadataWrite || !variables.guardedNew || variables.newLease != variables.oldLease)) ?
     ((variables.holderOld != '' || !variables.metadataWrite || !variables.guardedNew) ? variables.holderOld : variables.tokenNew) :
 (variables.guardedOld && variables.hasOldTok && variables.hasNewTok && variables.oldTok == variables.newTok) ?
     ((variables.newTokOK && variables.newEntry[0] != '' && int(variables.newTok) < int(variables.newEntry[0])) ?
-        '` + coordv1alpha1.StaleMarker + ` ' + variables.newTok + ' for lease ' + variables.newScope + ': current token is ' + variables.newEntry[0] + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + variables.newScope + ')' :
+        '`+coordv1alpha1.StaleMarker+` ' + variables.newTok + ' for lease ' + variables.newScope + ': current token is ' + variables.newEntry[0] + ' (the writer `+coordv1alpha1.NotHolderMarker+` ' + variables.newScope + ')' :
         variables.holderNew) :
 (variables.guardedOld && variables.hasOldTok && variables.oldTokOK) ? variables.tokenNewAccepted : variables.tokenNew`),
 	}

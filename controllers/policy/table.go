@@ -190,4 +190,3 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 	}
 	return out, wrote, nil
 }
-

@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )

@@ -339,6 +339,10 @@ func TestFencingTable(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := start(t, mode)
 			runTable(t, h)
+			if mode == operator.EnforcementPolicy {
+				runPolicyOnly(t, h)
+			}
+			runOperatorDown(t, h) // last: it stops the operator
 		})
 	}
 }

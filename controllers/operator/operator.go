@@ -270,6 +270,7 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 		Leases: mgr.GetAPIReader(),
 		Barrier: &policy.Barrier{Servers: policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig()), Prober: &policy.DryRunProber{},
 			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
-		Excluded: settings.ExcludedNamespaces,
+		Excluded:  settings.ExcludedNamespaces,
+		CommitLag: o.Timing.CommitLag,
 	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +30,12 @@ type Tenures struct {
 	Leases client.Reader
 	// Excluded namespaces are not fenced: no barrier there.
 	Excluded []string
+	// CommitLag bounds the time from a write's admission to its commit
+	// (--max-commit-lag). A grant that follows a tenure its holder did not
+	// release itself is written to status no sooner than CommitLag after
+	// its table entry: writes the old holder had admitted before the API
+	// servers saw the entry have committed by then.
+	CommitLag time.Duration
 
 	mu    sync.Mutex
 	known map[types.UID]Entry
@@ -71,6 +78,7 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 	want.Attempt = lease.ResourceVersion
 	var prev *int64
 	var ahead *Entry
+	written := time.Now()
 	if _, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
 		prev, ahead = nil, nil
 		if found {
@@ -102,6 +110,13 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
 			return nil, err
 		}
+		if prev != nil && !ReleasedByHolder(lease, next) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Until(written.Add(t.CommitLag))):
+			}
+		}
 	}
 	return func(ctx context.Context, writeErr error) {
 		if writeErr == nil {
@@ -112,6 +127,18 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 			logf.FromContext(ctx).Error(err, "Undoing a grant in the tenure table after its status write failed; retried at the next reconcile", "lease", client.ObjectKeyFromObject(lease))
 		}
 	}, nil
+}
+
+// ReleasedByHolder tells whether the tenure before the grant next ended by
+// its holder's own release (not an expiry, not an operator's revocation):
+// the holder's helper withdrew only after every write of its tenure had
+// returned, so nothing of it is still committing (docs/design.md).
+func ReleasedByHolder(lease *coordv1alpha1.FencedLease, next *coordv1alpha1.FencedLeaseStatus) bool {
+	p := next.PreviousHolder
+	if p == nil || p.Reason != coordv1alpha1.EndReasonReleased {
+		return false
+	}
+	return lease.Annotations[coordv1alpha1.RevokedAnnotation] != coordv1alpha1.ExpiredMark(p.HolderIdentity, p.FencingToken)
 }
 
 // Sync makes lease's table entry say what the lease says. It reads the

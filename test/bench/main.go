@@ -74,6 +74,11 @@ type options struct {
 	clientGoRetry time.Duration
 	// allowAllWrites is the size of the allow-all webhook baseline pass.
 	allowAllWrites int
+	// policyWrites is the size of the policy-mode pass (no webhook).
+	policyWrites int
+	// policyTableLeases is how many leases' entries the tenure table holds
+	// in the policy pass.
+	policyTableLeases int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -94,6 +99,8 @@ func main() {
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
 	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
 	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
+	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in policy mode: the fencing ValidatingAdmissionPolicy instead of the webhook, after the webhook passes (0: skip)")
+	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the policy pass's namespace (the benchmark's lease and others)")
 	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
 	flag.Parse()
 
@@ -111,6 +118,8 @@ type bench struct {
 	scheme    *runtime.Scheme
 	admin     client.Client
 	adminUser string
+	// policyTableBytes is the size of the tenure table's data in the policy pass.
+	policyTableBytes int
 	ctrlRT    *controllerTransport
 	testEnv   *envtest.Environment
 }
@@ -122,8 +131,8 @@ func run(o options) error {
 	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
 	}
-	if o.guardedWrites < 1 || o.liveWrites < 0 {
-		return errors.New("-guarded-writes must be at least 1 and -live-writes at least 0")
+	if o.guardedWrites < 1 || o.liveWrites < 0 || o.policyWrites < 0 {
+		return errors.New("-guarded-writes must be at least 1, -live-writes and -policy-writes at least 0")
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")

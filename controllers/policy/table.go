@@ -2,8 +2,6 @@ package policy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -102,12 +100,6 @@ func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseSta
 		e.User = lease.Spec.Requests[i].User
 	}
 	return e
-}
-
-func newAttempt() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Table reads and writes tenure tables, always from the API server (a cache

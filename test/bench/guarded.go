@@ -358,10 +358,12 @@ type guardedResult struct {
 	cached     guardedPass // before (main at 966f728): the decision's lease read served by the cache
 	live       guardedPass // Leases = the API reader: a live read on every check
 	allowAll   guardedPass // "guarded" = a Widget that only an allow-all webhook sees
-	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook
+	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook, one lease in the table
+	policyFull guardedPass // the same with policyTableLeases leases in the table
+	policyBack guardedPass // and again with one lease (order A B A: the machine's drift shows)
 	// barrier is, per grant of policy mode, the table write plus the
 	// propagation barrier: what a hand-over adds over webhook mode.
-	barrier []time.Duration
+	barrier    []time.Duration
 	tokenAfter int64
 	leading    bool
 }
@@ -489,6 +491,20 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		if res.policy, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
 			return res, err
 		}
+		if err := b.fillTable(ctx, ns); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, %d leases in the table: %d + %d warm-up pairs\n", b.opts.policyTableLeases, b.opts.policyWrites, guardedWarmup)
+		if res.policyFull, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+			return res, err
+		}
+		if err := b.trimTable(ctx, ns, name); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, one lease in the table again: %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
+		if res.policyBack, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+			return res, err
+		}
 		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
 			return res, err
 		}
@@ -559,8 +575,27 @@ func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
 	if err := t.Sync(ctx, &l); err != nil {
 		return fmt.Errorf("writing the tenure table: %w", err)
 	}
-	// The namespace holds policyTableLeases leases: the others' entries,
-	// each with a holder, a service-account user and a token.
+	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing policy to decide", func(ctx context.Context) (bool, error) {
+		err := b.admin.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'"), nil
+	})
+}
+
+// trimTable leaves only lease's entry in the namespace's tenure table.
+func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
+	var cm corev1.ConfigMap
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+		return err
+	}
+	cm.Data = map[string]string{lease: cm.Data[lease]}
+	return b.admin.Update(ctx, &cm)
+}
+
+// fillTable makes the namespace's tenure table hold policyTableLeases
+// leases: the others' entries, each with a holder, a service-account user
+// and a token.
+func (b *bench) fillTable(ctx context.Context, ns string) error {
 	var cm corev1.ConfigMap
 	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
 		return err
@@ -576,11 +611,7 @@ func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
 		size += len(k) + len(v)
 	}
 	b.policyTableBytes = size
-	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing policy to decide", func(ctx context.Context) (bool, error) {
-		err := b.admin.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'"), nil
-	})
+	return nil
 }
 
 // installAllowAll installs a validating webhook that admits every write of a
@@ -744,7 +775,7 @@ func guardedConfigRows(o options) [][]string {
 	}
 	policyPass := "skipped (-policy-writes 0)"
 	if o.policyWrites > 0 {
-		policyPass = fmt.Sprintf("%d pairs, same Widgets, last: the fencing webhook trimmed to /scale and evictions, the operator's policies applied and the lease's tenure table written (policy mode), with %d leases' entries in the namespace's table", o.policyWrites, o.policyTableLeases)
+		policyPass = fmt.Sprintf("%d pairs, same Widgets, last: the fencing webhook trimmed to /scale and evictions, the operator's policies applied and the lease's tenure table written (policy mode); then as many with %d leases' entries in the namespace's table, then as many with one again", o.policyWrites, o.policyTableLeases)
 	}
 	return [][]string{
 		{"guarded writes", fmt.Sprintf("%d merge patches (spec.writer) to a guarded Widget, interleaved with %d to an unguarded Widget in the same namespace, one client, sequential, after %d warm-up pairs", o.guardedWrites, o.guardedWrites, guardedWarmup)},
@@ -814,7 +845,9 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 		rows = append(rows, passRows("live lease read (as shipped): ", g.live, "(hot-path target) ", 1.25, 5*time.Millisecond)...)
 	}
 	if b.opts.policyWrites > 0 {
-		rows = append(rows, passRows("policy mode (no webhook): ", g.policy, "", 1.05, time.Millisecond)...)
+		rows = append(rows, passRows("policy mode (no webhook), 1 lease in the table: ", g.policy, "", 1.05, time.Millisecond)...)
+		rows = append(rows, passRows(fmt.Sprintf("policy mode (no webhook), %d leases in the table: ", b.opts.policyTableLeases), g.policyFull, "", 1.05, time.Millisecond)...)
+		rows = append(rows, passRows("policy mode (no webhook), 1 lease in the table again: ", g.policyBack, "", 1.05, time.Millisecond)...)
 	}
 	table(w, rows)
 	fmt.Fprintln(w)

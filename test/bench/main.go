@@ -120,8 +120,8 @@ type bench struct {
 	adminUser string
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
-	ctrlRT    *controllerTransport
-	testEnv   *envtest.Environment
+	ctrlRT           *controllerTransport
+	testEnv          *envtest.Environment
 }
 
 func run(o options) error {

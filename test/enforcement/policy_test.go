@@ -106,3 +106,41 @@ func runPolicyOnly(t *testing.T, h *harness) {
 		}
 	})
 }
+
+// runExpiry ends a tenure by expiry: alice asks for the lease and never
+// renews; bob is granted it after her expiry (in policy mode no sooner than
+// the commit lag after the table names him). Her token is then refused and
+// bob's accepted, in both modes.
+func runExpiry(t *testing.T, h *harness) {
+	ns := h.namespace(t, nil)
+	must(t, h.admin.Create(h.ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 2}}))
+	h.eventually(t, 10*time.Second, "alice asks for the lease", func() error {
+		var l coordv1alpha1.FencedLease
+		if err := h.users["alice"].Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &l); err != nil {
+			return err
+		}
+		l.Spec.Requests = append(l.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: "alice", User: "alice"})
+		return h.users["alice"].Update(h.ctx, &l)
+	})
+	var stale int64
+	h.eventually(t, 10*time.Second, "alice is granted the lease", func() error {
+		var l coordv1alpha1.FencedLease
+		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &l))
+		if l.Status.HolderIdentity != "alice" {
+			return errors.New("not yet")
+		}
+		stale = l.Status.FencingToken
+		return nil
+	})
+	check(t, h, "expiry: alice's create while she holds", fence.NewFencedClient(h.users["alice"], "job", fixedToken(stale)).
+		Create(h.ctx, widget(ns, "x", "", "", "alice")), accepted)
+	_, current := h.lead(t, "bob", ns, "job")
+	check(t, h, "expiry: alice's write after bob's grant", fence.NewFencedClient(h.users["alice"], "job", fixedToken(stale)).
+		Create(h.ctx, widget(ns, "y", "", "", "alice")), staleToken(stale))
+	check(t, h, "expiry: alice's tokenless delete after bob's grant", h.users["alice"].Delete(h.ctx, widget(ns, "x", "", "", "")), notHolder(ns+"/job"))
+	w := widget(ns, "x", "", "", "")
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(w), w))
+	_ = unstructured.SetNestedField(w.Object, "bob", "spec", "writer")
+	check(t, h, "expiry: bob's write", fence.NewFencedClient(h.users["bob"], "job", fixedToken(current)).Update(h.ctx, w), accepted)
+}

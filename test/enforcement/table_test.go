@@ -339,6 +339,7 @@ func TestFencingTable(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := start(t, mode)
 			runTable(t, h)
+			runExpiry(t, h)
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
 			}

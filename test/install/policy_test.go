@@ -78,3 +78,9 @@ func TestPolicyComponent(t *testing.T) {
 		t.Errorf("the policy role is not bound to the manager's service account %s/%s", deps[0].Namespace, deps[0].Spec.Template.Spec.ServiceAccountName)
 	}
 }
+
+func TestChartPolicyMatchesConfigPolicy(t *testing.T) {
+	want := normalize(t, buildDir(t, "config/policy"))
+	got := normalize(t, helmTemplate(t, "--set", "enforcement=policy"))
+	compareObjects(t, "config/policy", want, "dist/chart (enforcement=policy)", got)
+}

@@ -363,9 +363,13 @@ type guardedResult struct {
 	policyBack guardedPass // and again with one lease (order A B A: the machine's drift shows)
 	// barrier is, per grant of policy mode, the table write plus the
 	// propagation barrier: what a hand-over adds over webhook mode.
-	barrier    []time.Duration
-	tokenAfter int64
-	leading    bool
+	barrier []time.Duration
+	// handoverWebhook and handoverPolicy are hand-over latencies (release to
+	// the next holder's start) with the webhook-mode controller and then the
+	// policy-mode one (table, barrier, status), side by side in this phase.
+	handoverWebhook, handoverPolicy []time.Duration
+	tokenAfter                      int64
+	leading                         bool
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
@@ -508,9 +512,36 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
 			return res, err
 		}
+		if b.opts.handovers > 0 {
+			if res.handoverWebhook, res.handoverPolicy, err = b.handoversBothModes(ctx); err != nil {
+				return res, err
+			}
+		}
 	}
 	res.tokenAfter, res.leading = holder.el.Token()
 	return res, nil
+}
+
+// handoversBothModes runs phase 2's kubefence hand-overs with the
+// webhook-mode controller, then restarts the controller in policy mode and
+// runs them again: a grant then writes the tenure table, waits for the
+// barrier and only then the status.
+func (b *bench) handoversBothModes(ctx context.Context) (webhookMode, policyMode []time.Duration, err error) {
+	fmt.Fprintf(os.Stderr, "bench: hand-over, webhook-mode controller: %d iterations\n", b.opts.handovers)
+	h, err := b.kfHandoverIn(ctx, "handover-webhook-mode")
+	if err != nil {
+		return nil, nil, err
+	}
+	b.stopController()
+	if err := b.runController(ctx, operator.EnforcementPolicy); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(os.Stderr, "bench: hand-over, policy-mode controller (table + barrier + status): %d iterations\n", b.opts.handovers)
+	p, err := b.kfHandoverIn(ctx, "handover-policy-mode")
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.latency, p.latency, nil
 }
 
 // barrierGrants is how many grants the barrier pass times.
@@ -912,6 +943,10 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	if b.opts.policyWrites > 0 {
 		fmt.Fprintf(w, "Policy mode, what a grant adds (table write + propagation barrier, %d grants, one API server): p50 %s, p99 %s, max %s.\n",
 			len(g.barrier), q(g.barrier, 0.5), q(g.barrier, 0.99), q(g.barrier, 1))
+		if len(g.handoverPolicy) > 0 {
+			fmt.Fprintf(w, "Hand-over after a voluntary release, same phase, one API server: webhook-mode controller p50 %s, p99 %s (%d); policy-mode controller (table + barrier + status) p50 %s, p99 %s (%d).\n",
+				q(g.handoverWebhook, 0.5), q(g.handoverWebhook, 0.99), len(g.handoverWebhook), q(g.handoverPolicy, 0.5), q(g.handoverPolicy, 0.99), len(g.handoverPolicy))
+		}
 		fmt.Fprintf(w, "Policy mode: the tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, policy.TableName, b.opts.policyTableLeases, b.policyTableBytes)
 	}
 	fmt.Fprintln(w, "Overhead = guarded - unguarded at the same quantile; ratio = guarded p50 / unguarded p50. Quantiles of the patch latencies are nearest-rank.")

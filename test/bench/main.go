@@ -38,6 +38,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -118,6 +120,8 @@ type bench struct {
 	scheme    *runtime.Scheme
 	admin     client.Client
 	adminUser string
+	// stopController stops the running controller manager (runController).
+	stopController func()
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
 	ctrlRT           *controllerTransport
@@ -202,20 +206,10 @@ func run(o options) error {
 		}
 	}()
 
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx)
-	if err != nil {
-		stopMgr()
+	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
 		return err
 	}
-	defer func() {
-		stopMgr()
-		select {
-		case <-mgrDone:
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
-		}
-	}()
+	defer b.stopController()
 
 	var rep report
 	rep.env = env
@@ -344,9 +338,30 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
+// runController starts the controller manager in enforcement mode (with
+// policy, the policy-mode reconciler: tenure tables and the barrier);
+// stopController stops it.
+func (b *bench) runController(ctx context.Context, enforcement string) error {
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone, err := b.startController(mgrCtx, enforcement)
+	if err != nil {
+		stopMgr()
+		return err
+	}
+	b.stopController = func() {
+		stopMgr()
+		select {
+		case <-mgrDone:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
+		}
+	}
+	return nil
+}
+
 // startController runs the kubefence controller manager, as the admin, with a
 // transport that counts its writes.
-func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
+func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
@@ -358,7 +373,13 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
+	o := testenv.Operator(operatorNamespace, b.adminUser)
+	o.Webhooks = false
+	o.Enforcement = enforcement
+	if enforcement == operator.EnforcementPolicy {
+		o.RequiredKinds = []schema.GroupResource{{Group: widgetGVK.Group, Resource: "widgets"}}
+	}
+	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

@@ -180,6 +180,7 @@ func (h *harness) grantRoles(t *testing.T) {
 			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "pods/status", "pods/eviction"}, Verbs: all},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: all},
 		},
 	}
 	must(t, h.admin.Create(h.ctx, role))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -322,6 +323,22 @@ func runTable(t *testing.T, h *harness) {
 	for _, c := range createCases() {
 		check(t, h, c.name, c.write(t, s), c.want(s))
 	}
+
+	// A subresource of a built-in kind keeps metadata: deployments/status
+	// that rewrites the token takes the token rules, on any path.
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "d",
+		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "job"},
+		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.current)}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "d"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}}}
+	must(t, h.users["bob"].Create(h.ctx, d))
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(d), d))
+	d.Annotations[coordv1alpha1.FencingTokenAnnotation] = tok(s.stale)
+	check(t, h, "deployments/status rewriting the token to a stale one, by the holder", h.users["bob"].Status().Update(h.ctx, d.DeepCopy()), staleToken(s.stale))
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(d), d))
+	d.Status.ObservedGeneration = 7
+	check(t, h, "deployments/status by the holder, token unchanged", h.users["bob"].Status().Update(h.ctx, d.DeepCopy()), accepted)
 
 	// Mandatory fencing of the listed kind in a namespace labelled for it.
 	r := h.situation(t, map[string]string{coordv1alpha1.FencingNamespaceLabel: "required"})

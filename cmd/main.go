@@ -107,6 +107,8 @@ func main() {
 			"its webhook replicas judge tenures from status.expireTime alone. Set it for that rollout, then roll out again without it (docs/versioning.md).")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
+	var enforcement enforcementFlags
+	enforcement.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -201,6 +203,10 @@ func main() {
 		operatorOpts.CleanupUsers = nil
 	case len(cleanupUsers) > 0:
 		operatorOpts.CleanupUsers = cleanupUsers
+	}
+	if err := enforcement.apply(&operatorOpts); err != nil {
+		setupLog.Error(err, "Invalid flags")
+		os.Exit(1)
 	}
 	if err := operator.Setup(mgr, operatorOpts); err != nil {
 		setupLog.Error(err, "Failed to set up the operator")

@@ -52,6 +52,9 @@ type FencedLeaseReconciler struct {
 	// MaxRetryDelay caps the backoff after a failed reconcile (default 1 s), so
 	// that leases move again soon after an API server or etcd outage.
 	MaxRetryDelay time.Duration
+	// Tenures, in policy mode, is told of every grant before it is written
+	// and of every other tenure change after (nil in webhook mode).
+	Tenures TenureTable
 
 	mu           sync.Mutex
 	observations map[types.UID]*observation
@@ -81,6 +84,10 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := r.Update(ctx, &lease); err != nil {
 			return r.retryOnConflict(err)
 		}
+	}
+
+	if err := r.syncTenure(ctx, &lease); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	var stored int64
@@ -115,7 +122,7 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		case d.status != nil:
 			updated := lease.DeepCopy()
 			updated.Status = *d.status
-			if err := r.Status().Update(ctx, updated); err != nil {
+			if err := r.writeStatus(ctx, &lease, updated); err != nil {
 				if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
 					continue
 				}
@@ -173,6 +180,9 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 	}
 	high := max(lease.Status.FencingToken, lease.Spec.MinFencingToken, lease.Status.TokenBase)
 	if err := r.Epochs.Record(ctx, lease.Namespace, lease.Name, high); err != nil {
+		return err
+	}
+	if err := r.recordDeleted(ctx, lease, high); err != nil {
 		return err
 	}
 	controllerutil.RemoveFinalizer(lease, coordv1alpha1.EpochFinalizer)

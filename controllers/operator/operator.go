@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/metrics"
+	"github.com/kubefence/kubefence/controllers/policy"
 	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
@@ -78,7 +80,25 @@ type Options struct {
 	// Clock is the reconciler's and the fencing webhook's clock (default: the
 	// real clock).
 	Clock clock.Clock
+
+	// Enforcement is where fencing is judged: EnforcementWebhook (the
+	// default) or EnforcementPolicy (a ValidatingAdmissionPolicy inside the
+	// API server; the fencing webhook then serves /scale and evictions only).
+	Enforcement string
+	// RequiredKinds, in policy mode, are the kinds whose unguarded writes the
+	// policy refuses in namespaces labelled kubefence.io/fencing=required
+	// (in webhook mode the webhook configuration lists them).
+	RequiredKinds []schema.GroupResource
+	// PolicyProbeInterval and PolicyBarrierTimeout tune the propagation
+	// barrier of policy mode (defaults 5 ms and 10 s).
+	PolicyProbeInterval, PolicyBarrierTimeout time.Duration
 }
+
+// Enforcement modes.
+const (
+	EnforcementWebhook = "webhook"
+	EnforcementPolicy  = "policy"
+)
 
 // DefaultOptions are the options of the deployed operator, but for Namespace
 // and ControllerUsers, which have no default.
@@ -91,7 +111,23 @@ func DefaultOptions() Options {
 		CleanupUsers:   append([]string(nil), fencing.DefaultCleanupUsers...),
 		WebhookSkew:    fencing.DefaultSkew,
 		Clock:          clock.RealClock{},
+		Enforcement:    EnforcementWebhook,
 	}
+}
+
+// excluded are the namespaces nothing is fenced in (I7).
+func (o Options) excluded() []string {
+	excluded := []string{"kube-system"}
+	if o.Namespace != "" && o.Namespace != "kube-system" {
+		excluded = append([]string{o.Namespace}, excluded...)
+	}
+	return excluded
+}
+
+// PolicySettings are the settings of policy mode's generated policies.
+func (o Options) PolicySettings() policy.Settings {
+	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers,
+		CleanupUsers: o.CleanupUsers, RequiredKinds: o.RequiredKinds}
 }
 
 // Validate reports every setting Setup cannot work with.
@@ -137,6 +173,20 @@ func (o Options) Validate() error {
 	if o.Clock == nil {
 		errs = append(errs, errors.New("Clock is nil (clock.RealClock{} is the default)"))
 	}
+	switch o.Enforcement {
+	case EnforcementWebhook:
+		if len(o.RequiredKinds) > 0 {
+			errs = append(errs, errors.New("RequiredKinds is set in webhook mode: list the required kinds in the fencing webhook configuration instead"))
+		}
+	case EnforcementPolicy:
+		if o.Reconciler {
+			if err := o.PolicySettings().Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("policy mode: %w", err))
+			}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("Enforcement %q: expected %q or %q", o.Enforcement, EnforcementWebhook, EnforcementPolicy))
+	}
 	return errors.Join(errs...)
 }
 
@@ -149,6 +199,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
 		return fmt.Errorf("registering the kubefence metrics: %w", err)
 	}
+	var err error
 	if o.Reconciler {
 		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
 			Namespace: o.Namespace, Name: o.EpochStoreName}
@@ -158,6 +209,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Recorder: mgr.GetEventRecorder(RecorderName),
 			Epochs:   epochs,
 			Timing:   o.Timing,
+		}
+		if o.Enforcement == EnforcementPolicy {
+			if r.Tenures, err = setupPolicy(mgr, o); err != nil {
+				return err
+			}
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the FencedLease reconciler: %w", err)
@@ -183,12 +239,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if !o.Webhooks {
 		return nil
 	}
-	excluded := []string{"kube-system"}
-	if o.Namespace != "" && o.Namespace != "kube-system" {
-		excluded = append([]string{o.Namespace}, excluded...)
-	}
 	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
-		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: excluded, Clock: o.Clock, StampSkew: o.WebhookSkew}
+		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.excluded(), Clock: o.Clock, StampSkew: o.WebhookSkew}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)
 	}
@@ -197,6 +249,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("creating the dynamic client that reads the parents of /scale writes: %w", err)
 	}
 	leases := &fencing.LeaseReader{Reader: o.LeaseReader}
+	// In policy mode the fencing webhook's configuration sends it only /scale
+	// and evictions (config/components/policy): the handlers are the same.
 	if o.LeaseReader == nil {
 		if leases, err = fencing.NewLeaseReader(mgr.GetConfig(), mgr.GetScheme()); err != nil {
 			return err
@@ -207,4 +261,22 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,
 	})
 	return nil
+}
+
+// setupPolicy adds policy mode's parts to mgr: the installer of the
+// policies and the tenure tables with their propagation barrier, which it
+// returns for the reconciler.
+func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
+	settings := o.PolicySettings()
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: mgr.GetClient()}); err != nil {
+		return nil, fmt.Errorf("adding the policy installer: %w", err)
+	}
+	return &policy.Tenures{
+		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		Leases: mgr.GetAPIReader(),
+		Barrier: &policy.Barrier{Servers: policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig()), Prober: &policy.DryRunProber{},
+			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
+		Excluded:  settings.ExcludedNamespaces,
+		CommitLag: o.Timing.CommitLag,
+	}, nil
 }

@@ -10,15 +10,19 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -69,8 +73,18 @@ type guardedResult struct {
 	cached     guardedPass // before (main at 966f728): the decision's lease read served by the cache
 	live       guardedPass // Leases = the API reader: a live read on every check
 	allowAll   guardedPass // "guarded" = a Widget that only an allow-all webhook sees
-	tokenAfter int64
-	leading    bool
+	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook, one lease in the table
+	policyFull guardedPass // the same with policyTableLeases leases in the table
+	policyBack guardedPass // and again with one lease (order A B A: the machine's drift shows)
+	// barrier is, per grant of policy mode, the table write plus the
+	// propagation barrier: what a hand-over adds over webhook mode.
+	barrier []time.Duration
+	// handoverWebhook and handoverPolicy are hand-over latencies (release to
+	// the next holder's start) with the webhook-mode controller and then the
+	// policy-mode one (table, barrier, status), side by side in this phase.
+	handoverWebhook, handoverPolicy []time.Duration
+	tokenAfter                      int64
+	leading                         bool
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
@@ -185,8 +199,162 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 			return res, err
 		}
 	}
+	if b.opts.policyWrites > 0 {
+		if err := b.switchToPolicy(ctx, ns, name); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode (no webhook): %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
+		if res.policy, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+			return res, err
+		}
+		if err := b.fillTable(ctx, ns); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, %d leases in the table: %d + %d warm-up pairs\n", b.opts.policyTableLeases, b.opts.policyWrites, guardedWarmup)
+		if res.policyFull, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+			return res, err
+		}
+		if err := b.trimTable(ctx, ns, name); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, one lease in the table again: %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
+		if res.policyBack, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+			return res, err
+		}
+		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
+			return res, err
+		}
+		if b.opts.handovers > 0 {
+			if res.handoverWebhook, res.handoverPolicy, err = b.handoversBothModes(ctx); err != nil {
+				return res, err
+			}
+		}
+	}
 	res.tokenAfter, res.leading = holder.el.Token()
 	return res, nil
+}
+
+// handoversBothModes runs phase 2's kubefence hand-overs with the
+// webhook-mode controller, then restarts the controller in policy mode and
+// runs them again: a grant then writes the tenure table, waits for the
+// barrier and only then the status.
+func (b *bench) handoversBothModes(ctx context.Context) (webhookMode, policyMode []time.Duration, err error) {
+	fmt.Fprintf(os.Stderr, "bench: hand-over, webhook-mode controller: %d iterations\n", b.opts.handovers)
+	h, err := b.kfHandoverIn(ctx, "handover-webhook-mode")
+	if err != nil {
+		return nil, nil, err
+	}
+	b.stopController()
+	if err := b.runController(ctx, operator.EnforcementPolicy); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(os.Stderr, "bench: hand-over, policy-mode controller (table + barrier + status): %d iterations\n", b.opts.handovers)
+	p, err := b.kfHandoverIn(ctx, "handover-policy-mode")
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.latency, p.latency, nil
+}
+
+// barrierGrants is how many grants the barrier pass times.
+const barrierGrants = 200
+
+// barrierPass times the first phase of policy mode's grant, barrierGrants
+// times, on a lease of its own in the table: the entry's write (as
+// policy.Tenures.Grant writes it) and policy.Barrier.Wait, with dry-run probes
+// to the API server, until it refuses the previous token and accepts the new.
+func (b *bench) barrierPass(ctx context.Context, ns string) ([]time.Duration, error) {
+	table := &policy.Table{Reader: b.admin, Writer: b.admin}
+	barrier := &policy.Barrier{Servers: policy.ServersFrom(b.admin, b.cfg), Prober: &policy.DryRunProber{}}
+	fmt.Fprintf(os.Stderr, "bench: policy mode, table write + propagation barrier: %d grants\n", barrierGrants)
+	var out []time.Duration
+	for i := range barrierGrants {
+		prev, next := int64(100+i), int64(101+i)
+		start := time.Now()
+		if _, _, err := table.Update(ctx, ns, "barrier", func(policy.Entry, bool) (policy.Entry, bool) {
+			return policy.Entry{Token: next, Held: true, User: b.adminUser, Attempt: fmt.Sprint(i)}, true
+		}); err != nil {
+			return out, err
+		}
+		if err := barrier.Wait(ctx, ns, "barrier", &prev, next); err != nil {
+			return out, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+// switchToPolicy turns the cluster to policy mode for lease ns/name, as the
+// operator with --enforcement=policy and config/components/policy do: the
+// fencing webhook keeps only its /scale and eviction entries, the policies
+// are applied, and the lease's tenure table entry is written from its status
+// (policy.Tenures.Sync). It returns once the policy refuses a malformed token.
+func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := b.admin.Get(ctx, types.NamespacedName{Name: "fencing-webhook-configuration"}, &cfg); err != nil {
+		return fmt.Errorf("reading the installed fencing webhook configuration: %w", err)
+	}
+	var keep []admissionregistrationv1.ValidatingWebhook
+	for _, w := range cfg.Webhooks {
+		if strings.HasPrefix(w.Name, "scale.") || strings.HasPrefix(w.Name, "eviction.") {
+			keep = append(keep, w)
+		}
+	}
+	cfg.Webhooks = keep
+	if err := b.admin.Update(ctx, &cfg); err != nil {
+		return fmt.Errorf("trimming the fencing webhook configuration to /scale and evictions: %w", err)
+	}
+	o := testenv.Operator(operatorNamespace, b.adminUser)
+	o.Enforcement = operator.EnforcementPolicy
+	o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
+	if err := o.PolicySettings().Apply(ctx, b.admin); err != nil {
+		return err
+	}
+	var l coordv1alpha1.FencedLease
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+		return err
+	}
+	t := &policy.Tenures{Table: &policy.Table{Reader: b.admin, Writer: b.admin}, Leases: b.admin}
+	if err := t.Sync(ctx, &l); err != nil {
+		return fmt.Errorf("writing the tenure table: %w", err)
+	}
+	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing policy to decide", func(ctx context.Context) (bool, error) {
+		err := b.admin.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'"), nil
+	})
+}
+
+// trimTable leaves only lease's entry in the namespace's tenure table.
+func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
+	var cm corev1.ConfigMap
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+		return err
+	}
+	cm.Data = map[string]string{lease: cm.Data[lease]}
+	return b.admin.Update(ctx, &cm)
+}
+
+// fillTable makes the namespace's tenure table hold policyTableLeases
+// leases: the others' entries, each with a holder, a service-account user
+// and a token.
+func (b *bench) fillTable(ctx context.Context, ns string) error {
+	var cm corev1.ConfigMap
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+		return err
+	}
+	for i := 1; i < b.opts.policyTableLeases; i++ {
+		cm.Data[fmt.Sprintf("lease-%05d", i)] = fmt.Sprintf("%d %d - system:serviceaccount:%s:writer-%05d", 1000+i, 1000+i, ns, i)
+	}
+	if err := b.admin.Update(ctx, &cm); err != nil {
+		return fmt.Errorf("filling the tenure table with %d leases: %w", b.opts.policyTableLeases, err)
+	}
+	size := 0
+	for k, v := range cm.Data {
+		size += len(k) + len(v)
+	}
+	b.policyTableBytes = size
+	return nil
 }
 
 // installAllowAll installs a validating webhook that admits every write of a

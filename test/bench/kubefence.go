@@ -337,7 +337,12 @@ type handoverResult struct {
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
-	const ns, name = "kf-handover", "handover"
+	return b.kfHandoverIn(ctx, "kf-handover")
+}
+
+// kfHandoverIn is phase 2's kubefence hand-overs, on a lease in namespace ns.
+func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, error) {
+	const name = "handover"
 	res := handoverResult{}
 	if err := b.createFencedLease(ctx, ns, name); err != nil {
 		return res, err

@@ -38,6 +38,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -74,6 +76,11 @@ type options struct {
 	clientGoRetry time.Duration
 	// allowAllWrites is the size of the allow-all webhook baseline pass.
 	allowAllWrites int
+	// policyWrites is the size of the policy-mode pass (no webhook).
+	policyWrites int
+	// policyTableLeases is how many leases' entries the tenure table holds
+	// in the policy pass.
+	policyTableLeases int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -94,6 +101,8 @@ func main() {
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
 	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
 	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
+	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in policy mode: the fencing ValidatingAdmissionPolicy instead of the webhook, after the webhook passes (0: skip)")
+	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the policy pass's namespace (the benchmark's lease and others)")
 	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
 	flag.Parse()
 
@@ -111,8 +120,12 @@ type bench struct {
 	scheme    *runtime.Scheme
 	admin     client.Client
 	adminUser string
-	ctrlRT    *controllerTransport
-	testEnv   *envtest.Environment
+	// stopController stops the running controller manager (runController).
+	stopController func()
+	// policyTableBytes is the size of the tenure table's data in the policy pass.
+	policyTableBytes int
+	ctrlRT           *controllerTransport
+	testEnv          *envtest.Environment
 }
 
 func run(o options) error {
@@ -122,8 +135,8 @@ func run(o options) error {
 	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
 	}
-	if o.guardedWrites < 1 || o.liveWrites < 0 {
-		return errors.New("-guarded-writes must be at least 1 and -live-writes at least 0")
+	if o.guardedWrites < 1 || o.liveWrites < 0 || o.policyWrites < 0 {
+		return errors.New("-guarded-writes must be at least 1, -live-writes and -policy-writes at least 0")
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
@@ -193,20 +206,10 @@ func run(o options) error {
 		}
 	}()
 
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx)
-	if err != nil {
-		stopMgr()
+	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
 		return err
 	}
-	defer func() {
-		stopMgr()
-		select {
-		case <-mgrDone:
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
-		}
-	}()
+	defer b.stopController()
 
 	var rep report
 	rep.env = env
@@ -335,9 +338,30 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
+// runController starts the controller manager in enforcement mode (with
+// policy, the policy-mode reconciler: tenure tables and the barrier);
+// stopController stops it.
+func (b *bench) runController(ctx context.Context, enforcement string) error {
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone, err := b.startController(mgrCtx, enforcement)
+	if err != nil {
+		stopMgr()
+		return err
+	}
+	b.stopController = func() {
+		stopMgr()
+		select {
+		case <-mgrDone:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
+		}
+	}
+	return nil
+}
+
 // startController runs the kubefence controller manager, as the admin, with a
 // transport that counts its writes.
-func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
+func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
@@ -349,7 +373,13 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
+	o := testenv.Operator(operatorNamespace, b.adminUser)
+	o.Webhooks = false
+	o.Enforcement = enforcement
+	if enforcement == operator.EnforcementPolicy {
+		o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
+	}
+	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

@@ -29,6 +29,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/operator"
 )
 
 // scaleHolderUser is the holder processes' identity: a service account, so
@@ -148,7 +149,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	}
 	defer whs.stop()
 	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx)
+	mgrDone, err := b.startController(mgrCtx, operator.EnforcementWebhook)
 	if err != nil {
 		stopMgr()
 		return err

@@ -163,6 +163,9 @@ func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
 			"certificate.cert-manager.io/kubefence-serving-cert serverside-applied (server dry run)",
 			"issuer.cert-manager.io/kubefence-selfsigned-issuer serverside-applied (server dry run)",
 		}},
+		{"config/policy", buildDir(t, "config/policy"), []string{
+			"clusterrole.rbac.authorization.k8s.io/kubefence-policy-role serverside-applied (server dry run)",
+		}},
 		{"chart, default values", helmTemplate(t), []string{
 			"configmap/kubefence-epochs serverside-applied (server dry run)",
 			"secret/kubefence-webhook-server-cert serverside-applied (server dry run)",

@@ -179,7 +179,7 @@ func compareObjects(t *testing.T, wantName string, want map[string]map[string]an
 }
 
 func TestChartLints(t *testing.T) {
-	for _, set := range [][]string{nil, {"--set", "certificates.mode=cert-manager", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}} {
+	for _, set := range [][]string{nil, {"--set", "certificates.mode=cert-manager", "--set", "enforcement=policy", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}} {
 		out, err := exec.Command(helmBin(t), append([]string{"lint", "--strict", filepath.Join(root, "dist", "chart"), "--namespace", releaseNamespace, "--kube-version", kubeVersion}, set...)...).CombinedOutput()
 		if err != nil {
 			t.Errorf("helm lint --strict %v: %v\n%s", set, err, out)

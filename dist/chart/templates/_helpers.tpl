@@ -33,3 +33,13 @@ annotations:
 {{- range .Values.excludedNamespaces -}}{{- if ne . $.Release.Namespace -}}{{- $ns = append $ns . -}}{{- end -}}{{- end -}}
 {{- toJson $ns -}}
 {{- end -}}
+
+{{/*
+kubefence.enforcement is .Values.enforcement, checked: "webhook" or "policy".
+*/}}
+{{- define "kubefence.enforcement" -}}
+{{- if not (has .Values.enforcement (list "webhook" "policy")) -}}
+{{- fail (printf "enforcement is %q: expected \"webhook\" (the fencing webhook decides guarded writes) or \"policy\" (a ValidatingAdmissionPolicy does, docs/design.md)" .Values.enforcement) -}}
+{{- end -}}
+{{- .Values.enforcement -}}
+{{- end -}}

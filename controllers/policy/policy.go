@@ -1,0 +1,333 @@
+// Package policy is kubefence's policy enforcement mode
+// (--enforcement=policy): fencing judged inside the API server by a
+// ValidatingAdmissionPolicy, with no webhook in the write path of guarded
+// objects. It holds the policies the operator generates and keeps current,
+// the tenure table each policy decision reads (one ConfigMap per lease
+// namespace, written only by the controller, on grants and tenure ends), and
+// the propagation barrier that proves every API server enforces a grant
+// before its holder can learn of it (docs/design.md, "Policy mode").
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Names of the objects policy mode installs.
+const (
+	// FencingPolicyName is the ValidatingAdmissionPolicy that fences guarded
+	// objects; GuardedBindingName binds it to every guarded object,
+	// RequiredBindingName to the required kinds in namespaces labelled
+	// kubefence.io/fencing=required.
+	FencingPolicyName   = "kubefence-fencing"
+	GuardedBindingName  = "kubefence-fencing-guarded"
+	RequiredBindingName = "kubefence-fencing-required"
+	// TablePolicyName refuses writes to the tenure tables from anyone but
+	// the controller (and deletes from the cluster's clean-up controllers);
+	// its binding has the same name.
+	TablePolicyName = "kubefence-tenures"
+	// FieldManager is the server-side apply field manager of the policies.
+	FieldManager = "kubefence-operator"
+)
+
+// Settings are what the generated policies depend on.
+type Settings struct {
+	// ExcludedNamespaces are never fenced (the operator's namespace and
+	// kube-system, I7).
+	ExcludedNamespaces []string
+	// ControllerUsers may write the tenure tables.
+	ControllerUsers []string
+	// CleanupUsers may delete guarded objects (and the tables) without a
+	// lease, and update guarded objects' finalizers and ownerReferences.
+	CleanupUsers []string
+	// RequiredKinds are the resources whose unguarded writes are refused in
+	// namespaces labelled kubefence.io/fencing=required.
+	RequiredKinds []schema.GroupResource
+}
+
+// Validate reports settings the policies cannot be generated from.
+func (s Settings) Validate() error {
+	if len(s.ControllerUsers) == 0 {
+		return fmt.Errorf("no controller users: nobody could write the tenure tables %q", TableName)
+	}
+	for _, u := range append(append([]string(nil), s.ControllerUsers...), s.CleanupUsers...) {
+		if u == "" {
+			return fmt.Errorf("an empty user name in the controller or clean-up users")
+		}
+	}
+	for _, k := range s.RequiredKinds {
+		if k.Resource == "" || strings.ContainsAny(k.Resource+k.Group, "'\\ ") {
+			return fmt.Errorf("required kind %q: expected <resource>.<group> (plural resource, e.g. widgets.example.kubefence.io, or configmaps for the core group)", k.String())
+		}
+	}
+	return nil
+}
+
+// ParseGroupResource reads "<resource>.<group>" ("configmaps" for the core
+// group), the spelling of --required-fencing-kind.
+func ParseGroupResource(s string) (schema.GroupResource, error) {
+	gr := schema.ParseGroupResource(s)
+	if gr.Resource == "" || strings.Contains(gr.Resource, "/") || strings.ToLower(s) != s {
+		return gr, fmt.Errorf("%q is not <resource>.<group>: expected a lower-case plural resource and its group, e.g. widgets.example.kubefence.io, or deployments.apps", s)
+	}
+	return gr, nil
+}
+
+// celList spells strings as a CEL list literal (the values are checked by
+// Validate or are Kubernetes names, which cannot contain quotes).
+func celList(values []string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = strconv.Quote(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func kindKeys(kinds []schema.GroupResource) []string {
+	keys := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		keys = append(keys, k.Group+"/"+k.Resource)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// notLeases keeps Leases and FencedLeases out of every policy (I7).
+var notLeases = admissionregistrationv1.MatchCondition{
+	Name:       "not-leases",
+	Expression: "!(request.resource.group in ['coordination.k8s.io', 'coordination.kubefence.io'])",
+}
+
+func (s Settings) namespaceNotExcluded() metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+		Values: append([]string(nil), s.ExcludedNamespaces...)}
+}
+
+// The fencing rule in CEL, the same rule as controllers/webhooks/fencing
+// Decide (docs/design.md, "Policy mode"): the tenure table entry of a lease
+// is "<token>" (no holder) or "<token> <pod> <user>", where pod is "-"
+// without Pod binding. Every refusal is one message: stale ones name the
+// lease and the tokens and contain both StaleMarker and NotHolderMarker (a
+// policy refusal is a 403, which fence.IsStale recognises by the latter).
+const (
+	guardLabel = coordv1alpha1.GuardLeaseLabel
+	tokenAnn   = coordv1alpha1.FencingTokenAnnotation
+)
+
+func (s Settings) variables() []admissionregistrationv1.Variable {
+	v := func(name, expr string) admissionregistrationv1.Variable {
+		return admissionregistrationv1.Variable{Name: name, Expression: expr}
+	}
+	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
+	entry := func(lease string) string {
+		return fmt.Sprintf("params.?data[?%s].orValue('').split(' ', 4)", lease)
+	}
+	canonical := func(t string) string {
+		return fmt.Sprintf("(%[1]s.matches('^(0|[1-9][0-9]*)$') && (size(%[1]s) < 19 || (size(%[1]s) == 19 && %[1]s <= '9223372036854775807')))", t)
+	}
+	return []admissionregistrationv1.Variable{
+		v("sub", "request.?subResource.orValue('')"),
+		v("oldLease", fmt.Sprintf("oldObject == null ? '' : oldObject.metadata.?labels[?%q].orValue('')", guardLabel)),
+		v("newLease", fmt.Sprintf("object == null || request.operation == 'DELETE' ? '' : object.metadata.?labels[?%q].orValue('')", guardLabel)),
+		v("hasOldTok", fmt.Sprintf("oldObject != null && oldObject.metadata.?annotations[?%q].hasValue()", tokenAnn)),
+		v("oldTok", fmt.Sprintf("oldObject == null ? '' : oldObject.metadata.?annotations[?%q].orValue('')", tokenAnn)),
+		v("hasNewTok", fmt.Sprintf("object != null && request.operation != 'DELETE' && object.metadata.?annotations[?%q].hasValue()", tokenAnn)),
+		v("newTok", fmt.Sprintf("object == null || request.operation == 'DELETE' ? '' : object.metadata.?annotations[?%q].orValue('')", tokenAnn)),
+		v("oldTokOK", canonical("variables.oldTok")),
+		v("newTokOK", canonical("variables.newTok")),
+		v("guardedOld", "variables.oldLease != ''"),
+		v("guardedNew", "variables.newLease != ''"),
+		v("metadataWrite", "request.operation != 'DELETE' && (variables.sub == '' || (oldObject != null && object != null && (variables.oldLease != variables.newLease || variables.hasOldTok != variables.hasNewTok || variables.oldTok != variables.newTok)))"),
+		v("cleanup", fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
+			"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
+			"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
+			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
+		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
+			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
+		v("oldScope", "request.namespace + '/' + variables.oldLease"),
+		v("newScope", "request.namespace + '/' + variables.newLease"),
+		v("oldEntry", entry("variables.oldLease")),
+		v("newEntry", entry("variables.newLease")),
+		v("podName", fmt.Sprintf("request.userInfo.?extra[?%q].orValue([])", coordv1alpha1.PodNameExtraKey)),
+		v("what", "variables.sub != '' ? 'writes to /' + variables.sub : 'tokenless writes'"),
+		// checkHolder(lease) of the webhook, for the old and the new lease.
+		v("holderOld", holderCheck("variables.oldEntry", "variables.oldScope")),
+		v("holderNew", holderCheck("variables.newEntry", "variables.newScope")),
+		// checkToken(newLease): with and without the token the object accepted.
+		v("tokenNew", tokenCheck(false)),
+		v("tokenNewAccepted", tokenCheck(true)),
+		v("verdict", `variables.cleanup ? '' :
+(!variables.guardedOld && !variables.guardedNew) ? (variables.required ?
+    'fencing is required for this kind in namespace ' + request.namespace + ': label the object `+guardLabel+`=<lease name> and annotate it `+tokenAnn+`=<token>' : '') :
+(variables.required && variables.metadataWrite && variables.guardedOld && !variables.guardedNew) ?
+    'fencing is required for this kind in namespace ' + request.namespace + ': the guard label `+guardLabel+` cannot be removed' :
+(variables.guardedOld && (!variables.metadataWrite || !variables.guardedNew || variables.newLease != variables.oldLease)) ?
+    ((variables.holderOld != '' || !variables.metadataWrite || !variables.guardedNew) ? variables.holderOld : variables.tokenNew) :
+(variables.guardedOld && variables.hasOldTok && variables.hasNewTok && variables.oldTok == variables.newTok) ?
+    ((variables.newTokOK && variables.newEntry[0] != '' && int(variables.newTok) < int(variables.newEntry[0])) ?
+        '`+coordv1alpha1.StaleMarker+` ' + variables.newTok + ' for lease ' + variables.newScope + ': current token is ' + variables.newEntry[0] + ' (the writer `+coordv1alpha1.NotHolderMarker+` ' + variables.newScope + ')' :
+        variables.holderNew) :
+(variables.guardedOld && variables.hasOldTok && variables.oldTokOK) ? variables.tokenNewAccepted : variables.tokenNew`),
+	}
+}
+
+// holderCheck is the webhook's checkHolder: the requester must be the
+// lease's current holder and the object must not be ahead of the lease.
+func holderCheck(entry, scope string) string {
+	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`ENTRY[0] == '' ?
+    'lease ' + SCOPE + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
+(variables.hasOldTok && variables.oldTokOK && int(variables.oldTok) > int(ENTRY[0])) ?
+    '` + coordv1alpha1.StaleMarker + `: the object already accepted token ' + variables.oldTok + ', above the current token ' + ENTRY[0] + ' of lease ' + SCOPE + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ')' :
+size(ENTRY) < 4 ?
+    '` + coordv1alpha1.StaleMarker + `: the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ': it has no holder (token ' + ENTRY[0] + ' was released or expired), so nobody may write this object without a token' :
+(request.userInfo.username != ENTRY[3] || (ENTRY[2] != '-' && variables.podName != [ENTRY[2]])) ?
+    request.userInfo.username + (size(variables.podName) == 1 ? ' (pod ' + variables.podName[0] + ')' : '') + ' ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ' (held with token ' + ENTRY[0] + '): ' + variables.what + ' and deletes of a guarded object, and removing or moving its guard, are accepted only from the current holder' :
+''`)
+}
+
+// tokenCheck is the webhook's checkToken for the new lease.
+func tokenCheck(accepted bool) string {
+	acceptedCheck := ""
+	if accepted {
+		acceptedCheck = `(int(variables.newTok) < int(variables.oldTok)) ?
+    '` + coordv1alpha1.StaleMarker + ` ' + variables.newTok + ' for lease ' + variables.newScope + ': the object already accepted token ' + variables.oldTok + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + variables.newScope + ')' :
+`
+	}
+	return `!variables.hasNewTok ?
+    'missing fencing token: objects guarded by lease ' + variables.newScope + ' need annotation ` + tokenAnn + `=<token of the current holder>' :
+!variables.newTokOK ?
+    'invalid fencing token for lease ' + variables.newScope + ': annotation ` + tokenAnn + `="' + variables.newTok + '" is not a non-negative decimal integer written canonically (no sign, no leading zeros, at most 9223372036854775807)' :
+` + acceptedCheck + `variables.newEntry[0] == '' ?
+    'lease ' + variables.newScope + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
+(int(variables.newTok) < int(variables.newEntry[0])) ?
+    '` + coordv1alpha1.StaleMarker + ` ' + variables.newTok + ' for lease ' + variables.newScope + ': current token is ' + variables.newEntry[0] + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + variables.newScope + ')' :
+(int(variables.newTok) > int(variables.newEntry[0])) ?
+    'fencing token ' + variables.newTok + ' for lease ' + variables.newScope + ' was never issued: current token is ' + variables.newEntry[0] :
+size(variables.newEntry) < 4 ?
+    '` + coordv1alpha1.StaleMarker + ` ' + variables.newTok + ' for lease ' + variables.newScope + ': the lease has no holder (token ' + variables.newEntry[0] + ' was released or expired; the writer ` + coordv1alpha1.NotHolderMarker + ` ' + variables.newScope + ')' :
+''`
+}
+
+// FencingPolicy is the ValidatingAdmissionPolicy for guarded objects.
+func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: FencingPolicyName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+						Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+				}}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
+			Variables:       s.variables(),
+			Validations: []admissionregistrationv1.Validation{{
+				Expression:        "variables.verdict == ''",
+				MessageExpression: "variables.verdict",
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+}
+
+func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: FencingPolicyName,
+			// The lease namespace's tenure table, by its fixed name, in the
+			// object's own namespace (namespace unset); none: refused.
+			ParamRef: &admissionregistrationv1.ParamRef{Name: TableName,
+				ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)},
+			MatchResources:    match,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+}
+
+// GuardedBinding binds the fencing policy to every guarded object outside
+// the excluded namespaces.
+func (s Settings) GuardedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return s.binding(GuardedBindingName, &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
+	})
+}
+
+// RequiredBinding binds the fencing policy to every object of the required
+// kinds in namespaces labelled kubefence.io/fencing=required; nil without
+// required kinds.
+func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	if len(s.RequiredKinds) == 0 {
+		return nil
+	}
+	var rules []admissionregistrationv1.NamedRuleWithOperations
+	for _, k := range s.RequiredKinds {
+		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{k.Group}, APIVersions: []string{"*"},
+				Resources: []string{k.Resource, k.Resource + "/status"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}})
+	}
+	return s.binding(RequiredBindingName, &admissionregistrationv1.MatchResources{
+		ResourceRules: rules,
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: coordv1alpha1.FencingNamespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"required"}},
+			s.namespaceNotExcluded()}},
+	})
+}
+
+// TablePolicy refuses writes to the tenure tables from anyone but the
+// controller users; the clean-up users may delete them (with their namespace).
+func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: TablePolicyName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					ResourceNames: []string{TableName},
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+						Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+							Resources: []string{"configmaps"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+					}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("request.userInfo.username in %s || (request.operation == 'DELETE' && request.userInfo.username in %s)",
+					celList(s.ControllerUsers), celList(s.CleanupUsers)),
+				MessageExpression: fmt.Sprintf("'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace + ' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName),
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+}
+
+// TableBinding binds TablePolicy everywhere.
+func (s Settings) TableBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: TablePolicyName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        TablePolicyName,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+}

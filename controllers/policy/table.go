@@ -1,0 +1,184 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// TableName is the tenure table of a lease namespace: one ConfigMap whose
+// data maps each lease name to its current tenure. The fencing policy's
+// bindings name it (paramRef.name, in the object's own namespace).
+const TableName = "kubefence-tenures"
+
+// Entry is one lease's line in the tenure table.
+type Entry struct {
+	// Token is the current token while Held, the last one otherwise.
+	Token int64
+	// Held tells whether a holder is named; User is the holder's user (the
+	// user of its request).
+	Held bool
+	User string
+	// Pod is the holder's identity with identityBinding Pod (the requester's
+	// pod must be named so; "!" when the identity could not be a pod name),
+	// "" otherwise.
+	Pod string
+	// Attempt tells this write from any other of the same tenure (random):
+	// a grant whose status write failed is undone only while the entry is
+	// still the one it wrote (Tenures.undo).
+	Attempt string
+}
+
+// Same tells whether e and o describe the same tenure (Attempt aside).
+func (e Entry) Same(o Entry) bool {
+	e.Attempt, o.Attempt = "", ""
+	return e == o
+}
+
+// encode is the entry as the policy reads it: "<token>" without a holder,
+// "<token> <attempt> <pod> <user>" with one (pod "-" without Pod binding).
+// The user is last, so that it may contain spaces.
+func (e Entry) encode() string {
+	t := strconv.FormatInt(e.Token, 10)
+	if !e.Held {
+		return t
+	}
+	pod := e.Pod
+	if pod == "" {
+		pod = "-"
+	}
+	attempt := e.Attempt
+	if attempt == "" {
+		attempt = "0"
+	}
+	return strings.Join([]string{t, attempt, pod, e.User}, " ")
+}
+
+func decodeEntry(s string) (Entry, error) {
+	parts := strings.SplitN(s, " ", 4)
+	t, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("tenure table entry %q: token: %w", s, err)
+	}
+	e := Entry{Token: t}
+	if len(parts) == 1 {
+		return e, nil
+	}
+	if len(parts) != 4 {
+		return Entry{}, fmt.Errorf("tenure table entry %q: expected \"<token>\" or \"<token> <attempt> <pod> <user>\"", s)
+	}
+	e.Held, e.Attempt, e.Pod, e.User = true, parts[1], parts[2], parts[3]
+	if e.Pod == "-" {
+		e.Pod = ""
+	}
+	return e, nil
+}
+
+// EntryFor is the entry that says what status (of lease) says.
+func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus) Entry {
+	e := Entry{Token: st.FencingToken}
+	if st.HolderIdentity == "" {
+		return e
+	}
+	e.Held = true
+	if lease.Spec.IdentityBinding == coordv1alpha1.IdentityBindingPod {
+		e.Pod = st.HolderIdentity
+		if e.Pod == "-" || strings.ContainsAny(e.Pod, " \t\n") {
+			e.Pod = "!" // names no pod: nobody passes the identity path
+		}
+	}
+	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity); i >= 0 {
+		e.User = lease.Spec.Requests[i].User
+	}
+	return e
+}
+
+// Table reads and writes tenure tables, always from the API server (a cache
+// could miss an entry written a moment ago). Every write is
+// compare-and-swap: it reads the table, decides from what it read and writes
+// with that resourceVersion.
+type Table struct {
+	Reader client.Reader
+	Writer client.Client
+}
+
+// Get returns the entry of lease ns/name (found false when there is none),
+// with the table's resourceVersion.
+func (t *Table) Get(ctx context.Context, ns, name string) (e Entry, found bool, err error) {
+	var cm corev1.ConfigMap
+	if err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Entry{}, false, nil
+		}
+		return Entry{}, false, fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)
+	}
+	return lookup(&cm, name)
+}
+
+func lookup(cm *corev1.ConfigMap, name string) (Entry, bool, error) {
+	v, ok := cm.Data[name]
+	if !ok {
+		return Entry{}, false, nil
+	}
+	e, err := decodeEntry(v)
+	return e, err == nil, err
+}
+
+// Update sets lease ns/name's entry to what decide returns for the current
+// one (ok false: leave it), with the table's resourceVersion, retrying on
+// conflicts; it creates the table at its first entry. It returns the entry
+// written, or the current one when decide declined.
+func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Entry, found bool) (Entry, bool)) (Entry, bool, error) {
+	var out Entry
+	var wrote bool
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wrote = false
+		var cm corev1.ConfigMap
+		err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
+		create := apierrors.IsNotFound(err)
+		if err != nil && !create {
+			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)
+		}
+		cur, found, err := lookup(&cm, name)
+		if err != nil {
+			return err
+		}
+		next, ok := decide(cur, found)
+		if !ok {
+			out = cur
+			return nil
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[name] = next.encode()
+		if create {
+			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}
+			err = t.Writer.Create(ctx, &cm)
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("configmaps"), TableName, err)
+			}
+		} else {
+			err = t.Writer.Update(ctx, &cm)
+		}
+		if err != nil {
+			return err
+		}
+		out, wrote = next, true
+		return nil
+	})
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("writing lease %s's entry in the tenure table %s/%s: %w", name, ns, TableName, err)
+	}
+	return out, wrote, nil
+}

@@ -1,0 +1,203 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Tenures keeps the tenure tables in step with the FencedLeases (the
+// controllers.TenureTable of the reconciler in policy mode):
+//
+//   - a grant is written to the table first, with the resourceVersion of the
+//     lease it is decided on as its Attempt, and the barrier proves every API
+//     server enforces it; only then does the controller write it to status;
+//   - every other change (a tenure ended, an entry missing, a grant whose
+//     status write failed) is Sync: the entry is made to say what the lease,
+//     read live, says, unless a grant written to the table may still commit.
+type Tenures struct {
+	Table   *Table
+	Barrier *Barrier
+	// Leases reads FencedLeases live (never a cache).
+	Leases client.Reader
+	// Excluded namespaces are not fenced: no barrier there.
+	Excluded []string
+	// CommitLag bounds the time from a write's admission to its commit
+	// (--max-commit-lag). A grant that follows a tenure its holder did not
+	// release itself is written to status no sooner than CommitLag after
+	// its table entry: writes the old holder had admitted before the API
+	// servers saw the entry have committed by then.
+	CommitLag time.Duration
+
+	mu    sync.Mutex
+	known map[types.UID]Entry
+}
+
+func (t *Tenures) remembered(uid types.UID) (Entry, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.known[uid]
+	return e, ok
+}
+
+func (t *Tenures) remember(uid types.UID, e *Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.known == nil {
+		t.known = map[types.UID]Entry{}
+	}
+	if e == nil {
+		delete(t.known, uid)
+		return
+	}
+	t.known[uid] = *e
+}
+
+// IsGrant tells whether a status write from cur to next grants a tenure.
+func IsGrant(cur, next *coordv1alpha1.FencedLeaseStatus) bool {
+	return next.HolderIdentity != "" && (next.HolderIdentity != cur.HolderIdentity || next.FencingToken != cur.FencingToken)
+}
+
+// Grant writes the grant lease -> next to the table and waits for the
+// barrier. The caller writes next to status only when it returns nil, and
+// then calls done with the outcome of that write.
+func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, next *coordv1alpha1.FencedLeaseStatus) (done func(context.Context, error), err error) {
+	noop := func(context.Context, error) {}
+	if !IsGrant(&lease.Status, next) {
+		return noop, nil
+	}
+	want := EntryFor(lease, next)
+	want.Attempt = lease.ResourceVersion
+	var prev *int64
+	var ahead *Entry
+	written := time.Now()
+	if _, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
+		prev, ahead = nil, nil
+		if found {
+			p := cur.Token
+			prev = &p
+			if cur.Token > want.Token {
+				ahead = &cur
+				return cur, false
+			}
+			if cur == want {
+				return cur, false // this grant's entry, written by an earlier attempt
+			}
+		}
+		return want, true
+	}); err != nil {
+		return nil, err
+	}
+	if ahead != nil {
+		// A grant written to the table whose status write failed (or one
+		// this controller has not seen yet): Sync undoes the first kind.
+		t.remember(lease.UID, nil)
+		if err := t.Sync(ctx, lease); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, TableName, ahead.Token, lease.Name, want.Token)
+	}
+	t.remember(lease.UID, nil)
+	if !slices.Contains(t.Excluded, lease.Namespace) {
+		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
+			return nil, err
+		}
+		if prev != nil && !ReleasedByHolder(lease, next) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Until(written.Add(t.CommitLag))):
+			}
+		}
+	}
+	return func(ctx context.Context, writeErr error) {
+		if writeErr == nil {
+			t.remember(lease.UID, &want)
+			return
+		}
+		if err := t.Sync(ctx, lease); err != nil {
+			logf.FromContext(ctx).Error(err, "Undoing a grant in the tenure table after its status write failed; retried at the next reconcile", "lease", client.ObjectKeyFromObject(lease))
+		}
+	}, nil
+}
+
+// ReleasedByHolder tells whether the tenure before the grant next ended by
+// its holder's own release (not an expiry, not an operator's revocation):
+// the holder's helper withdrew only after every write of its tenure had
+// returned, so nothing of it is still committing (docs/design.md).
+func ReleasedByHolder(lease *coordv1alpha1.FencedLease, next *coordv1alpha1.FencedLeaseStatus) bool {
+	p := next.PreviousHolder
+	if p == nil || p.Reason != coordv1alpha1.EndReasonReleased {
+		return false
+	}
+	return lease.Annotations[coordv1alpha1.RevokedAnnotation] != coordv1alpha1.ExpiredMark(p.HolderIdentity, p.FencingToken)
+}
+
+// Sync makes lease's table entry say what the lease says. It reads the
+// table, then the lease live, then writes with the table's
+// resourceVersion, so that no grant written to the table in between is
+// overwritten. It moves an entry's token back only for a grant that can
+// never commit: its Attempt (the resourceVersion the grant was decided on)
+// is no longer the lease's, and the lease does not show it.
+func (t *Tenures) Sync(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	if e, ok := t.remembered(lease.UID); ok && e.Same(EntryFor(lease, &lease.Status)) {
+		return nil
+	}
+	var synced *Entry
+	var readErr error
+	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
+		synced, readErr = nil, nil
+		var live coordv1alpha1.FencedLease
+		if err := t.Leases.Get(ctx, client.ObjectKeyFromObject(lease), &live); err != nil {
+			readErr = client.IgnoreNotFound(err)
+			return cur, false
+		}
+		if live.UID != lease.UID || !live.DeletionTimestamp.IsZero() {
+			return cur, false // the finalizer records deleted leases (Deleted)
+		}
+		want := EntryFor(&live, &live.Status)
+		want.Attempt = live.ResourceVersion
+		switch {
+		case !found, want.Token > cur.Token:
+		case cur.Same(want):
+			synced = &cur
+			return cur, false
+		case want.Token == cur.Token:
+			// Same tenure, held or ended: the status is the truth.
+		case cur.Attempt == live.ResourceVersion:
+			return cur, false // that grant may still commit
+		}
+		synced = &want
+		return want, true
+	})
+	if err == nil {
+		err = readErr
+	}
+	if err != nil {
+		return err
+	}
+	if synced != nil {
+		t.remember(lease.UID, synced)
+	}
+	return nil
+}
+
+// Deleted records a deleted lease's highest token as its entry, without a
+// holder (the epoch finalizer calls it before the lease goes): nothing is
+// accepted for it until a new incarnation is granted a higher token.
+func (t *Tenures) Deleted(ctx context.Context, lease *coordv1alpha1.FencedLease, high int64) error {
+	want := Entry{Token: high}
+	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
+		return want, !found || cur != want
+	})
+	t.remember(lease.UID, nil)
+	return err
+}

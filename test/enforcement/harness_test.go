@@ -1,0 +1,249 @@
+// Package enforcement_test runs one fencing table, every write path on
+// built-in kinds and custom resources, against a real kube-apiserver in both
+// enforcement modes: the fencing webhook (--enforcement=webhook) and the
+// ValidatingAdmissionPolicy with its tenure tables (--enforcement=policy).
+// Policy mode's own claims (the table is the controller's alone, a policy
+// refusal is recognised by fence.IsStale, the operator may be down) are
+// proven here too.
+package enforcement_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
+)
+
+const (
+	root              = "../.."
+	operatorNamespace = "kubefence-system"
+)
+
+// requiredKinds are the kinds of mandatory fencing: the example kind the
+// fencing webhook configuration lists, and the same for the policy.
+var requiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resource: "widgets"}}
+
+// harness is one control plane with the operator in one enforcement mode.
+type harness struct {
+	mode   string
+	env    *envtest.Environment
+	cfg    *rest.Config
+	admin  client.WithWatch
+	users  map[string]client.WithWatch
+	scheme *runtime.Scheme
+	ctx    context.Context
+	ns     atomic.Int32
+	// stopOperator stops the operator's manager (reconciler and webhooks).
+	stopOperator func()
+}
+
+// policyModeWebhooks is the fencing webhook configuration of policy mode
+// (config/components/policy): only the entries for /scale and evictions,
+// whose objects carry no labels for a policy to read.
+func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error) {
+	b, err := os.ReadFile(filepath.Join(root, "config", "webhook", "fencing.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var cfg admissionv1.ValidatingWebhookConfiguration
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return nil, err
+	}
+	var keep []admissionv1.ValidatingWebhook
+	for _, w := range cfg.Webhooks {
+		if strings.HasPrefix(w.Name, "scale.") || strings.HasPrefix(w.Name, "eviction.") {
+			keep = append(keep, w)
+		}
+	}
+	cfg.Webhooks = keep
+	return []*admissionv1.ValidatingWebhookConfiguration{&cfg}, nil
+}
+
+func start(t *testing.T, mode string) *harness {
+	t.Helper()
+	testenv.SkipIfShort(t)
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	h := &harness{mode: mode, users: map[string]client.WithWatch{}, scheme: runtime.NewScheme()}
+	must(t, clientgoscheme.AddToScheme(h.scheme))
+	must(t, coordv1alpha1.AddToScheme(h.scheme))
+	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
+	if mode == operator.EnforcementPolicy {
+		whs, err := policyModeWebhooks()
+		must(t, err)
+		in.Configure = func(env *envtest.Environment) {
+			env.WebhookInstallOptions.Paths = testenv.WebhookPaths(root)[:1]
+			env.WebhookInstallOptions.ValidatingWebhooks = whs
+		}
+	}
+	env, cfg, err := testenv.Start(in)
+	must(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	h.env, h.cfg = env, cfg
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.ctx = ctx
+	h.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
+	must(t, err)
+	adminUser, err := testenv.AdminUser(ctx, h.admin)
+	must(t, err)
+	must(t, h.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
+	h.grantRoles(t)
+	for _, name := range []string{"alice", "bob", "mallory"} {
+		h.users[name] = h.user(t, name)
+	}
+
+	o := testenv.Operator(operatorNamespace, adminUser)
+	o.Enforcement = mode
+	if mode == operator.EnforcementPolicy {
+		o.RequiredKinds = requiredKinds
+	}
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, h.scheme))
+	must(t, err)
+	must(t, operator.Setup(mgr, o))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mgrCtx); err != nil {
+			t.Errorf("operator manager: %v", err)
+		}
+	}()
+	h.stopOperator = func() { stopMgr(); <-done }
+	t.Cleanup(h.stopOperator)
+	h.eventually(t, 20*time.Second, "the webhook server starts", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+	if mode == operator.EnforcementPolicy {
+		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
+			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
+		})
+	}
+	return h
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("ENFORCEMENT_DEBUG") != "" {
+		return -1
+	}
+	return 2
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) user(t *testing.T, name string) client.WithWatch {
+	t.Helper()
+	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+	must(t, err)
+	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
+	must(t, err)
+	return c
+}
+
+// grantRoles gives group kubefence:clients a lease client's rights and full
+// rights on the guarded objects of the tests, so that only fencing refuses.
+func (h *harness) grantRoles(t *testing.T) {
+	t.Helper()
+	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-client"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: all},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "pods/status", "pods/eviction"}, Verbs: all},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: all},
+		},
+	}
+	must(t, h.admin.Create(h.ctx, role))
+	must(t, h.admin.Create(h.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
+	}))
+}
+
+func (h *harness) eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) namespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", h.mode, h.ns.Add(1))
+	must(t, h.admin.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}))
+	return name
+}
+
+func (h *harness) lease(t *testing.T, ns, name string, seconds int32) {
+	t.Helper()
+	must(t, h.admin.Create(h.ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: seconds}}))
+}
+
+// elector runs user's pkg/fence Elector for ns/lease until stop; it returns
+// once user leads, with its token.
+type elector struct {
+	el   *fence.Elector
+	stop func()
+}
+
+func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
+	t.Helper()
+	el, err := fence.New(fence.Config{Client: h.users[user], Namespace: ns, Name: lease, Identity: user, User: user,
+		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
+	must(t, err)
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = el.Run(ctx) }()
+	e := &elector{el: el, stop: func() { cancel(); <-done }}
+	t.Cleanup(e.stop)
+	var token int64
+	h.eventually(t, 30*time.Second, user+" leads "+ns+"/"+lease, func() error {
+		tok, ok := el.Token()
+		if !ok {
+			return fmt.Errorf("not leading")
+		}
+		token = tok
+		return nil
+	})
+	return e, token
+}

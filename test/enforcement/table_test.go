@@ -1,0 +1,366 @@
+package enforcement_test
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/pkg/fence"
+)
+
+var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
+
+func widget(ns, name, lease, token, writer string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(widgetGVK)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	if lease != "" {
+		u.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: lease})
+	}
+	if token != "" {
+		u.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: token})
+	}
+	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
+	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
+	return u
+}
+
+func tok(n int64) string { return strconv.FormatInt(n, 10) }
+
+// outcome is what a write of the table must meet, the same in both modes.
+type outcome struct {
+	// allowed: the write is accepted. Otherwise it is refused with a message
+	// containing msg, and stale tells whether fence.IsStale recognises it.
+	allowed bool
+	stale   bool
+	msg     string
+}
+
+var accepted = outcome{allowed: true}
+
+func staleRefusal(msg string) outcome { return outcome{stale: true, msg: msg} }
+func plainRefusal(msg string) outcome { return outcome{msg: msg} }
+func notHolder(lease string) outcome {
+	return staleRefusal(coordv1alpha1.NotHolderMarker + " " + lease)
+}
+func staleToken(token int64) outcome {
+	return staleRefusal(fmt.Sprintf("%s %d", coordv1alpha1.StaleMarker, token))
+}
+func (o outcome) String() string {
+	return fmt.Sprintf("%+v", struct {
+		Allowed, Stale bool
+		Msg            string
+	}{o.allowed, o.stale, o.msg})
+}
+
+func check(t *testing.T, h *harness, what string, err error, want outcome) {
+	t.Helper()
+	if want.allowed {
+		if err != nil {
+			t.Errorf("%s: refused, want accepted: %v", what, err)
+		}
+		return
+	}
+	if err == nil {
+		t.Errorf("%s: accepted, want refused (%s)", what, want.msg)
+		return
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		t.Errorf("%s: not an API status: %v", what, err)
+		return
+	}
+	if !strings.Contains(st.Status().Message, want.msg) {
+		t.Errorf("%s: message %q does not contain %q", what, st.Status().Message, want.msg)
+	}
+	// In policy mode no webhook is in the write path of guarded objects:
+	// every refusal but /scale's comes from the policy.
+	if via := "ValidatingAdmissionPolicy '" + policy.FencingPolicyName + "'"; h.mode == operator.EnforcementPolicy &&
+		!strings.Contains(what, "/scale") && !strings.Contains(st.Status().Message, via) {
+		t.Errorf("%s: refused, but not by %s: %s", what, via, st.Status().Message)
+	}
+	if got := fence.IsStale(err); got != want.stale {
+		t.Errorf("%s: fence.IsStale = %v, want %v (code %d: %s)", what, got, want.stale, st.Status().Code, st.Status().Message)
+	}
+}
+
+// situation is the seeds' situation on lease "job" in a namespace of its own:
+// alice held it with token stale and released it; bob holds it with current.
+type situation struct {
+	h              *harness
+	ns             string
+	stale, current int64
+	bob            *elector
+	// obj is the Widget the object rows write.
+	obj string
+}
+
+func (h *harness) situation(t *testing.T, labels map[string]string) *situation {
+	t.Helper()
+	s := &situation{h: h, ns: h.namespace(t, labels)}
+	h.lease(t, s.ns, "job", 30)
+	alice, stale := h.lead(t, "alice", s.ns, "job")
+	alice.stop()
+	bob, current := h.lead(t, "bob", s.ns, "job")
+	if current <= stale {
+		t.Fatalf("bob's token %d is not above alice's %d", current, stale)
+	}
+	s.stale, s.current, s.bob = stale, current, bob
+	return s
+}
+
+func (s *situation) get(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := widget(s.ns, name, "", "", "")
+	must(t, s.h.admin.Get(s.h.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, u))
+	return u
+}
+
+// writeCase is one row of the table: a write by a user on the object w
+// (created by bob with the current token before each row).
+type writeCase struct {
+	name  string
+	write func(t *testing.T, s *situation) error
+	want  func(s *situation) outcome
+}
+
+func patchWith(s *situation, user string, pt types.PatchType, body string) error {
+	opts := []client.PatchOption{}
+	if pt == types.ApplyPatchType {
+		opts = append(opts, client.FieldOwner(user), client.ForceOwnership)
+	}
+	return s.h.users[user].Patch(s.h.ctx, widget(s.ns, s.obj, "", "", ""), client.RawPatch(pt, []byte(body)), opts...)
+}
+
+func tokenPatches(name string, pt types.PatchType, body func(obj string, token int64, writer string) string) []writeCase {
+	return []writeCase{
+		{name + " with a stale token", func(t *testing.T, s *situation) error {
+			return patchWith(s, "alice", pt, body(s.obj, s.stale, "alice"))
+		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		{name + " with the current token", func(t *testing.T, s *situation) error {
+			return patchWith(s, "bob", pt, body(s.obj, s.current, "bob"))
+		}, func(*situation) outcome { return accepted }},
+	}
+}
+
+func objectCases() []writeCase {
+	cases := []writeCase{
+		{"update with a stale token", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.stale)})
+			return s.h.users["alice"].Update(s.h.ctx, w)
+		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		{"update inheriting the stored token by a non-holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			_ = unstructured.SetNestedField(w.Object, "alice", "spec", "writer")
+			return s.h.users["alice"].Update(s.h.ctx, w)
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"update inheriting the stored token by the holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			_ = unstructured.SetNestedField(w.Object, "bob-2", "spec", "writer")
+			return s.h.users["bob"].Update(s.h.ctx, w)
+		}, func(*situation) outcome { return accepted }},
+		{"delete by a non-holder", func(t *testing.T, s *situation) error {
+			return s.h.users["alice"].Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"delete by the holder", func(t *testing.T, s *situation) error {
+			return s.h.users["bob"].Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
+		}, func(*situation) outcome { return accepted }},
+		{"/status by a non-holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			_ = unstructured.SetNestedField(w.Object, "alice", "status", "phase")
+			return s.h.users["alice"].Status().Update(s.h.ctx, w)
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"/status by the holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			_ = unstructured.SetNestedField(w.Object, "running", "status", "phase")
+			return s.h.users["bob"].Status().Update(s.h.ctx, w)
+		}, func(*situation) outcome { return accepted }},
+		{"/scale by a non-holder", func(t *testing.T, s *situation) error {
+			return s.h.users["alice"].SubResource("scale").Update(s.h.ctx, s.get(t, s.obj),
+				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}))
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"/scale by the holder", func(t *testing.T, s *situation) error {
+			return s.h.users["bob"].SubResource("scale").Update(s.h.ctx, s.get(t, s.obj),
+				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 3}}))
+		}, func(*situation) outcome { return accepted }},
+		{"removing the guard by a non-holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			w.SetLabels(nil)
+			return s.h.users["alice"].Update(s.h.ctx, w)
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"removing the guard by the holder", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			w.SetLabels(nil)
+			return s.h.users["bob"].Update(s.h.ctx, w)
+		}, func(*situation) outcome { return accepted }},
+		{"the garbage collector finishing a cascade (finalizers only)", func(t *testing.T, s *situation) error {
+			gc := s.h.cleanupUser(t, "system:serviceaccount:kube-system:generic-garbage-collector")
+			if err := gc.Patch(s.h.ctx, widget(s.ns, s.obj, "", "", ""), client.RawPatch(types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":["example.kubefence.io/cascade"]}}`))); err != nil {
+				return err
+			}
+			return gc.Patch(s.h.ctx, widget(s.ns, s.obj, "", "", ""), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		}, func(*situation) outcome { return accepted }},
+		{"the garbage collector changing the spec", func(t *testing.T, s *situation) error {
+			gc := s.h.cleanupUser(t, "system:serviceaccount:kube-system:generic-garbage-collector")
+			return gc.Patch(s.h.ctx, widget(s.ns, s.obj, "", "", ""), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"gc"}}`)))
+		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		{"the namespace controller deleting it", func(t *testing.T, s *situation) error {
+			nsc := s.h.cleanupUser(t, "system:serviceaccount:kube-system:namespace-controller")
+			return nsc.Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
+		}, func(*situation) outcome { return accepted }},
+	}
+	cases = append(cases, tokenPatches("JSON patch", types.JSONPatchType, func(_ string, t int64, wr string) string {
+		return fmt.Sprintf(`[{"op":"replace","path":"/metadata/annotations/kubefence.io~1fencing-token","value":"%d"},{"op":"replace","path":"/spec/writer","value":%q}]`, t, wr)
+	})...)
+	cases = append(cases, tokenPatches("merge patch", types.MergePatchType, func(_ string, t int64, wr string) string {
+		return fmt.Sprintf(`{"metadata":{"annotations":{"kubefence.io/fencing-token":"%d"}},"spec":{"writer":%q}}`, t, wr)
+	})...)
+	cases = append(cases, tokenPatches("server-side apply", types.ApplyPatchType, func(obj string, t int64, wr string) string {
+		return fmt.Sprintf(`{"apiVersion":"example.kubefence.io/v1","kind":"Widget","metadata":{"name":%q,"labels":{"kubefence.io/lease":"job"},"annotations":{"kubefence.io/fencing-token":"%d"}},"spec":{"writer":%q}}`, obj, t, wr)
+	})...)
+	return cases
+}
+
+// createCases create a new object "bad" (or a ConfigMap) as bob or alice.
+func createCases() []writeCase {
+	create := func(user, lease, token string, withToken bool) func(t *testing.T, s *situation) error {
+		return func(t *testing.T, s *situation) error {
+			w := widget(s.ns, "", lease, "", user)
+			w.SetGenerateName("bad-")
+			if withToken {
+				w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: token})
+			}
+			return s.h.users[user].Create(s.h.ctx, w)
+		}
+	}
+	fixed := func(o outcome) func(*situation) outcome { return func(*situation) outcome { return o } }
+	return []writeCase{
+		{"create with a stale token", func(t *testing.T, s *situation) error {
+			return create("alice", "job", tok(s.stale), true)(t, s)
+		}, func(s *situation) outcome {
+			return staleRefusal(fmt.Sprintf("%s %d for lease %s/job: current token is %d", coordv1alpha1.StaleMarker, s.stale, s.ns, s.current))
+		}},
+		{"create with the current token", func(t *testing.T, s *situation) error {
+			return create("bob", "job", tok(s.current), true)(t, s)
+		}, fixed(accepted)},
+		{"create without a token", create("bob", "job", "", false), fixed(plainRefusal("missing fencing token"))},
+		{"create with an empty token", create("bob", "job", "", true), fixed(plainRefusal("invalid fencing token for lease"))},
+		{"create with a non-numeric token", create("bob", "job", "abc", true), fixed(plainRefusal(`"abc" is not a`))},
+		{"create with a negative token", create("bob", "job", "-1", true), fixed(plainRefusal(`"-1" is`))},
+		{"create with a token with a leading zero", create("bob", "job", "0042", true), fixed(plainRefusal(`"0042" is not`))},
+		{"create with an overflowing token", create("bob", "job", "9223372036854775808", true), fixed(plainRefusal(`"9223372036854775808"`))},
+		{"create naming an unknown lease", create("bob", "nope", "1", true), fixed(plainRefusal("does not exist"))},
+		{"create with a token never issued", create("bob", "job", "999999", true), fixed(plainRefusal("was never issued"))},
+		{"strategic-merge patch of a guarded ConfigMap with a stale token", func(t *testing.T, s *situation) error {
+			return s.configMapSMP(t, "alice", s.stale)
+		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		{"strategic-merge patch of a guarded ConfigMap with the current token", func(t *testing.T, s *situation) error {
+			return s.configMapSMP(t, "bob", s.current)
+		}, fixed(accepted)},
+		{"a coordination.k8s.io Lease with the guard label and a garbage token (I7)", func(t *testing.T, s *situation) error {
+			return s.h.users["alice"].Create(s.h.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "plain",
+				Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "job"},
+				Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "garbage"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x")}})
+		}, fixed(accepted)},
+		{"a guarded object with a garbage token in the operator's namespace (I7)", func(t *testing.T, s *situation) error {
+			return s.h.admin.Create(s.h.ctx, widget(operatorNamespace, "own-"+s.ns, "job", "garbage", "operator"))
+		}, fixed(accepted)},
+	}
+}
+
+func (s *situation) configMapSMP(t *testing.T, user string, token int64) error {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "cm"}}
+	if err := s.h.admin.Get(s.h.ctx, client.ObjectKeyFromObject(cm), cm); apierrors.IsNotFound(err) {
+		cm.Labels = map[string]string{coordv1alpha1.GuardLeaseLabel: "job"}
+		cm.Annotations = map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.current)}
+		must(t, s.h.users["bob"].Create(s.h.ctx, cm))
+	}
+	body := fmt.Sprintf(`{"metadata":{"annotations":{"kubefence.io/fencing-token":"%d"}},"data":{"writer":%q}}`, token, user)
+	return s.h.users[user].Patch(s.h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "cm"}},
+		client.RawPatch(types.StrategicMergePatchType, []byte(body)))
+}
+
+func (h *harness) cleanupUser(t *testing.T, name string) client.WithWatch {
+	t.Helper()
+	if c, ok := h.users[name]; ok {
+		return c
+	}
+	h.users[name] = h.user(t, name)
+	return h.users[name]
+}
+
+// runTable runs every row in one namespace: object rows each on a fresh
+// "w" created by bob with the current token.
+func runTable(t *testing.T, h *harness) {
+	s := h.situation(t, nil)
+	for i, c := range objectCases() {
+		s.obj = fmt.Sprintf("w%d", i)
+		must(t, h.users["bob"].Create(h.ctx, widget(s.ns, s.obj, "job", tok(s.current), "bob")))
+		check(t, h, c.name, c.write(t, s), c.want(s))
+	}
+	for _, c := range createCases() {
+		check(t, h, c.name, c.write(t, s), c.want(s))
+	}
+
+	// A subresource of a built-in kind keeps metadata: deployments/status
+	// that rewrites the token takes the token rules, on any path.
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "d",
+		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "job"},
+		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.current)}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "d"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}}}
+	must(t, h.users["bob"].Create(h.ctx, d))
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(d), d))
+	d.Annotations[coordv1alpha1.FencingTokenAnnotation] = tok(s.stale)
+	check(t, h, "deployments/status rewriting the token to a stale one, by the holder", h.users["bob"].Status().Update(h.ctx, d.DeepCopy()), staleToken(s.stale))
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(d), d))
+	d.Status.ObservedGeneration = 7
+	check(t, h, "deployments/status by the holder, token unchanged", h.users["bob"].Status().Update(h.ctx, d.DeepCopy()), accepted)
+
+	// Mandatory fencing of the listed kind in a namespace labelled for it.
+	r := h.situation(t, map[string]string{coordv1alpha1.FencingNamespaceLabel: "required"})
+	check(t, h, "required: an unguarded create", h.users["bob"].Create(h.ctx, widget(r.ns, "free", "", "", "bob")),
+		plainRefusal("fencing is required for this kind"))
+	must(t, h.users["bob"].Create(h.ctx, widget(r.ns, "w", "job", tok(r.current), "bob")))
+	w := r.get(t, "w")
+	w.SetLabels(nil)
+	check(t, h, "required: the holder removing the guard", h.users["bob"].Update(h.ctx, w), plainRefusal("cannot be removed"))
+	check(t, h, "required: another kind unguarded", h.users["bob"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "free"}}), accepted)
+}
+
+func TestFencingTable(t *testing.T) {
+	for _, mode := range []string{operator.EnforcementWebhook, operator.EnforcementPolicy} {
+		t.Run(mode, func(t *testing.T) {
+			h := start(t, mode)
+			runTable(t, h)
+			runExpiry(t, h)
+			if mode == operator.EnforcementPolicy {
+				runPolicyOnly(t, h)
+			}
+			runOperatorDown(t, h) // last: it stops the operator
+		})
+	}
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // Tenures keeps the tenure tables in step with the FencedLeases (the
-// controllers.TenureTable of the reconciler in policy mode):
+// fencedlease.TenureTable of the reconciler in policy mode):
 //
 //   - a grant is written to the table first, with the resourceVersion of the
 //     lease it is decided on as its Attempt, and the barrier proves every API

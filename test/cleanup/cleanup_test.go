@@ -164,7 +164,7 @@ func warnedClient(t *testing.T, user string) (client.WithWatch, *warnings) {
 	c := rest.CopyConfig(userConfigs[user])
 	c.WarningHandler = nil
 	c.WarningHandlerWithContext = w
-	cl, err := client.NewWithWatch(c, client.Options{Scheme: scheme})
+	cl, err := client.NewWithWatch(c, client.Options{Scheme: cluster.Scheme})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return cl, w
 }

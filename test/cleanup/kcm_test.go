@@ -46,7 +46,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 		"--use-service-account-credentials="+strconv.FormatBool(useSACredentials),
 		// The key the API server signs service-account tokens with (envtest's
 		// --service-account-signing-key-file).
-		"--service-account-private-key-file="+filepath.Join(env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
+		"--service-account-private-key-file="+filepath.Join(cluster.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
 		"--v=2",
 	)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log

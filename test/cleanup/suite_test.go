@@ -17,13 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,15 +47,13 @@ const (
 )
 
 var (
-	env       *envtest.Environment
-	cfg       *rest.Config
-	admin     client.WithWatch
-	scheme    = runtime.NewScheme()
-	suiteCtx  context.Context
-	adminUser string
+	// cluster is the control plane; admin its admin's client.
+	cluster  *testenv.Cluster
+	admin    client.WithWatch
+	suiteCtx context.Context
 	// users are lease clients (group kubefence:clients); userConfigs their configs.
-	users       = map[string]client.WithWatch{}
-	userConfigs = map[string]*rest.Config{}
+	users       map[string]client.WithWatch
+	userConfigs map[string]*rest.Config
 	// kcmKubeconfig authenticates as kcmUser, bound to cluster-admin by RBAC
 	// (not system:masters, which the FencedLease validator trusts as a lease admin).
 	kcmKubeconfig []byte
@@ -68,41 +62,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if testenv.Short() {
-		os.Exit(m.Run())
-	}
-	e, c, err := testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	var stop context.CancelFunc
-	suiteCtx, stop = context.WithCancel(context.Background())
-	code := 1
-	if err := setup(e, c); err != nil {
-		fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
-	} else {
-		code = m.Run()
-	}
-	// The managers' watches end before the API server stops.
-	stop()
-	time.Sleep(200 * time.Millisecond)
-	if err := e.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping kube-apiserver and etcd: %v\n", err)
-	}
-	os.Exit(code)
+	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
 }
 
-func init() {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-}
-
-func setup(e *envtest.Environment, c *rest.Config) error {
+func setup(ctx context.Context, c *testenv.Cluster) error {
 	// Refusals are asserted, not logged: the operator's log goes to
 	// CLEANUP_LOG if set (a file), else nowhere.
 	logOut := io.Discard
@@ -114,27 +77,15 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 		logOut = f
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
-	env, cfg = e, c
-	var err error
-	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	if adminUser, err = testenv.AdminUser(suiteCtx, admin); err != nil {
-		return err
-	}
-	if err := admin.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
-		return err
-	}
+	suiteCtx, cluster, admin = ctx, c, c.Admin
 	if err := grantRoles(); err != nil {
 		return err
 	}
-	for _, name := range []string{"alice", "bob"} {
-		var err error
-		if users[name], userConfigs[name], err = testenv.UserClient(env, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}}); err != nil {
-			return err
-		}
+	var err error
+	if users, userConfigs, err = cluster.Users("kubefence:clients", "alice", "bob"); err != nil {
+		return err
 	}
-	kcm, err := env.AddUser(envtest.User{Name: kcmUser}, nil)
+	kcm, err := cluster.Env.AddUser(envtest.User{Name: kcmUser}, nil)
 	if err != nil {
 		return err
 	}
@@ -146,50 +97,47 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 	// with the default clean-up users and with kcmUser added. The variant
 	// servers share one real webhook server; cleanup.use picks whose handlers
 	// answer.
-	opts := testenv.WebhookManagerOptions(env, scheme)
-	real := opts.WebhookServer
-	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault, mux: http.NewServeMux()}
-	whMgr, err := ctrl.NewManager(cfg, opts)
+	real := testenv.WebhookManagerOptions(cluster.Env, cluster.Scheme).WebhookServer
+	// Never started: only its handlers are used, served by real.
+	kcmOpts := testenv.WebhookManagerOptions(cluster.Env, cluster.Scheme)
+	kcmOpts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
+	kcmMgr, err := ctrl.NewManager(cluster.Config, kcmOpts)
 	if err != nil {
 		return err
 	}
-	if err := testenv.RegisterWebhooks(whMgr, []string{adminUser}); err != nil {
-		return err
-	}
-	// Never started: only its handlers are used, served by whMgr's server.
-	opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
-	kcmMgr, err := ctrl.NewManager(cfg, opts)
-	if err != nil {
-		return err
-	}
-	o := testenv.Operator("", adminUser)
-	o.Reconciler = false
-	o.CleanupUsers = append(append([]string(nil), fencing.DefaultCleanupUsers...), kcmUser)
-	if err := operator.Setup(kcmMgr, o); err != nil {
+	kcmCleanup := cluster.Webhooks()
+	kcmCleanup.CleanupUsers = append(append([]string(nil), fencing.DefaultCleanupUsers...), kcmUser)
+	if err := operator.Setup(kcmMgr, kcmCleanup); err != nil {
 		return err
 	}
 	cleanup.use(variantDefault)
-	go func() {
-		if err := whMgr.Start(suiteCtx); err != nil {
-			fmt.Fprintf(os.Stderr, "webhook manager: %v\n", err)
-			os.Exit(1)
-		}
-	}()
-
-	ctrlMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	whMgr, err := cluster.ServeOperator(suiteCtx, cluster.Webhooks(), func(_ *rest.Config, opts *ctrl.Options) {
+		opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault, mux: http.NewServeMux()}
+	})
+	if err != nil {
+		return err
+	}
+	ctrlMgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: cluster.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return err
 	}
 	if err := testenv.SetupReconciler(ctrlMgr, operatorNamespace); err != nil {
 		return err
 	}
+	exitOnError("webhook manager", whMgr)
+	exitOnError("controller manager", testenv.StartManager(suiteCtx, ctrlMgr))
+	return nil
+}
+
+// exitOnError ends the test binary if m's Start fails while the tests run.
+func exitOnError(name string, m *testenv.Manager) {
 	go func() {
-		if err := ctrlMgr.Start(suiteCtx); err != nil {
-			fmt.Fprintf(os.Stderr, "controller manager: %v\n", err)
+		<-m.Done()
+		if err := m.Err(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 			os.Exit(1)
 		}
 	}()
-	return testenv.WaitForWebhookServer(whMgr, 30*time.Second)
 }
 
 // grantRoles gives group kubefence:clients what a lease client needs plus full
@@ -197,35 +145,19 @@ func setup(e *envtest.Environment, c *rest.Config) error {
 // kube-controller-manager's own identity cluster-admin (what it needs without
 // --use-service-account-credentials: its controllers act as it).
 func grantRoles() error {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-				Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		},
-	}
-	if err := admin.Create(suiteCtx, role); err != nil {
+	if err := testenv.GrantClusterRole(suiteCtx, admin, "cleanup-client", "kubefence:clients",
+		rbacv1.PolicyRule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+			Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
+		rbacv1.PolicyRule{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+	); err != nil {
 		return err
 	}
-	bindings := []*rbacv1.ClusterRoleBinding{{
-		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}},
-	}, {
+	return admin.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
-	}}
-	for _, b := range bindings {
-		if err := admin.Create(suiteCtx, b); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // cleanupSwitch serves each webhook path with the handler of the current

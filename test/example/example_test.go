@@ -51,7 +51,7 @@ func (r *replica) ran() (from, until time.Time) {
 func startReplica(user, ns, lease string) *replica {
 	p := &pauser{}
 	mgr, err := example.NewManager(pausableConfig(user, p), ctrl.Options{
-		Scheme:                  scheme,
+		Scheme:                  cluster.Scheme,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To(5 * time.Second),

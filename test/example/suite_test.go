@@ -12,18 +12,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -33,14 +28,15 @@ const (
 )
 
 var (
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
-	scheme    = runtime.NewScheme()
 	suiteCtx  context.Context
 	cancel    context.CancelFunc
 	// users are the rest configs of users in clientsGroup, by name.
-	users = map[string]*rest.Config{}
+	users map[string]*rest.Config
+	// operatorMgr runs the kubefence controller and its webhooks.
+	operatorMgr *testenv.Manager
 )
 
 func TestExample(t *testing.T) {
@@ -54,41 +50,27 @@ func TestExample(t *testing.T) {
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	suiteCtx, cancel = context.WithCancel(context.Background())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
-
-	var err error
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true})
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
 
 	// The admin identity the kubefence controller runs as is trusted as "the controller".
-	adminUser, err := testenv.AdminUser(suiteCtx, k8sClient)
+	var err error
+	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true}, operatorNamespace)
 	Expect(err).NotTo(HaveOccurred())
-
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	k8sClient = cluster.Admin
 	grantClientRole()
-	for _, name := range []string{"replica-a", "replica-b", "alice", "bob"} {
-		u, err := testEnv.AddUser(envtest.User{Name: name, Groups: []string{clientsGroup}}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		users[name] = u.Config()
-	}
-
-	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
+	_, users, err = cluster.Users(clientsGroup, "replica-a", "replica-b", "alice", "bob")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(operator.Setup(whMgr, testenv.Operator(operatorNamespace, adminUser))).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(whMgr.Start(suiteCtx)).To(Succeed())
-	}()
-	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
+
+	operatorMgr, err = cluster.ServeOperator(suiteCtx, testenv.Operator(operatorNamespace, cluster.AdminUser), nil)
+	Expect(err).NotTo(HaveOccurred())
 })
 
 var _ = AfterSuite(func() {
+	if operatorMgr != nil {
+		Expect(operatorMgr.Stop(30 * time.Second)).To(Succeed())
+	}
 	cancel()
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Env.Stop()).To(Succeed())
 	}
 })
 
@@ -167,7 +149,7 @@ func pausableConfig(user string, p *pauser) *rest.Config {
 
 // userClient is a direct client acting as user, its writes going through p.
 func userClient(user string, p *pauser) client.WithWatch {
-	c, err := client.NewWithWatch(pausableConfig(user, p), client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(pausableConfig(user, p), client.Options{Scheme: cluster.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }

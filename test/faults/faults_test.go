@@ -322,7 +322,7 @@ func TestFault3OperatorCrashBetweenGrantAndStatusWrite(t *testing.T) {
 			crash.armed.Store(true)
 
 			g.Eventually(crash.died, recoveryBound(l, 5*time.Second)).Should(BeClosed(), "the crash point was never reached")
-			first.kill(t)
+			kill(t, first)
 			crashed := getLease(g, ns, "job")
 			switch tc.point {
 			case grantRequestLost:
@@ -390,9 +390,9 @@ func TestFault4OperatorFailover(t *testing.T) {
 			le := controllerOptions{leaderElection: true}
 			leader := startController(t, le)
 			// A leader of an earlier test may still hold the Lease until it expires.
-			g.Eventually(leader.elected(), 10*time.Second).Should(BeClosed())
+			g.Eventually(leader.Elected(), 10*time.Second).Should(BeClosed())
 			standby := startController(t, le)
-			g.Consistently(standby.elected(), time.Second).ShouldNot(BeClosed(), "two leaders")
+			g.Consistently(standby.Elected(), time.Second).ShouldNot(BeClosed(), "two leaders")
 
 			ns := newNamespace(t)
 			newLease(g, ns, "job", 2)
@@ -411,7 +411,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 			if tc.takeover {
 				silent.close() // alice stops renewing ...
 			}
-			leader.kill(t) // ... and the operator's leader dies with it
+			kill(t, leader) // ... and the operator's leader dies with it
 			killedAt := time.Now()
 			if tc.takeover {
 				// The standby has no memory of alice's renewals: it counts L from its
@@ -421,7 +421,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 				g.Expect(a.Release(suiteCtx)).To(Succeed())
 				bound = leLeaseDuration + leRetryPeriod + 2*time.Second
 			}
-			g.Eventually(standby.elected(), leLeaseDuration+leRetryPeriod+3*time.Second).Should(BeClosed(), "the standby was never elected")
+			g.Eventually(standby.Elected(), leLeaseDuration+leRetryPeriod+3*time.Second).Should(BeClosed(), "the standby was never elected")
 			g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
 			gs := j.Snapshot()
 			g.Expect(gs[1].Identity).To(Equal("bob"))
@@ -590,7 +590,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 // Fault 5: kube-apiserver restarts (same port, same certificates) while a
 // holder holds and a waiter waits.
 func TestFault5APIServerRestart(t *testing.T) {
-	api := testEnv.ControlPlane.GetAPIServer()
+	api := cluster.Env.ControlPlane.GetAPIServer()
 	port := api.SecureServing.Port
 	restartScenario(t, "kube-apiserver", api.Stop, api.Start, func(g Gomega, _ string, _ map[string]int64) {
 		g.Expect(api.SecureServing.Port).To(Equal(port), "kube-apiserver came back on another port")
@@ -600,7 +600,7 @@ func TestFault5APIServerRestart(t *testing.T) {
 // Fault 6: etcd restarts with its data kept while a holder holds and a waiter
 // waits: the leases' tokens, holders and generations survive.
 func TestFault6EtcdRestartKeepsData(t *testing.T) {
-	etcd := testEnv.ControlPlane.Etcd
+	etcd := cluster.Env.ControlPlane.Etcd
 	restartScenario(t, "etcd", etcd.Stop, etcd.Start, func(g Gomega, ns string, tokens map[string]int64) {
 		g.Expect(etcd.DataDir).To(Equal(etcdDir))
 		// Read straight after the restart: nothing was lost.
@@ -713,7 +713,7 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 		g.Eventually(func() string { h, _ := holderOf(ns, lease); return h }, 10*time.Second, 20*time.Millisecond).Should(BeEmpty())
 		return tokens
 	}
-	api, etcd := testEnv.ControlPlane.GetAPIServer(), testEnv.ControlPlane.Etcd
+	api, etcd := cluster.Env.ControlPlane.GetAPIServer(), cluster.Env.ControlPlane.Etcd
 	backup := t.TempDir()
 
 	before := map[string][]int64{"hazard": cycle("hazard", 1), "recovered": cycle("recovered", 1)}
@@ -737,7 +737,7 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	// The disaster and the restore: etcd comes back with the backup's data;
 	// kube-apiserver and the operator restart (their caches are ahead of the
 	// restored store).
-	operator.kill(t)
+	kill(t, operator)
 	g.Expect(api.Stop()).To(Succeed())
 	g.Expect(etcd.Stop()).To(Succeed())
 	g.Expect(os.RemoveAll(etcdDir)).To(Succeed())
@@ -837,7 +837,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 	j := &testenv.Journal{}
 	bobCfg := rest.CopyConfig(userConfigs["bob"])
 	bobCfg.Wrap(slowWrites(200 * time.Millisecond))
-	bobCl, err := client.NewWithWatch(bobCfg, client.Options{Scheme: scheme})
+	bobCl, err := client.NewWithWatch(bobCfg, client.Options{Scheme: cluster.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 	startElector(t, bobCl, "bob", ns, "job", "bob", j)
 	g.Eventually(func() []coordv1alpha1.WaitingRequest { return getLease(g, ns, "job").Status.Waiting }, 10*time.Second, 10*time.Millisecond).

@@ -201,7 +201,7 @@ func gatedClient(t *testing.T, user string, g *gate) client.WithWatch {
 	t.Helper()
 	c := rest.CopyConfig(userConfigs[user])
 	c.Wrap(g.wrap)
-	cl, err := client.NewWithWatch(c, client.Options{Scheme: scheme})
+	cl, err := client.NewWithWatch(c, client.Options{Scheme: cluster.Scheme})
 	if err != nil {
 		t.Fatalf("client for %s: %v", user, err)
 	}

@@ -11,6 +11,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,10 +20,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -46,19 +42,17 @@ const (
 )
 
 var (
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
-	scheme    = runtime.NewScheme()
 	suiteCtx  context.Context
-	adminUser string
 	// userConfigs and users are clients with only the rights config/rbac's editor
 	// role gives a lease client (plus full rights on Widgets).
-	userConfigs = map[string]*rest.Config{}
-	users       = map[string]client.WithWatch{}
+	userConfigs map[string]*rest.Config
+	users       map[string]client.WithWatch
 	// etcdDir and certDir are kept across restarts of etcd and kube-apiserver.
 	etcdDir, certDir string
-	webhookMgr       *managerProcess
+	webhookMgr       *testenv.Manager
 )
 
 func TestMain(m *testing.M) {
@@ -89,12 +83,6 @@ func run(m *testing.M) int {
 }
 
 func setup() error {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
 	var err error
 	if etcdDir, err = os.MkdirTemp("", "kubefence-faults-etcd-"); err != nil {
 		return err
@@ -113,7 +101,7 @@ func setup() error {
 			logs[name] = f
 		}
 	}
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Configure: func(env *envtest.Environment) {
+	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Configure: func(env *envtest.Environment) {
 		// Explicit directories: envtest then neither deletes nor regenerates them on
 		// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
 		// the same port with the same serving and client CAs (every rest.Config
@@ -126,46 +114,29 @@ func setup() error {
 		// resources when it shuts down, and its graceful shutdown then waits for
 		// them (up to their timeout, tens of minutes) before envtest kills it.
 		env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
-	}})
+	}}, operatorNamespace)
 	if err != nil {
 		return err
 	}
-	if k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	if adminUser, err = testenv.AdminUser(suiteCtx, k8sClient); err != nil {
-		return err
-	}
-	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
-		return err
-	}
+	k8sClient = cluster.Admin
 	if err := grantClientRole(); err != nil {
 		return err
 	}
-	for _, name := range []string{"alice", "bob", "carol"} {
-		var err error
-		if users[name], userConfigs[name], err = testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{clientsGroup}}); err != nil {
-			return err
-		}
+	if users, userConfigs, err = cluster.Users(clientsGroup, "alice", "bob", "carol"); err != nil {
+		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that
 	// controller managers can crash, restart and fail over underneath them.
-	if webhookMgr, err = startWebhooks(); err != nil {
-		return err
-	}
-	return nil
+	webhookMgr, err = cluster.ServeOperator(suiteCtx, cluster.Webhooks(), nil)
+	return err
 }
 
 func teardown() {
 	if webhookMgr != nil {
-		webhookMgr.cancel()
-		select {
-		case <-webhookMgr.done:
-		case <-time.After(30 * time.Second):
-		}
+		_ = webhookMgr.Stop(30 * time.Second)
 	}
-	if testEnv != nil {
-		if err := testEnv.Stop(); err != nil {
+	if cluster != nil {
+		if err := cluster.Env.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 		}
 	}
@@ -183,52 +154,13 @@ func grantClientRole() error {
 	return testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", clientsGroup, testenv.ClientRules...)
 }
 
-// managerProcess is one running controller-runtime manager: the webhooks, or a
-// kubefence controller that tests crash, restart and fail over.
-type managerProcess struct {
-	mgr    ctrl.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Start's result, once done is closed
-}
-
-func (p *managerProcess) run(ctx context.Context) {
-	go func() {
-		defer close(p.done)
-		p.err = p.mgr.Start(ctx)
-	}()
-}
-
-// elected is closed once the manager leads (at once without leader election).
-func (p *managerProcess) elected() <-chan struct{} { return p.mgr.Elected() }
-
 // kill cancels the manager's context, without releasing its leader-election
 // Lease, and waits for it to stop: a crash, as far as the cluster can tell.
-func (p *managerProcess) kill(t *testing.T) {
+func kill(t *testing.T, p *testenv.Manager) {
 	t.Helper()
-	p.cancel()
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("manager did not stop within 30s")
+	if err := p.Stop(30 * time.Second); errors.Is(err, testenv.ErrStillRunning) {
+		t.Fatalf("manager: %v", err)
 	}
-}
-
-func startWebhooks() (*managerProcess, error) {
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
-	if err != nil {
-		return nil, err
-	}
-	if err := testenv.RegisterWebhooks(mgr, []string{adminUser}); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(suiteCtx)
-	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
-	p.run(ctx)
-	if err := testenv.WaitForWebhookServer(mgr, 30*time.Second); err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // controllerOptions shapes one kubefence controller process.
@@ -251,14 +183,14 @@ const (
 
 // startController starts a kubefence controller (the FencedLease reconciler
 // in a manager of its own). The test's cleanup kills it if it still runs.
-func startController(t *testing.T, o controllerOptions) *managerProcess {
+func startController(t *testing.T, o controllerOptions) *testenv.Manager {
 	t.Helper()
-	c := rest.CopyConfig(cfg)
+	c := rest.CopyConfig(cluster.Config)
 	if o.wrap != nil {
 		c.Wrap(o.wrap)
 	}
 	opts := ctrl.Options{
-		Scheme:                  scheme,
+		Scheme:                  cluster.Scheme,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          o.leaderElection,
@@ -278,15 +210,10 @@ func startController(t *testing.T, o controllerOptions) *managerProcess {
 	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
-	ctx, cancel := context.WithCancel(suiteCtx)
-	p := &managerProcess{mgr: mgr, cancel: cancel, done: make(chan struct{})}
-	p.run(ctx)
+	p := testenv.StartManager(suiteCtx, mgr)
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("controller manager did not stop within 30s")
+		if err := p.Stop(30 * time.Second); errors.Is(err, testenv.ErrStillRunning) {
+			t.Errorf("controller manager: %v", err)
 		}
 	})
 	return p
@@ -296,8 +223,8 @@ func startController(t *testing.T, o controllerOptions) *managerProcess {
 // (same port and certificates), as a restarted operator pod would.
 func restartWebhooks(t *testing.T) {
 	t.Helper()
-	webhookMgr.kill(t)
-	p, err := startWebhooks()
+	kill(t, webhookMgr)
+	p, err := cluster.ServeOperator(suiteCtx, cluster.Webhooks(), nil)
 	if err != nil {
 		t.Fatalf("restarting the webhooks: %v", err)
 	}

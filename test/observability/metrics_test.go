@@ -53,7 +53,7 @@ type elector struct {
 func startElector(t *testing.T, ns, lease, identity string, m *fence.Metrics) elector {
 	t.Helper()
 	el, err := fence.New(fence.Config{
-		Client: k8sClient, Namespace: ns, Name: lease, Identity: identity, User: adminUser,
+		Client: k8sClient, Namespace: ns, Name: lease, Identity: identity, User: cluster.AdminUser,
 		RenewInterval: 300 * time.Millisecond, Metrics: m, DisableReleaseOnCancel: lease == "crash",
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }},
 	})
@@ -148,11 +148,11 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 	}
 
 	// Someone who is not the controller writes a lease's status: refused.
-	mallory, err := testEnv.AddUser(envtest.User{Name: "mallory", Groups: []string{"system:masters"}}, nil)
+	mallory, err := cluster.Env.AddUser(envtest.User{Name: "mallory", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := client.New(mallory.Config(), client.Options{Scheme: scheme})
+	mc, err := client.New(mallory.Config(), client.Options{Scheme: cluster.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func names(into map[string]string, source string, families []*dto.MetricFamily) 
 // scrapeAPIServer reads kube-apiserver's /metrics as the admin.
 func scrapeAPIServer(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,13 +114,13 @@ var _ = Describe("FencedLease admission (I6)", func() {
 	// impersonate returns a client acting as username in the clients' group,
 	// carrying extra user info (such as a projected token's pod name).
 	impersonate := func(username string, extra map[string][]string) client.Client {
-		c := rest.CopyConfig(cfg)
+		c := rest.CopyConfig(cluster.Config)
 		c.Impersonate = rest.ImpersonationConfig{
 			UserName: username,
 			Groups:   []string{"kubefence:clients", "system:authenticated"},
 			Extra:    extra,
 		}
-		cl, err := client.New(c, client.Options{Scheme: scheme})
+		cl, err := client.New(c, client.Options{Scheme: cluster.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 		return cl
 	}
@@ -332,9 +332,9 @@ var _ = Describe("FencedLease admission (I6)", func() {
 		It("lets a user with no role neither read nor write a lease", func() {
 			lease := createLease("private")
 			Eventually(func() []string { return lease.get().Finalizers }).Should(ContainElement(coordv1alpha1.EpochFinalizer))
-			u, err := testEnv.AddUser(envtest.User{Name: "nobody-" + ns}, nil)
+			u, err := cluster.Env.AddUser(envtest.User{Name: "nobody-" + ns}, nil)
 			Expect(err).NotTo(HaveOccurred())
-			nobody, err := client.New(u.Config(), client.Options{Scheme: scheme})
+			nobody, err := client.New(u.Config(), client.Options{Scheme: cluster.Scheme})
 			Expect(err).NotTo(HaveOccurred())
 			cannot := func(verb, resource string) string {
 				return fmt.Sprintf(`User "nobody-%s" cannot %s resource %q`, ns, verb, resource)

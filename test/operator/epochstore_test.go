@@ -241,7 +241,7 @@ var _ = Describe("Epoch store", func() {
 		}).Should(BeTrue(), "the finalizer must not block on a shard it cannot create in a terminating namespace")
 		Expect(shards(ns)).To(HaveLen(1), "no shard is created in a terminating namespace")
 		Expect(k8sClient.DeleteAllOf(suiteCtx, &corev1.ConfigMap{}, client.InNamespace(ns))).To(Succeed())
-		cs, err := kubernetes.NewForConfig(cfg)
+		cs, err := kubernetes.NewForConfig(cluster.Config)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Name: ns}, &nsObj)).To(Succeed())
 		nsObj.Spec.Finalizers = nil
@@ -292,9 +292,9 @@ var _ = Describe("Epoch store RBAC", func() {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "epoch-operator"}},
 		})).To(Succeed())
-		u, err := testEnv.AddUser(envtest.User{Name: "epoch-operator"}, nil)
+		u, err := cluster.Env.AddUser(envtest.User{Name: "epoch-operator"}, nil)
 		Expect(err).NotTo(HaveOccurred())
-		op, err := client.New(u.Config(), client.Options{Scheme: scheme})
+		op, err := client.New(u.Config(), client.Options{Scheme: cluster.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 
 		ns := newNamespace()

@@ -437,7 +437,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 // controllers (fencing.DefaultCleanupUsers), with the lease clients' rights.
 func cleanupUser(name string) client.Client {
 	GinkgoHelper()
-	c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
+	c, _, err := testenv.UserClient(cluster.Env, cluster.Scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }

@@ -16,36 +16,30 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const operatorNamespace = "kubefence-system"
 
 var (
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
-	scheme    = runtime.NewScheme()
 	suiteCtx  context.Context
 	cancel    context.CancelFunc
 	// users are clients with only the rights the editor role gives them.
-	users = map[string]client.WithWatch{}
+	users map[string]client.WithWatch
+	// webhooks is the manager serving the operator's webhooks.
+	webhooks *testenv.Manager
 )
 
 func TestControllers(t *testing.T) {
@@ -61,43 +55,29 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 	suiteCtx, cancel = context.WithCancel(context.Background())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
-
-	var err error
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: "../..", CRDs: true, Webhooks: true})
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
 
 	// The admin identity the test manager runs as is trusted as "the controller".
-	adminUser, err := testenv.AdminUser(suiteCtx, k8sClient)
+	var err error
+	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace)
 	Expect(err).NotTo(HaveOccurred())
-
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	k8sClient = cluster.Admin
 	grantClientRole()
-	for _, name := range []string{"alice", "bob", "carol", "dave"} {
-		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
-		Expect(err).NotTo(HaveOccurred())
-		users[name] = c
-	}
+	users, _, err = cluster.Users("kubefence:clients", "alice", "bob", "carol", "dave")
+	Expect(err).NotTo(HaveOccurred())
 
 	// The webhook runs in its own manager for the whole suite, so that controller
 	// managers can be stopped and started (restart, fail-over) underneath it.
-	whMgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(testEnv, scheme))
+	webhooks, err = cluster.ServeOperator(suiteCtx, cluster.Webhooks(), nil)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, []string{adminUser})).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(whMgr.Start(suiteCtx)).To(Succeed())
-	}()
-	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 })
 
 var _ = AfterSuite(func() {
+	if webhooks != nil {
+		Expect(webhooks.Stop(30 * time.Second)).To(Succeed())
+	}
 	cancel()
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Env.Stop()).To(Succeed())
 	}
 })
 
@@ -110,19 +90,12 @@ func grantClientRole() {
 		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs})...)).To(Succeed())
 }
 
-// controllerProcess is one running kubefence controller (a manager with the
-// FencedLease reconciler), which tests stop and start.
-type controllerProcess struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// startController starts a controller manager; with leaderElection it competes
-// for the manager lease like the deployed operator's replicas do.
+// startController starts a controller manager (a manager with the
+// FencedLease reconciler), which tests stop and start; with leaderElection it
+// competes for the manager lease like the deployed operator's replicas do.
 func startController(leaderElection bool) *controllerProcess {
-	ctx, cancelMgr := context.WithCancel(suiteCtx)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
+		Scheme:                        cluster.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                leaderElection,
@@ -133,16 +106,13 @@ func startController(leaderElection bool) *controllerProcess {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(testenv.SetupReconciler(mgr, operatorNamespace)).To(Succeed())
-	p := &controllerProcess{cancel: cancelMgr, done: make(chan struct{})}
-	go func() {
-		defer GinkgoRecover()
-		defer close(p.done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	return p
+	return &controllerProcess{testenv.StartManager(suiteCtx, mgr)}
 }
 
+// controllerProcess is one running kubefence controller.
+type controllerProcess struct{ *testenv.Manager }
+
+// stop stops the controller; its manager must end without an error.
 func (p *controllerProcess) stop() {
-	p.cancel()
-	Eventually(p.done, 30*time.Second).Should(BeClosed())
+	Expect(p.Stop(30 * time.Second)).To(Succeed())
 }

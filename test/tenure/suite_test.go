@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,11 +20,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,14 +37,12 @@ import (
 const operatorNamespace = "kubefence-system"
 
 var (
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
-	scheme    = runtime.NewScheme()
 	suiteCtx  context.Context
 	cancel    context.CancelFunc
-	users     = map[string]client.WithWatch{}
-	adminUser string
+	users     map[string]client.WithWatch
 	// freeze holds the webhook manager's FencedLease watch: its informer
 	// cache then shows the leases as they were.
 	freeze = &watchFreezer{}
@@ -67,52 +60,32 @@ var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(15 * time.Second)
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	suiteCtx, cancel = context.WithCancel(context.Background())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(coordv1alpha1.AddToScheme(scheme)).To(Succeed())
-
-	testEnv = testenv.NewEnvironment("../..")
 	var err error
-	cfg, err = testEnv.Start()
+	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace)
 	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	adminUser, err = testenv.AdminUser(suiteCtx, k8sClient)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+	k8sClient = cluster.Admin
 	grantRoles()
-	for _, name := range []string{"alice", "bob", "mallory"} {
-		c, _, err := testenv.UserClient(testEnv, scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
-		Expect(err).NotTo(HaveOccurred())
-		users[name] = c
-	}
+	users, _, err = cluster.Users("kubefence:clients", "alice", "bob", "mallory")
+	Expect(err).NotTo(HaveOccurred())
 	// An operator: a lease admin (system:masters is the default admin group),
 	// not a controller user.
-	users["operator"], _, err = testenv.UserClient(testEnv, scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}})
+	users["operator"], _, err = testenv.UserClient(cluster.Env, cluster.Scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}})
 	Expect(err).NotTo(HaveOccurred())
 
 	// The webhooks, wired as the operator wires them, on a manager whose
 	// FencedLease watch can be frozen and whose answers can be delayed.
-	whCfg := rest.CopyConfig(cfg)
-	whCfg.Wrap(freeze.wrap)
-	opts := testenv.WebhookManagerOptions(testEnv, scheme)
-	opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
-	whMgr, err := ctrl.NewManager(whCfg, opts)
+	whMgr, err := cluster.ServeOperator(suiteCtx, cluster.Webhooks(), func(cfg *rest.Config, opts *ctrl.Options) {
+		cfg.Wrap(freeze.wrap)
+		opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
+	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.RegisterWebhooks(whMgr, []string{adminUser})).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(whMgr.Start(suiteCtx)).To(Succeed())
-	}()
-	Eventually(func() error { return whMgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 	// The manager reads FencedLeases through its cache: start that informer.
 	Expect(whMgr.GetCache().WaitForCacheSync(suiteCtx)).To(BeTrue())
 	var l coordv1alpha1.FencedLeaseList
 	Expect(whMgr.GetClient().List(suiteCtx, &l)).To(Succeed())
 
-	ctrlMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	ctrlMgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: cluster.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(testenv.SetupReconciler(ctrlMgr, operatorNamespace)).To(Succeed())
 	go func() {
@@ -126,8 +99,8 @@ var _ = AfterSuite(func() {
 	if cancel != nil {
 		cancel()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if cluster != nil {
+		Expect(cluster.Env.Stop()).To(Succeed())
 	}
 })
 

@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -87,30 +89,46 @@ func SkipIfShort(t testing.TB) {
 }
 
 // Run is the body of a TestMain for a package whose tests need a control
-// plane: it starts the control plane of in, calls setup with it (to build
-// clients and start managers; a non-nil error fails the package), runs the
-// tests, and stops the control plane. Under -short it runs the tests without
-// a control plane and without setup: the package's unit tests run, and the
-// tests that need the control plane skip themselves (SkipIfShort).
+// plane: RunCluster with setup given the environment and its admin config.
 func Run(m *testing.M, in Input, setup func(env *envtest.Environment, cfg *rest.Config) error) int {
+	return RunCluster(m, in, "", func(_ context.Context, c *Cluster) error {
+		if setup == nil {
+			return nil
+		}
+		return setup(c.Env, c.Config)
+	})
+}
+
+// RunCluster is the body of a TestMain for a package whose tests need a
+// control plane: it starts the Cluster of in (StartCluster, creating
+// namespace if not empty), calls setup with it and a context (to build
+// clients and start managers until the context ends; a non-nil error fails
+// the package), runs the tests, ends the context, and stops the control
+// plane. Under -short it runs the tests without a control plane and without
+// setup: the package's unit tests run, and the tests that need the control
+// plane skip themselves (SkipIfShort).
+func RunCluster(m *testing.M, in Input, namespace string, setup func(ctx context.Context, c *Cluster) error) int {
 	if Short() {
 		return m.Run()
 	}
-	env, cfg, err := Start(in)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := StartCluster(ctx, in, namespace)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
-		if err := env.Stop(); err != nil {
+		// The managers' watches end before the API server stops.
+		cancel()
+		time.Sleep(200 * time.Millisecond)
+		if err := c.Env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping kube-apiserver and etcd: %v\n", err)
 		}
 	}()
-	if setup != nil {
-		if err := setup(env, cfg); err != nil {
-			fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
-			return 1
-		}
+	if err := setup(ctx, c); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
+		return 1
 	}
 	return m.Run()
 }

@@ -99,9 +99,15 @@ func Operator(operatorNamespace string, controllerUsers ...string) operator.Opti
 // controllerUsers as the controller, and the three fencing handlers, as
 // cmd/main.go does.
 func RegisterWebhooks(mgr ctrl.Manager, controllerUsers []string) error {
+	return operator.Setup(mgr, webhooksOnly(controllerUsers))
+}
+
+// webhooksOnly are the options of the operator's webhooks without the
+// reconciler, trusting controllerUsers as the controller.
+func webhooksOnly(controllerUsers []string) operator.Options {
 	o := Operator("", controllerUsers...)
 	o.Reconciler = false
-	return operator.Setup(mgr, o)
+	return o
 }
 
 // SetupReconciler sets up the FencedLease reconciler on mgr (operator.Setup

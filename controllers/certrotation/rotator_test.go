@@ -101,7 +101,7 @@ func fixturePolicy(f fixture) policy {
 func TestBootstrapFromEmptySecret(t *testing.T) {
 	f := newFixture(t, true)
 	dir := filepath.Join(t.TempDir(), "serving-certs")
-	r := startRotator(t, cfg, f.options(dir))
+	r := startRotator(t, cluster.Config, f.options(dir))
 	waitReady(t, r)
 	a := checkInstalled(t, f, r, dir)
 	if n := len(mustCerts(t, a.CACert)); n != 1 {
@@ -119,7 +119,7 @@ func TestBootstrapFromEmptySecret(t *testing.T) {
 // The Secret is created when it is missing.
 func TestCreatesMissingSecret(t *testing.T) {
 	f := newFixture(t, false)
-	r := startRotator(t, cfg, f.options(""))
+	r := startRotator(t, cluster.Config, f.options(""))
 	waitReady(t, r)
 	checkInstalled(t, f, r, "")
 }
@@ -128,7 +128,7 @@ func TestCreatesMissingSecret(t *testing.T) {
 func TestReactsToChanges(t *testing.T) {
 	f := newFixture(t, true)
 	dir := t.TempDir()
-	r := startRotator(t, cfg, f.options(dir))
+	r := startRotator(t, cluster.Config, f.options(dir))
 	waitReady(t, r)
 	before := checkInstalled(t, f, r, dir)
 	ctx := t.Context()
@@ -194,7 +194,7 @@ func TestTwoRotatorsConvergeOnOneCA(t *testing.T) {
 		t.Run(strconv.Itoa(round), func(t *testing.T) {
 			f := newFixture(t, true)
 			dirs := []string{t.TempDir(), t.TempDir()}
-			rs := []*Rotator{startRotator(t, cfg, f.options(dirs[0])), startRotator(t, cfg, f.options(dirs[1]))}
+			rs := []*Rotator{startRotator(t, cluster.Config, f.options(dirs[0])), startRotator(t, cluster.Config, f.options(dirs[1]))}
 			for _, r := range rs {
 				waitReady(t, r)
 			}
@@ -241,7 +241,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		old := mustIssue(t, fixturePolicy(f), time.Now().Add(-300*day)) // 65 days left
 		seed(t, f, old)
 		dir := t.TempDir()
-		r := startRotator(t, cfg, f.options(dir))
+		r := startRotator(t, cluster.Config, f.options(dir))
 		waitReady(t, r)
 		a := checkInstalled(t, f, r, dir)
 		if !bytes.Equal(a.CACert, old.CACert) || !bytes.Equal(a.CAKey, old.CAKey) {
@@ -261,7 +261,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		old := mustIssue(t, fixturePolicy(f), time.Now().Add(-DefaultCAValidity+60*day)) // CA: 60 days left
 		oldCA := mustCerts(t, old.CACert)[0]
 		seed(t, f, old)
-		r := startRotator(t, cfg, f.options(""))
+		r := startRotator(t, cluster.Config, f.options(""))
 		waitReady(t, r)
 		a := checkInstalled(t, f, r, "")
 		bundle := mustCerts(t, a.CACert)
@@ -282,7 +282,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		fake := testingclock.NewFakeClock(time.Now())
 		opts := f.options(t.TempDir())
 		opts.Clock, opts.CAValidity, opts.CertValidity = fake, 10*time.Hour, time.Hour
-		r := startRotator(t, cfg, opts)
+		r := startRotator(t, cluster.Config, opts)
 		waitReady(t, r)
 		first := checkInstalled(t, f, r, opts.CertDir)
 
@@ -363,7 +363,7 @@ func TestRegeneratesCorruptedSecret(t *testing.T) {
 			bad := tc.corrupt(good, mustIssue(t, fixturePolicy(f), time.Now()))
 			seed(t, f, bad)
 			dir := t.TempDir()
-			r := startRotator(t, cfg, f.options(dir))
+			r := startRotator(t, cluster.Config, f.options(dir))
 			waitReady(t, r)
 			a := checkInstalled(t, f, r, dir)
 			if kept := bytes.Equal(a.CACert, good.CACert) && bytes.Equal(a.CAKey, good.CAKey); kept != tc.keepCA {
@@ -378,7 +378,7 @@ func TestRegeneratesCorruptedSecret(t *testing.T) {
 func TestTLSHandshake(t *testing.T) {
 	f := newFixture(t, true)
 	dir := t.TempDir()
-	r := startRotator(t, cfg, f.options(dir))
+	r := startRotator(t, cluster.Config, f.options(dir))
 	waitReady(t, r)
 	a := checkInstalled(t, f, r, dir)
 	serverName := r.opts.DNSNames[0]
@@ -550,7 +550,7 @@ func TestLeastPrivilege(t *testing.T) {
 		_ = k8sClient.Delete(context.Background(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}})
 		_ = k8sClient.Delete(context.Background(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}})
 	})
-	u, err := testEnv.AddUser(envtest.User{Name: user}, nil)
+	u, err := cluster.Env.AddUser(envtest.User{Name: user}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +608,7 @@ func TestLoserUsesWinnersCertificates(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			winner := startRotator(t, cfg, f.options(""))
+			winner := startRotator(t, cluster.Config, f.options(""))
 			waitReady(t, winner)
 			won := &corev1.Secret{}
 			if err := k8sClient.Get(t.Context(), f.secretKey(), won); err != nil {

@@ -13,14 +13,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -32,27 +29,22 @@ import (
 // (testenv.Run); under -short none is started and they skip (needEnv). Each
 // test works in a namespace of its own.
 var (
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.Client
-	scheme    = runtime.NewScheme()
 	nsCounter atomic.Int32
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
 	var logs io.Writer = io.Discard
 	if testing.Verbose() {
 		logs = os.Stderr
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
-	os.Exit(testenv.Run(m, testenv.Input{}, func(env *envtest.Environment, c *rest.Config) (err error) {
-		testEnv, cfg = env, c
-		k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-		return err
+	os.Exit(testenv.RunCluster(m, testenv.Input{}, "", func(_ context.Context, c *testenv.Cluster) error {
+		cluster, k8sClient = c, c.Admin
+		return nil
 	}))
 }
 
@@ -138,7 +130,7 @@ func mustCreate(t *testing.T, obj client.Object) {
 func startRotator(t *testing.T, restCfg *rest.Config, opts Options) *Rotator {
 	t.Helper()
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 cluster.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

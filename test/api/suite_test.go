@@ -16,24 +16,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	coordinationv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
 var (
-	ctx       context.Context
-	cancel    context.CancelFunc
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	ctx    context.Context
+	cancel context.CancelFunc
+	// cluster is the control plane; k8sClient its admin's client.
+	cluster   *testenv.Cluster
 	k8sClient client.Client
-	scheme    = runtime.NewScheme()
 
 	// admin is a system:masters user with its own kubeconfig, for kubectl.
 	admin *envtest.AuthenticatedUser
@@ -53,20 +48,13 @@ var _ = BeforeSuite(func() {
 
 	ctx, cancel = context.WithCancel(context.TODO())
 
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(coordinationv1alpha1.AddToScheme(scheme)).To(Succeed())
-
 	By("bootstrapping test environment")
 	var err error
-	testEnv, cfg, err = testenv.Start(testenv.Input{Root: filepath.Join("..", ".."), CRDs: true})
+	cluster, err = testenv.StartCluster(ctx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true}, "")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(cfg).NotTo(BeNil())
+	k8sClient = cluster.Admin
 
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient).NotTo(BeNil())
-
-	admin, err = testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	admin, err = cluster.Env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
 })
 
@@ -75,9 +63,9 @@ var _ = AfterSuite(func() {
 	if cancel != nil {
 		cancel()
 	}
-	if testEnv != nil {
+	if cluster != nil {
 		Eventually(func() error {
-			return testEnv.Stop()
+			return cluster.Env.Stop()
 		}, time.Minute, time.Second).Should(Succeed())
 	}
 })

@@ -25,9 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -89,9 +87,7 @@ func start(t *testing.T, mode string) *harness {
 	t.Helper()
 	testenv.SkipIfShort(t)
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	h := &harness{mode: mode, users: map[string]client.WithWatch{}, scheme: runtime.NewScheme()}
-	must(t, clientgoscheme.AddToScheme(h.scheme))
-	must(t, coordv1alpha1.AddToScheme(h.scheme))
+	h := &harness{mode: mode}
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
 	if mode == operator.EnforcementPolicy {
 		whs, err := policyModeWebhooks()
@@ -101,42 +97,29 @@ func start(t *testing.T, mode string) *harness {
 			env.WebhookInstallOptions.ValidatingWebhooks = whs
 		}
 	}
-	env, cfg, err := testenv.Start(in)
-	must(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	h.env, h.cfg = env, cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h.ctx = ctx
-	h.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
+	c, err := testenv.StartCluster(ctx, in, operatorNamespace)
 	must(t, err)
-	adminUser, err := testenv.AdminUser(ctx, h.admin)
-	must(t, err)
-	must(t, h.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
+	t.Cleanup(func() { _ = c.Env.Stop() })
+	h.env, h.cfg, h.scheme, h.admin, h.ctx = c.Env, c.Config, c.Scheme, c.Admin, ctx
 	h.grantRoles(t)
-	for _, name := range []string{"alice", "bob", "mallory"} {
-		h.users[name] = h.user(t, name)
-	}
+	h.users, _, err = c.Users("kubefence:clients", "alice", "bob", "mallory")
+	must(t, err)
 
-	o := testenv.Operator(operatorNamespace, adminUser)
+	o := testenv.Operator(operatorNamespace, c.AdminUser)
 	o.Enforcement = mode
 	if mode == operator.EnforcementPolicy {
 		o.RequiredKinds = requiredKinds
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, h.scheme))
+	mgr, err := c.ServeOperator(ctx, o, nil)
 	must(t, err)
-	must(t, operator.Setup(mgr, o))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
+	h.stopOperator = func() {
+		if err := mgr.Stop(30 * time.Second); err != nil {
 			t.Errorf("operator manager: %v", err)
 		}
-	}()
-	h.stopOperator = func() { stopMgr(); <-done }
+	}
 	t.Cleanup(h.stopOperator)
-	h.eventually(t, 20*time.Second, "the webhook server starts", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 	if mode == operator.EnforcementPolicy {
 		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
 			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
@@ -161,9 +144,7 @@ func must(t *testing.T, err error) {
 
 func (h *harness) user(t *testing.T, name string) client.WithWatch {
 	t.Helper()
-	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
-	must(t, err)
-	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
+	c, _, err := testenv.UserClient(h.env, h.scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
 	must(t, err)
 	return c
 }

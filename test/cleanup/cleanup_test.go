@@ -63,10 +63,7 @@ func parallel(f func(*testing.T)) func(*testing.T) {
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
-	u := testenv.Widget(ns, name)
-	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
-	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
-	return u
+	return testenv.GuardedWidget(ns, name, "", "", "init")
 }
 
 func configMap(ns, name string) *corev1.ConfigMap {

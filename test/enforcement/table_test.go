@@ -3,6 +3,7 @@ package enforcement_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,25 +23,11 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
-var widgetGVK = schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
-
-func widget(ns, name, lease, token, writer string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(widgetGVK)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	if lease != "" {
-		u.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: lease})
-	}
-	if token != "" {
-		u.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: token})
-	}
-	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
-	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
-	return u
-}
+// widget is a Widget to create: testenv.GuardedWidget.
+var widget = testenv.GuardedWidget
 
 func tok(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -52,9 +38,43 @@ type outcome struct {
 	allowed bool
 	stale   bool
 	msg     string
+	// In webhook mode a refusal also has the HTTP status code code (if not
+	// 0), a message containing webhookMsg (if not empty) and exactly the
+	// typed causes causes (if not nil): what a ValidatingAdmissionPolicy's
+	// refusal cannot carry.
+	code       int32
+	webhookMsg string
+	causes     map[string]string
+	// webhookOnly rows are not written in policy mode.
+	webhookOnly bool
+	// then, if set, checks the object after an accepted write.
+	then func(t *testing.T, s *situation)
 }
 
 var accepted = outcome{allowed: true}
+
+// acceptedThen is accepted, with then checking the result.
+func acceptedThen(then func(t *testing.T, s *situation)) outcome {
+	return outcome{allowed: true, then: then}
+}
+
+// webhook adds the HTTP code and the message of the fencing webhook's refusal.
+func (o outcome) webhook(code int32, msg string) outcome {
+	o.code, o.webhookMsg = code, msg
+	return o
+}
+
+// withCauses adds the typed causes of the fencing webhook's refusal.
+func (o outcome) withCauses(causes map[string]string) outcome {
+	o.causes = causes
+	return o
+}
+
+// onlyWebhook marks a row that only webhook mode writes.
+func (o outcome) onlyWebhook() outcome {
+	o.webhookOnly = true
+	return o
+}
 
 func staleRefusal(msg string) outcome { return outcome{stale: true, msg: msg} }
 func plainRefusal(msg string) outcome { return outcome{msg: msg} }
@@ -68,7 +88,8 @@ func (o outcome) String() string {
 	return fmt.Sprintf("%+v", struct {
 		Allowed, Stale bool
 		Msg            string
-	}{o.allowed, o.stale, o.msg})
+		Code           int32
+	}{o.allowed, o.stale, o.msg, o.code})
 }
 
 func check(t *testing.T, h *harness, what string, err error, want outcome) {
@@ -100,6 +121,39 @@ func check(t *testing.T, h *harness, what string, err error, want outcome) {
 	if got := fence.IsStale(err); got != want.stale {
 		t.Errorf("%s: fence.IsStale = %v, want %v (code %d: %s)", what, got, want.stale, st.Status().Code, st.Status().Message)
 	}
+	if h.mode != operator.EnforcementWebhook {
+		return
+	}
+	if want.code != 0 && st.Status().Code != want.code {
+		t.Errorf("%s: HTTP code %d, want %d (%s)", what, st.Status().Code, want.code, st.Status().Message)
+	}
+	if !strings.Contains(st.Status().Message, want.webhookMsg) {
+		t.Errorf("%s: message %q does not contain %q", what, st.Status().Message, want.webhookMsg)
+	}
+	if got := staleCauses(st); want.causes != nil && !maps.Equal(got, want.causes) {
+		t.Errorf("%s: typed causes %v, want %v", what, got, want.causes)
+	}
+}
+
+// staleCauses are the typed causes of a stale refusal, field by field: what
+// the API server passes on from the webhook to the client.
+func staleCauses(st apierrors.APIStatus) map[string]string {
+	out := map[string]string{}
+	if st.Status().Details == nil {
+		return out
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Type == coordv1alpha1.CauseTypeStaleFencingToken {
+			out[c.Field] = c.Message
+		}
+	}
+	return out
+}
+
+// notHolderCauses are the causes of a refused write without a token by a
+// user who does not hold lease job.
+func (s *situation) notHolderCauses() map[string]string {
+	return map[string]string{"lease": s.ns + "/job", "presentedToken": "0", "currentToken": tok(s.current), "reason": "not-holder"}
 }
 
 // situation is the seeds' situation on lease "job" in a namespace of its own:
@@ -111,6 +165,33 @@ type situation struct {
 	bob            *elector
 	// obj is the Widget the object rows write.
 	obj string
+	// other is bob's token on lease "other" once otherToken made him lead it.
+	other int64
+}
+
+// otherToken is bob's token on lease "other" of the namespace, which it makes
+// him lead the first time.
+func (s *situation) otherToken(t *testing.T) int64 {
+	t.Helper()
+	if s.other == 0 {
+		s.h.lease(t, s.ns, "other", 30)
+		_, s.other = s.h.lead(t, "bob", s.ns, "other")
+	}
+	return s.other
+}
+
+// repoint points the object at lease "other" with bob's token there, as user.
+func (s *situation) repoint(t *testing.T, user string) error {
+	w := s.get(t, s.obj)
+	w.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: "other"})
+	w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.otherToken(t))})
+	return s.h.users[user].Update(s.h.ctx, w)
+}
+
+// writer is the object's spec.writer.
+func (s *situation) writer(t *testing.T) string {
+	w, _, _ := unstructured.NestedString(s.get(t, s.obj).Object, "spec", "writer")
+	return w
 }
 
 func (h *harness) situation(t *testing.T, labels map[string]string) *situation {
@@ -154,7 +235,7 @@ func tokenPatches(name string, pt types.PatchType, body func(obj string, token i
 	return []writeCase{
 		{name + " with a stale token", func(t *testing.T, s *situation) error {
 			return patchWith(s, "alice", pt, body(s.obj, s.stale, "alice"))
-		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		}, func(s *situation) outcome { return staleToken(s.stale).webhook(409, "") }},
 		{name + " with the current token", func(t *testing.T, s *situation) error {
 			return patchWith(s, "bob", pt, body(s.obj, s.current, "bob"))
 		}, func(*situation) outcome { return accepted }},
@@ -166,21 +247,33 @@ func objectCases() []writeCase {
 		{"update with a stale token", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			w.SetAnnotations(map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.stale)})
+			_ = unstructured.SetNestedField(w.Object, "alice", "spec", "writer")
 			return s.h.users["alice"].Update(s.h.ctx, w)
-		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		}, func(s *situation) outcome {
+			return staleToken(s.stale).webhook(409, fmt.Sprintf("for lease %s/job: the object already accepted token %d", s.ns, s.current))
+		}},
 		{"update inheriting the stored token by a non-holder", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			_ = unstructured.SetNestedField(w.Object, "alice", "spec", "writer")
 			return s.h.users["alice"].Update(s.h.ctx, w)
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
 		{"update inheriting the stored token by the holder", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			_ = unstructured.SetNestedField(w.Object, "bob-2", "spec", "writer")
 			return s.h.users["bob"].Update(s.h.ctx, w)
-		}, func(*situation) outcome { return accepted }},
+		}, func(*situation) outcome {
+			return acceptedThen(func(t *testing.T, s *situation) {
+				if w := s.writer(t); w != "bob-2" {
+					t.Errorf("the holder's update: spec.writer is %q, want bob-2", w)
+				}
+			})
+		}},
 		{"delete by a non-holder", func(t *testing.T, s *situation) error {
 			return s.h.users["alice"].Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome {
+			return notHolder(s.ns+"/job").webhook(403, fmt.Sprintf("alice is not the holder of lease %s/job (held by bob with token %d)", s.ns, s.current)).
+				withCauses(s.notHolderCauses())
+		}},
 		{"delete by the holder", func(t *testing.T, s *situation) error {
 			return s.h.users["bob"].Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
 		}, func(*situation) outcome { return accepted }},
@@ -188,25 +281,37 @@ func objectCases() []writeCase {
 			w := s.get(t, s.obj)
 			_ = unstructured.SetNestedField(w.Object, "alice", "status", "phase")
 			return s.h.users["alice"].Status().Update(s.h.ctx, w)
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "writes to /status") }},
 		{"/status by the holder", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			_ = unstructured.SetNestedField(w.Object, "running", "status", "phase")
 			return s.h.users["bob"].Status().Update(s.h.ctx, w)
-		}, func(*situation) outcome { return accepted }},
+		}, func(*situation) outcome {
+			return acceptedThen(func(t *testing.T, s *situation) {
+				if phase, _, _ := unstructured.NestedString(s.get(t, s.obj).Object, "status", "phase"); phase != "running" {
+					t.Errorf("the holder's /status write: status.phase is %q, want running", phase)
+				}
+			})
+		}},
 		{"/scale by a non-holder", func(t *testing.T, s *situation) error {
 			return s.h.users["alice"].SubResource("scale").Update(s.h.ctx, s.get(t, s.obj),
 				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}))
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "writes to /scale") }},
 		{"/scale by the holder", func(t *testing.T, s *situation) error {
 			return s.h.users["bob"].SubResource("scale").Update(s.h.ctx, s.get(t, s.obj),
 				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 3}}))
-		}, func(*situation) outcome { return accepted }},
+		}, func(*situation) outcome {
+			return acceptedThen(func(t *testing.T, s *situation) {
+				if r, _, _ := unstructured.NestedInt64(s.get(t, s.obj).Object, "spec", "replicas"); r != 3 {
+					t.Errorf("the holder's /scale write: spec.replicas is %d, want 3", r)
+				}
+			})
+		}},
 		{"removing the guard by a non-holder", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			w.SetLabels(nil)
 			return s.h.users["alice"].Update(s.h.ctx, w)
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
 		{"removing the guard by the holder", func(t *testing.T, s *situation) error {
 			w := s.get(t, s.obj)
 			w.SetLabels(nil)
@@ -223,7 +328,29 @@ func objectCases() []writeCase {
 		{"the garbage collector changing the spec", func(t *testing.T, s *situation) error {
 			gc := s.h.cleanupUser(t, "system:serviceaccount:kube-system:generic-garbage-collector")
 			return gc.Patch(s.h.ctx, widget(s.ns, s.obj, "", "", ""), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"gc"}}`)))
-		}, func(s *situation) outcome { return notHolder(s.ns + "/job") }},
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
+		{"the namespace controller updating it with the current token", func(t *testing.T, s *situation) error {
+			w := s.get(t, s.obj)
+			_ = unstructured.SetNestedField(w.Object, "namespace-controller", "spec", "writer")
+			return s.h.cleanupUser(t, "system:serviceaccount:kube-system:namespace-controller").Update(s.h.ctx, w)
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
+		// Not a default clean-up user: without --use-service-account-credentials
+		// every controller of kube-controller-manager runs as this user.
+		{"kube-controller-manager's own user deleting it", func(t *testing.T, s *situation) error {
+			return s.h.cleanupUser(t, "system:kube-controller-manager").Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
+		{"re-pointing it at another lease by a non-holder", func(t *testing.T, s *situation) error {
+			return s.repoint(t, "alice")
+		}, func(s *situation) outcome { return notHolder(s.ns+"/job").webhook(403, "") }},
+		{"re-pointing it at another lease by the holder of both", func(t *testing.T, s *situation) error {
+			return s.repoint(t, "bob")
+		}, func(*situation) outcome {
+			return acceptedThen(func(t *testing.T, s *situation) {
+				if l := s.get(t, s.obj).GetLabels()[coordv1alpha1.GuardLeaseLabel]; l != "other" {
+					t.Errorf("re-pointed by the holder: the guard label is %q, want other", l)
+				}
+			})
+		}},
 		{"the namespace controller deleting it", func(t *testing.T, s *situation) error {
 			nsc := s.h.cleanupUser(t, "system:serviceaccount:kube-system:namespace-controller")
 			return nsc.Delete(s.h.ctx, widget(s.ns, s.obj, "", "", ""))
@@ -258,22 +385,25 @@ func createCases() []writeCase {
 		{"create with a stale token", func(t *testing.T, s *situation) error {
 			return create("alice", "job", tok(s.stale), true)(t, s)
 		}, func(s *situation) outcome {
-			return staleRefusal(fmt.Sprintf("%s %d for lease %s/job: current token is %d", coordv1alpha1.StaleMarker, s.stale, s.ns, s.current))
+			return staleRefusal(fmt.Sprintf("%s %d for lease %s/job: current token is %d", coordv1alpha1.StaleMarker, s.stale, s.ns, s.current)).
+				webhook(409, "").withCauses(map[string]string{
+				"lease": s.ns + "/job", "presentedToken": tok(s.stale), "currentToken": tok(s.current), "reason": "stale",
+			})
 		}},
 		{"create with the current token", func(t *testing.T, s *situation) error {
 			return create("bob", "job", tok(s.current), true)(t, s)
 		}, fixed(accepted)},
-		{"create without a token", create("bob", "job", "", false), fixed(plainRefusal("missing fencing token"))},
-		{"create with an empty token", create("bob", "job", "", true), fixed(plainRefusal("invalid fencing token for lease"))},
-		{"create with a non-numeric token", create("bob", "job", "abc", true), fixed(plainRefusal(`"abc" is not a`))},
-		{"create with a negative token", create("bob", "job", "-1", true), fixed(plainRefusal(`"-1" is`))},
+		{"create without a token", create("bob", "job", "", false), fixed(plainRefusal("missing fencing token").webhook(400, ""))},
+		{"create with an empty token", create("bob", "job", "", true), fixed(plainRefusal("invalid fencing token for lease").webhook(400, "is empty"))},
+		{"create with a non-numeric token", create("bob", "job", "abc", true), fixed(plainRefusal(`"abc" is not a`).webhook(400, `"abc" is not a decimal integer`))},
+		{"create with a negative token", create("bob", "job", "-1", true), fixed(plainRefusal(`"-1" is`).webhook(400, "is negative"))},
 		{"create with a token with a leading zero", create("bob", "job", "0042", true), fixed(plainRefusal(`"0042" is not`))},
-		{"create with an overflowing token", create("bob", "job", "9223372036854775808", true), fixed(plainRefusal(`"9223372036854775808"`))},
-		{"create naming an unknown lease", create("bob", "nope", "1", true), fixed(plainRefusal("does not exist"))},
-		{"create with a token never issued", create("bob", "job", "999999", true), fixed(plainRefusal("was never issued"))},
+		{"create with an overflowing token", create("bob", "job", "9223372036854775808", true), fixed(plainRefusal(`"9223372036854775808"`).webhook(400, "overflows int64"))},
+		{"create naming an unknown lease", create("bob", "nope", "1", true), fixed(plainRefusal("does not exist").webhook(404, ""))},
+		{"create with a token never issued", create("bob", "job", "999999", true), fixed(plainRefusal("was never issued").webhook(409, ""))},
 		{"strategic-merge patch of a guarded ConfigMap with a stale token", func(t *testing.T, s *situation) error {
 			return s.configMapSMP(t, "alice", s.stale)
-		}, func(s *situation) outcome { return staleToken(s.stale) }},
+		}, func(s *situation) outcome { return staleToken(s.stale).webhook(409, "") }},
 		{"strategic-merge patch of a guarded ConfigMap with the current token", func(t *testing.T, s *situation) error {
 			return s.configMapSMP(t, "bob", s.current)
 		}, fixed(accepted)},
@@ -316,9 +446,22 @@ func (h *harness) cleanupUser(t *testing.T, name string) client.WithWatch {
 func runTable(t *testing.T, h *harness) {
 	s := h.situation(t, nil)
 	for i, c := range objectCases() {
+		want := c.want(s)
+		if want.webhookOnly && h.mode != operator.EnforcementWebhook {
+			continue
+		}
 		s.obj = fmt.Sprintf("w%d", i)
 		must(t, h.users["bob"].Create(h.ctx, widget(s.ns, s.obj, "job", tok(s.current), "bob")))
-		check(t, h, c.name, c.write(t, s), c.want(s))
+		check(t, h, c.name, c.write(t, s), want)
+		switch {
+		case want.allowed && want.then != nil:
+			want.then(t, s)
+		case !want.allowed:
+			// A refused write changes nothing: the object keeps bob's data.
+			if w := s.writer(t); w != "bob" {
+				t.Errorf("%s: refused, but spec.writer is now %q", c.name, w)
+			}
+		}
 	}
 	for _, c := range createCases() {
 		check(t, h, c.name, c.write(t, s), c.want(s))
@@ -343,11 +486,11 @@ func runTable(t *testing.T, h *harness) {
 	// Mandatory fencing of the listed kind in a namespace labelled for it.
 	r := h.situation(t, map[string]string{coordv1alpha1.FencingNamespaceLabel: "required"})
 	check(t, h, "required: an unguarded create", h.users["bob"].Create(h.ctx, widget(r.ns, "free", "", "", "bob")),
-		plainRefusal("fencing is required for this kind"))
+		plainRefusal("fencing is required for this kind").webhook(403, ""))
 	must(t, h.users["bob"].Create(h.ctx, widget(r.ns, "w", "job", tok(r.current), "bob")))
 	w := r.get(t, "w")
 	w.SetLabels(nil)
-	check(t, h, "required: the holder removing the guard", h.users["bob"].Update(h.ctx, w), plainRefusal("cannot be removed"))
+	check(t, h, "required: the holder removing the guard", h.users["bob"].Update(h.ctx, w), plainRefusal("cannot be removed").webhook(403, ""))
 	check(t, h, "required: another kind unguarded", h.users["bob"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "free"}}), accepted)
 }
 

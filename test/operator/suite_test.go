@@ -1,8 +1,10 @@
 // Package operator_test holds the operator-level specs, run against a real
 // kube-apiserver and etcd with the operator wired as it ships
 // (controllers/operator.Setup through test/testenv): who may change which
-// part of a FencedLease (admission_test.go, I6), stale writes refused on
-// every write path (fencing_test.go, I4, I5), the controller's lifecycle
+// part of a FencedLease (admission_test.go, I6), the seeds' scenario through
+// the client helper and the accepted token never going down under racing
+// holders (fencing_test.go, I4, I5; the write-path table, in both
+// enforcement modes, is test/enforcement's), the controller's lifecycle
 // across restarts and fail-over (lifecycle_test.go) and the epoch store
 // (epochstore_test.go). The pure rules are table-tested beside their code in
 // controllers/...; this suite keeps what needs an API server. It imports

@@ -23,10 +23,7 @@ import (
 )
 
 func widget(ns, name string) *unstructured.Unstructured {
-	u := testenv.Widget(ns, name)
-	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
-	_ = unstructured.SetNestedField(u.Object, int64(1), "spec", "replicas")
-	return u
+	return testenv.GuardedWidget(ns, name, "", "", "init")
 }
 
 func getWidget(ns, name string) *unstructured.Unstructured {

@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -26,7 +25,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,10 +32,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-)
 
-// modulePath is the module the demo must run in: it reads config/ and test/crds.
-const modulePath = "github.com/kubefence/kubefence"
+	"github.com/kubefence/kubefence/test/testenv"
+)
 
 // options configure a run of the demo.
 type options struct {
@@ -127,31 +124,11 @@ func assetsDir() (string, error) {
 
 // moduleRoot finds the kubefence module's directory from the working directory.
 func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (the demo reads config/ and test/crds): `make demo`", err)
 	}
-	for {
-		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
-			sc := bufio.NewScanner(f)
-			module := ""
-			for sc.Scan() {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-					module = strings.TrimSpace(rest)
-					break
-				}
-			}
-			f.Close()
-			if module == modulePath {
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("run the demo inside the %s module (it reads config/ and test/crds): `make demo`", modulePath)
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // errOutputClosed ends the demo when nobody reads its output any more.

@@ -40,7 +40,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -52,7 +51,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -165,13 +163,7 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
-	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: runtime.NewScheme(), ctrlRT: newControllerTransport()}
-	if err := clientgoscheme.AddToScheme(b.scheme); err != nil {
-		return err
-	}
-	if err := coordv1alpha1.AddToScheme(b.scheme); err != nil {
-		return err
-	}
+	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: testenv.NewScheme(), ctrlRT: newControllerTransport()}
 
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
 	// No webhooks yet: startWebhooks installs them before phase 4.
@@ -397,23 +389,13 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 	return done, nil
 }
 
-// moduleRoot is the nearest directory at or above the working directory that
-// holds go.mod.
+// moduleRoot is the repository's root (testenv.ModuleRoot).
 func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; or pass -crd-dir", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory; pass -crd-dir")
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // waitFor polls cond every interval until it holds, it fails, or timeout.

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -82,13 +81,7 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 // test/crds and the webhook configurations of config/webhook, pointed at the
 // port and certificate envtest allocates for the operator.
 func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32) (*cluster, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
+	scheme := testenv.NewScheme()
 	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
 		env.ControlPlaneStartTimeout = 90 * time.Second
 		env.ControlPlaneStopTimeout = 30 * time.Second

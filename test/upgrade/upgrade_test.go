@@ -30,7 +30,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -55,9 +54,7 @@ var suite struct {
 
 func TestMain(m *testing.M) {
 	logf.SetLogger(logr.Discard())
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = coordv1alpha1.AddToScheme(scheme)
+	scheme := testenv.NewScheme()
 	// The CRD is this tree's: a rolling upgrade applies the new CRD first
 	// (it only adds optional fields), then rolls the Deployment.
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {

@@ -11,8 +11,9 @@ import (
 // enforcementFlags choose where fencing is judged (docs/design.md, "Policy
 // mode").
 type enforcementFlags struct {
-	mode          string
-	requiredKinds stringList
+	mode           string
+	requiredKinds  stringList
+	barrierServers string
 }
 
 func (f *enforcementFlags) bind(fs *flag.FlagSet) {
@@ -22,10 +23,15 @@ func (f *enforcementFlags) bind(fs *flag.FlagSet) {
 	fs.Var(&f.requiredKinds, "required-fencing-kind",
 		"With --enforcement=policy: a kind whose unguarded writes are refused in namespaces labelled kubefence.io/fencing=required, "+
 			"as <resource>.<group> (e.g. widgets.example.kubefence.io, deployments.apps, configmaps); repeatable.")
+	fs.StringVar(&f.barrierServers, "barrier-servers", operator.BarrierServersEndpoints,
+		"With --enforcement=policy: which API servers a grant waits for: \"endpoints\" (every kube-apiserver the default/kubernetes Service lists, "+
+			"each addressed directly) or \"configured\" (only the operator's configured API address: a single API server, or a managed control plane "+
+			"whose servers cannot be addressed one by one; see docs/design.md for the weaker guarantee).")
 }
 
 func (f *enforcementFlags) apply(o *operator.Options) error {
 	o.Enforcement = f.mode
+	o.BarrierServers = f.barrierServers
 	for _, k := range f.requiredKinds {
 		gr, err := policy.ParseGroupResource(k)
 		if err != nil {

@@ -92,7 +92,20 @@ type Options struct {
 	// PolicyProbeInterval and PolicyBarrierTimeout tune the propagation
 	// barrier of policy mode (defaults 5 ms and 10 s).
 	PolicyProbeInterval, PolicyBarrierTimeout time.Duration
+	// BarrierServers is which API servers policy mode's barrier probes:
+	// BarrierServersEndpoints (the default: every kube-apiserver the
+	// kubernetes Service lists, each addressed directly, policy.Tracker) or
+	// BarrierServersConfigured (only the address the operator is configured
+	// with: one API server, or a control plane whose servers cannot be
+	// addressed one by one; docs/design.md states the weaker guarantee).
+	BarrierServers string
 }
+
+// Barrier server choices.
+const (
+	BarrierServersEndpoints  = "endpoints"
+	BarrierServersConfigured = "configured"
+)
 
 // Enforcement modes.
 const (
@@ -112,6 +125,7 @@ func DefaultOptions() Options {
 		WebhookSkew:    fencing.DefaultSkew,
 		Clock:          clock.RealClock{},
 		Enforcement:    EnforcementWebhook,
+		BarrierServers: BarrierServersEndpoints,
 	}
 }
 
@@ -186,6 +200,9 @@ func (o Options) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("Enforcement %q: expected %q or %q", o.Enforcement, EnforcementWebhook, EnforcementPolicy))
+	}
+	if o.BarrierServers != BarrierServersEndpoints && o.BarrierServers != BarrierServersConfigured {
+		errs = append(errs, fmt.Errorf("BarrierServers %q: expected %q or %q", o.BarrierServers, BarrierServersEndpoints, BarrierServersConfigured))
 	}
 	return errors.Join(errs...)
 }
@@ -268,13 +285,17 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // returns for the reconciler.
 func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	settings := o.PolicySettings()
+	servers := policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig())
+	if o.BarrierServers == BarrierServersConfigured {
+		servers = policy.ConfiguredServer(mgr.GetConfig())
+	}
 	if err := mgr.Add(&policy.Installer{Settings: settings, Client: mgr.GetClient()}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
 	}
 	return &policy.Tenures{
 		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 		Leases: mgr.GetAPIReader(),
-		Barrier: &policy.Barrier{Servers: policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig()), Prober: &policy.DryRunProber{},
+		Barrier: &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{},
 			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
 		Excluded:  settings.ExcludedNamespaces,
 		CommitLag: o.Timing.CommitLag,

@@ -157,6 +157,19 @@ func (p *DryRunProber) client(s APIServer) (kubernetes.Interface, error) {
 	return c, nil
 }
 
+// ConfiguredServer is Barrier.Servers for the one address base is
+// configured with: right for a single kube-apiserver; behind a load
+// balancer it proves only that the server answering each probe enforces the
+// entry (docs/design.md, "Policy mode: addressing every API server").
+func ConfiguredServer(base *rest.Config) func(context.Context) ([]APIServer, error) {
+	cfg := rest.CopyConfig(base)
+	if cfg.Timeout == 0 {
+		cfg.Timeout = RequestTimeout
+	}
+	servers := []APIServer{{Host: cfg.Host, Config: cfg}}
+	return func(context.Context) ([]APIServer, error) { return servers, nil }
+}
+
 // ServersFrom is Barrier.Servers for the API servers behind base, read
 // through c by a Tracker: a server that left the kubernetes Service's
 // endpoints is still probed until it refuses connections or the Tracker's

@@ -265,7 +265,7 @@ const barrierGrants = 200
 // to the API server, until it refuses the previous token and accepts the new.
 func (b *bench) barrierPass(ctx context.Context, ns string) ([]time.Duration, error) {
 	table := &policy.Table{Reader: b.admin, Writer: b.admin}
-	barrier := &policy.Barrier{Servers: policy.ServersFrom(b.admin, b.cfg), Prober: &policy.DryRunProber{}}
+	barrier := &policy.Barrier{Servers: policy.ConfiguredServer(b.cfg), Prober: &policy.DryRunProber{}}
 	fmt.Fprintf(os.Stderr, "bench: policy mode, table write + propagation barrier: %d grants\n", barrierGrants)
 	var out []time.Duration
 	for i := range barrierGrants {

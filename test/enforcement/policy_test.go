@@ -85,7 +85,7 @@ func runPolicyOnly(t *testing.T, h *harness) {
 	})
 
 	t.Run("the barrier passes once the API server enforces the entry, and not before", func(t *testing.T) {
-		b := &policy.Barrier{Servers: policy.ServersFrom(h.admin, h.cfg), Prober: &policy.DryRunProber{}, Timeout: 2 * time.Second}
+		b := &policy.Barrier{Servers: policy.ConfiguredServer(h.cfg), Prober: &policy.DryRunProber{}, Timeout: 2 * time.Second}
 		prev := s.stale
 		if err := b.Wait(h.ctx, s.ns, "job", &prev, s.current); err != nil {
 			t.Errorf("the barrier refused the entry in force: %v", err)

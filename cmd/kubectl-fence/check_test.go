@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,16 +33,8 @@ func TestCheckWithWebhook(t *testing.T) {
 			t.Errorf("stopping the control plane: %v", err)
 		}
 	})
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "admin", Groups: []string{"system:masters"}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kc, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	scheme, err := newScheme()

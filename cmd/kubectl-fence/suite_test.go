@@ -62,17 +62,9 @@ func setup(env *envtest.Environment, cfg *rest.Config, dir string) error {
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("adding admin user: %w", err)
-	}
-	kc, err := admin.KubeConfig()
-	if err != nil {
-		return fmt.Errorf("writing kubeconfig: %w", err)
-	}
-	kubeconfig = filepath.Join(dir, "kubeconfig")
 	assets = os.Getenv("KUBEBUILDER_ASSETS")
-	return os.WriteFile(kubeconfig, kc, 0o600)
+	kubeconfig, err = testenv.Kubeconfig(env, dir, envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+	return err
 }
 
 // fence runs `kubectl fence args...` in-process as the admin user.

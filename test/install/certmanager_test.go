@@ -108,50 +108,73 @@ func TestCertManagerComponent(t *testing.T) {
 	}
 }
 
+// apiServer is a control plane of the install tests: an admin's client (with
+// the core kinds and CRDs) and kubectl command line.
+type apiServer struct {
+	env     *envtest.Environment
+	c       client.Client
+	kubectl []string
+}
+
 // startAPIServer starts kube-apiserver and etcd with the given CRD files
-// installed, and returns a client, a kubectl command line for an admin, and
-// a stop function.
-func startAPIServer(t *testing.T, crdPaths ...string) (client.Client, []string) {
+// installed; the test's cleanup stops them.
+func startAPIServer(t *testing.T, crdPaths ...string) *apiServer {
 	t.Helper()
 	testenv.SkipIfShort(t)
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
-	}
-	env := &envtest.Environment{CRDDirectoryPaths: crdPaths, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = apiextensionsv1.AddToScheme(scheme)
+	env, cfg, err := testenv.Start(testenv.Input{Scheme: scheme, Configure: func(env *envtest.Environment) {
+		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdPaths, true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
+	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "installer", Groups: []string{"system:masters"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := user.KubeConfig()
+	return &apiServer{env: env, c: c, kubectl: []string{filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "--kubeconfig=" + kc}}
+}
+
+// apply runs kubectl apply --server-side, with args (--dry-run=server, say),
+// on manifest, and checks that its output has every line of want.
+func (a *apiServer) apply(t *testing.T, manifest []byte, args []string, want ...string) {
+	t.Helper()
+	// Not t.TempDir(): a subtest's name may hold a comma, and kubectl splits
+	// -f arguments on commas.
+	dir, err := os.MkdirTemp("", "kubefence-manifest-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	file := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(file, manifest, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return c, []string{filepath.Join(assets, "kubectl"), "--kubeconfig=" + kc}
+	args = append(append(append([]string(nil), a.kubectl[1:]...), "apply", "--server-side"), append(args, "-f", file)...)
+	out, err := exec.Command(a.kubectl[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args[1:], " "), err, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("apply output lacks %q:\n%s", w, out)
+		}
+	}
 }
 
 // TestPackagedManifestsApplyWithServerSideDryRun dry-runs config/cert-manager
 // and the chart in both certificate modes against one API server, with
 // cert-manager's CRDs (test/crds/cert-manager) installed.
 func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
-	c, kubectl := startAPIServer(t, filepath.Join(root, "test", "crds", "cert-manager"))
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}); err != nil {
+	a := startAPIServer(t, filepath.Join(root, "test", "crds", "cert-manager"))
+	if err := a.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []struct {
@@ -175,47 +198,27 @@ func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
 		}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
-			// Not t.TempDir(): the subtest's name holds a comma, and kubectl
-			// splits -f arguments on commas.
-			dir, err := os.MkdirTemp("", "kubefence-manifest-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			file := filepath.Join(dir, "manifest.yaml")
-			if err := os.WriteFile(file, m.manifest, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command(kubectl[0], append(kubectl[1:], "apply", "--server-side", "--dry-run=server", "-f", file)...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("kubectl apply --server-side --dry-run=server failed: %v\n%s", err, out)
-			}
-			for _, want := range append(m.want,
-				"customresourcedefinition.apiextensions.k8s.io/fencedleases.coordination.kubefence.io serverside-applied (server dry run)",
-				"deployment.apps/kubefence-controller-manager serverside-applied (server dry run)",
-				"validatingwebhookconfiguration.admissionregistration.k8s.io/kubefence-fencing-webhook-configuration serverside-applied (server dry run)",
-			) {
-				if !strings.Contains(string(out), want) {
-					t.Errorf("dry-run output lacks %q:\n%s", want, out)
-				}
-			}
+			a.apply(t, m.manifest, []string{"--dry-run=server"}, append(m.want, dryRunCore...)...)
 		})
 	}
+}
+
+// dryRunCore are lines every packaging's server-side dry run prints: the
+// CRD, the operator's Deployment and the fencing webhook's configuration.
+var dryRunCore = []string{
+	"customresourcedefinition.apiextensions.k8s.io/fencedleases.coordination.kubefence.io serverside-applied (server dry run)",
+	"deployment.apps/kubefence-controller-manager serverside-applied (server dry run)",
+	"validatingwebhookconfiguration.admissionregistration.k8s.io/kubefence-fencing-webhook-configuration serverside-applied (server dry run)",
 }
 
 // TestUndeployKeepsTokenHistory installs config/default for real, then runs
 // `make undeploy`: the CRD, the namespace and the epoch store stay; with
 // KEEP_HISTORY=false they go too.
 func TestUndeployKeepsTokenHistory(t *testing.T) {
-	c, kubectl := startAPIServer(t)
+	a := startAPIServer(t)
+	c, kubectl := a.c, a.kubectl
 	ctx := context.Background()
-	file := filepath.Join(t.TempDir(), "install.yaml")
-	if err := os.WriteFile(file, buildDir(t, "config/default"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(kubectl[0], append(kubectl[1:], "apply", "--server-side", "-f", file)...).CombinedOutput(); err != nil {
-		t.Fatalf("installing config/default: %v\n%s", err, out)
-	}
+	a.apply(t, buildDir(t, "config/default"), nil)
 	undeploy := func(args ...string) {
 		t.Helper()
 		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", root, "undeploy",

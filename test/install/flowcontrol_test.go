@@ -2,8 +2,6 @@ package install
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,10 +23,6 @@ import (
 // the kubefence priority level, while other traffic does not.
 func TestFlowControlClassifiesFencedLeaseTraffic(t *testing.T) {
 	testenv.SkipIfShort(t)
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
-	}
 	docs := documents(t, render(t))
 	var manifest []byte
 	n := 0
@@ -46,47 +40,13 @@ func TestFlowControlClassifiesFencedLeaseTraffic(t *testing.T) {
 		t.Fatalf("%d flowcontrol objects in config/default, want 3 (two FlowSchemas, one priority level)", n)
 	}
 
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	defer func() { _ = env.Stop() }()
-	admin, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	file := filepath.Join(dir, "flowcontrol.yaml")
-	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(filepath.Join(assets, "kubectl"), "--kubeconfig", kc, "apply", "--server-side", "-f", file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl apply --server-side: %v\n%s", err, out)
-	}
-	for _, want := range []string{
+	a := startAPIServer(t, filepath.Join(root, "config", "crd", "bases"))
+	env, c := a.env, a.c
+	a.apply(t, manifest, nil,
 		"prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/kubefence-leases serverside-applied",
 		"flowschema.flowcontrol.apiserver.k8s.io/kubefence-operator serverside-applied",
-		"flowschema.flowcontrol.apiserver.k8s.io/kubefence-renewals serverside-applied",
-	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("apply output lacks %q:\n%s", want, out)
-		}
-	}
+		"flowschema.flowcontrol.apiserver.k8s.io/kubefence-renewals serverside-applied")
 
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	var pl flowcontrolv1.PriorityLevelConfiguration
 	if err := c.Get(ctx, client.ObjectKey{Name: "kubefence-leases"}, &pl); err != nil {

@@ -16,11 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const root = "../.."
@@ -169,55 +165,15 @@ func TestRenderedManifestsAreSafe(t *testing.T) {
 }
 
 func TestRenderedManifestsApplyWithServerSideDryRun(t *testing.T) {
-	testenv.SkipIfShort(t)
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	manifest := render(t)
-	env, cfg, err := testenv.Start(testenv.Input{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startAPIServer(t)
 	// Dry-run creates nothing, so objects in the namespace need it for real.
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-system"}}); err != nil {
+	if err := a.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-system"}}); err != nil {
 		t.Fatal(err)
 	}
-	user, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "install.yaml")
-	if err := os.WriteFile(file, manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(assets, "kubectl"), "--kubeconfig", kc, "apply", "--server-side", "--dry-run=server", "-f", file)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl apply --server-side --dry-run=server failed: %v\n%s", err, out)
-	}
-	for _, want := range []string{
-		"customresourcedefinition.apiextensions.k8s.io/fencedleases.coordination.kubefence.io serverside-applied (server dry run)",
-		"deployment.apps/kubefence-controller-manager serverside-applied (server dry run)",
-		"validatingwebhookconfiguration.admissionregistration.k8s.io/kubefence-fencing-webhook-configuration serverside-applied (server dry run)",
+	a.apply(t, manifest, []string{"--dry-run=server"}, append(dryRunCore,
 		"flowschema.flowcontrol.apiserver.k8s.io/kubefence-renewals serverside-applied (server dry run)",
-		"prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/kubefence-leases serverside-applied (server dry run)",
-	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("dry-run output lacks %q:\n%s", want, out)
-		}
-	}
+		"prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/kubefence-leases serverside-applied (server dry run)")...)
 }
 
 // TestManagerAcceptsTheDeployedFlags runs the manager binary with the

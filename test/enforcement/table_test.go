@@ -45,8 +45,6 @@ type outcome struct {
 	code       int32
 	webhookMsg string
 	causes     map[string]string
-	// webhookOnly rows are not written in policy mode.
-	webhookOnly bool
 	// then, if set, checks the object after an accepted write.
 	then func(t *testing.T, s *situation)
 }
@@ -67,12 +65,6 @@ func (o outcome) webhook(code int32, msg string) outcome {
 // withCauses adds the typed causes of the fencing webhook's refusal.
 func (o outcome) withCauses(causes map[string]string) outcome {
 	o.causes = causes
-	return o
-}
-
-// onlyWebhook marks a row that only webhook mode writes.
-func (o outcome) onlyWebhook() outcome {
-	o.webhookOnly = true
 	return o
 }
 
@@ -447,9 +439,6 @@ func runTable(t *testing.T, h *harness) {
 	s := h.situation(t, nil)
 	for i, c := range objectCases() {
 		want := c.want(s)
-		if want.webhookOnly && h.mode != operator.EnforcementWebhook {
-			continue
-		}
 		s.obj = fmt.Sprintf("w%d", i)
 		must(t, h.users["bob"].Create(h.ctx, widget(s.ns, s.obj, "job", tok(s.current), "bob")))
 		check(t, h, c.name, c.write(t, s), want)

@@ -27,10 +27,7 @@ func mergePatch(format string, args ...any) client.Patch {
 
 var _ = Describe("A non-holder cannot depose the holder", func() {
 	It("refuses a client's ownerReferences, finalizers and the deletion of a held lease, and leases where nothing is fenced", func() {
-		ns := newNamespace()
-		newLease(ns, "job", 30)
-		alice := startElector("alice", ns, "job")
-		alice.leading()
+		ns, _, _ := leadsNew("alice")
 		l := getLease(ns, "job")
 		m := users["mallory"] // may get, update, patch, create and delete FencedLeases (RBAC)
 		err := m.Patch(suiteCtx, l.DeepCopy(), mergePatch(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"6f1c6e0e-0000-4000-8000-000000000000"}]}}`))
@@ -66,14 +63,10 @@ var _ = Describe("A non-holder cannot depose the holder", func() {
 
 var _ = Describe("Built-in kinds keep metadata on their subresources", func() {
 	It("puts pods/status and deployments/status under the token and holder rules", func() {
-		ns := newNamespace()
-		newLease(ns, "job", 30)
-		bob := startElector("bob", ns, "job")
-		bob.leading()
+		ns, bob, _ := leadsNew("bob")
 		fb := bob.el.Client(users["bob"])
 
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+		pod := testPod(ns)
 		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
 		// The holder, on the identity path, cannot rewrite the token through /status.
 		for _, t := range []string{"999999999999", "0"} {
@@ -101,10 +94,7 @@ var _ = Describe("Built-in kinds keep metadata on their subresources", func() {
 
 var _ = Describe("FencedClient.Apply stamps server-side apply configurations", func() {
 	It("applies typed and unstructured apply configurations with the guard and the token, and refuses a stale token as stale", func() {
-		ns := newNamespace()
-		newLease(ns, "job", 30)
-		alice := startElector("alice", ns, "job")
-		n := alice.leading()
+		ns, alice, n := leadsNew("alice")
 		fa := alice.el.Client(users["alice"])
 
 		// A client-go apply configuration (typed), and a Widget through
@@ -150,13 +140,9 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 
 var _ = Describe("Pod evictions are fenced", func() {
 	It("refuses a non-holder's eviction of a guarded pod as stale and accepts the holder's", func() {
-		ns := newNamespace()
-		newLease(ns, "job", 30)
-		bob := startElector("bob", ns, "job")
-		bob.leading()
+		ns, bob, _ := leadsNew("bob")
 		fb := bob.el.Client(users["bob"])
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+		pod := testPod(ns)
 		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
 		evict := func(user string) error {
 			return users[user].SubResource("eviction").Create(suiteCtx, pod.DeepCopy(),

@@ -61,6 +61,21 @@ type runningElector struct {
 	done   chan struct{}
 }
 
+// leadsNew makes user lead lease "job" (30 s) in a new namespace: it
+// returns the namespace, user's elector and its token.
+func leadsNew(user string) (string, *runningElector, int64) {
+	ns := newNamespace()
+	newLease(ns, "job", 30)
+	e := startElector(user, ns, "job")
+	return ns, e, e.leading()
+}
+
+// testPod is pod ns/p with one container, to create.
+func testPod(ns string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+}
+
 func startElector(user, ns, lease string) *runningElector {
 	ctx, cancelRun := context.WithCancel(suiteCtx)
 	el, err := fence.New(fence.Config{
@@ -150,10 +165,7 @@ var _ = Describe("The old holder's writes after its tenure ended, whatever the w
 	}
 	for _, e := range endings {
 		It("refuses them, and accepts the new holder's, when the tenure was "+e.name, func() {
-			ns := newNamespace()
-			newLease(ns, "job", 30)
-			alice := startElector("alice", ns, "job")
-			n := alice.leading()
+			ns, alice, n := leadsNew("alice")
 			bob := startElector("bob", ns, "job")
 			Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
 			fa := alice.el.Client(users["alice"])

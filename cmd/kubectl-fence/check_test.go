@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,15 +71,7 @@ func TestCheckWithWebhook(t *testing.T) {
 	if err := testenv.RegisterWebhooks(mgr, []string{"system:serviceaccount:kubefence-system:kubefence-controller-manager"}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.Serve(t, "manager", mgr.Start)
 
 	select {
 	case err = <-done:

@@ -141,15 +141,7 @@ func startRotator(t *testing.T, restCfg *rest.Config, opts Options) *Rotator {
 	if err != nil {
 		t.Fatalf("AddToManager: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.Serve(t, "manager", mgr.Start)
 	return r
 }
 

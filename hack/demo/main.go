@@ -32,8 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // options configure a run of the demo.
@@ -120,15 +118,6 @@ func assetsDir() (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// moduleRoot finds the kubefence module's directory from the working directory.
-func moduleRoot() (string, error) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return "", fmt.Errorf("%w (the demo reads config/ and test/crds): `make demo`", err)
-	}
-	return root, nil
 }
 
 // errOutputClosed ends the demo when nobody reads its output any more.

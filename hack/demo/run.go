@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // result is what the story showed, for the test.
@@ -40,9 +42,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (the demo reads config/ and test/crds): `make demo`", err)
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.out, "[setup] "+format+"\n", args...) }
 	for _, line := range sweepLeftovers() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,4 +167,19 @@ func (m *Manager) Stop(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("%w within %v", ErrStillRunning, timeout)
 	}
+}
+
+// Serve runs start (a manager's or a server's Start) in a goroutine until t
+// ends: t's cleanup cancels its context, waits for it to return, and fails t
+// if it returned an error (what names it in the failure).
+func Serve(t testing.TB, what string, start func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	})
 }

@@ -2,10 +2,8 @@ package cleanup_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,12 +78,10 @@ func ownedBy(obj client.Object, owner client.Object) client.Object {
 	return obj
 }
 
-var nsCounter atomic.Int32
-
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ns := fmt.Sprintf("%s-%d", prefix, nsCounter.Add(1))
-	NewWithT(t).Expect(admin.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	ns, err := cluster.Namespace(suiteCtx, prefix)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return ns
 }
 

@@ -2,7 +2,6 @@ package example_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -80,13 +78,10 @@ func grantClientRole() {
 	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fenced-example", clientsGroup, testenv.ClientRules...)).To(Succeed())
 }
 
-var nsCounter int
-
 func newNamespace() string {
-	nsCounter++
-	name := fmt.Sprintf("example-%d-%d", GinkgoParallelProcess(), nsCounter)
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-	return name
+	ns, err := cluster.Namespace(suiteCtx, "example")
+	Expect(err).NotTo(HaveOccurred())
+	return ns
 }
 
 func newLease(ns, name string, durationSeconds int32) {

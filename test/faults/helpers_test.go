@@ -8,12 +8,10 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,16 +34,14 @@ func recoveryBound(l, slack time.Duration) time.Duration {
 	return l + fencedlease.DefaultTiming().Allowance(l) + slack
 }
 
-var nsCounter atomic.Int32
-
 // newNamespace creates a namespace of its own for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("fault-%d", nsCounter.Add(1))
-	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatalf("creating namespace %s: %v", name, err)
+	ns, err := cluster.Namespace(suiteCtx, "fault")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return name
+	return ns
 }
 
 func newLease(g Gomega, ns, name string, durationSeconds int32) {

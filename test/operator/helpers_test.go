@@ -2,12 +2,10 @@ package operator_test
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,14 +15,11 @@ import (
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-var nsCounter int
-
 // newNamespace creates a namespace of its own for one test.
 func newNamespace() string {
-	nsCounter++
-	name := fmt.Sprintf("t%d-%d", GinkgoParallelProcess(), nsCounter)
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-	return name
+	ns, err := cluster.Namespace(suiteCtx, "t")
+	Expect(err).NotTo(HaveOccurred())
+	return ns
 }
 
 func newLease(ns, name string, durationSeconds, lockDelaySeconds int32) *coordv1alpha1.FencedLease {

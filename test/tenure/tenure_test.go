@@ -32,12 +32,9 @@ func getWidget(ns, name string) *unstructured.Unstructured {
 	return u
 }
 
-var nsCounter int
-
 func newNamespace() string {
-	nsCounter++
-	ns := fmt.Sprintf("tenure-%d-%d", GinkgoParallelProcess(), nsCounter)
-	Expect(k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	ns, err := cluster.Namespace(suiteCtx, "tenure")
+	Expect(err).NotTo(HaveOccurred())
 	return ns
 }
 

@@ -183,3 +183,14 @@ func Serve(t testing.TB, what string, start func(context.Context) error) {
 		}
 	})
 }
+
+// Namespace creates a namespace of its own for one test, named prefix, a
+// dash and a random suffix, and returns its name. envtest runs no namespace
+// controller: namespaces stay until the control plane stops.
+func (c *Cluster) Namespace(ctx context.Context, prefix string) (string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := c.Admin.Create(ctx, ns); err != nil {
+		return "", fmt.Errorf("creating a namespace %s-...: %w", prefix, err)
+	}
+	return ns.Name, nil
+}

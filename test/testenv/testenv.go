@@ -11,9 +11,16 @@
 // options) rather than asserting anything, so that a caller can change
 // fields before use and report errors its own way.
 //
-// It also holds the helpers the suites share: GrantClusterRole and the client
-// rules (rbac.go), UserClient (users.go), Gate (gate.go), WidgetGVK and
-// FixedToken (kinds.go), WaitForWebhookServer.
+// A suite's set-up is StartCluster (or RunCluster for a TestMain): the
+// control plane, the admin's client and username, the operator's namespace;
+// then Cluster.Users, Cluster.ServeOperator (a Manager running the operator
+// or its webhooks), Cluster.Namespace per test (cluster.go).
+//
+// It also holds the helpers the suites share: NewScheme, StartManager and
+// Serve (cluster.go), GrantClusterRole and the client rules (rbac.go),
+// UserClient and Kubeconfig (users.go), Gate (gate.go), WidgetGVK, Widget,
+// GuardedWidget and FixedToken (kinds.go), ModuleRoot (root.go),
+// WaitForWebhookServer.
 //
 // It imports production packages (controllers/operator for the wiring) and
 // never the reverse: no production package may import testenv.

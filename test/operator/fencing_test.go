@@ -42,13 +42,9 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		ns := newNamespace()
 		p := startController(false)
 		DeferCleanup(p.stop)
-		newLease(ns, "job", 2, 0)
-		jA, jB := &testenv.Journal{}, &testenv.Journal{}
 		pausedA := &pausableClient{WithWatch: users["alice"]}
-		a := startElectorWithClient(pausedA, ns, "job", "alice", jA)
-		DeferCleanup(a.stop)
-		Eventually(jA.Identities, 10*time.Second).Should(HaveLen(1))
-		tokenA := jA.Snapshot()[0].Token
+		a, _, tokenA := aliceLeads(pausedA, ns, "job", 2)
+		jB := &testenv.Journal{}
 		fa := a.Client(users["alice"])
 		Expect(fa.Create(suiteCtx, widget(ns, "w", "", "", "alice"))).To(Succeed())
 

@@ -50,6 +50,19 @@ func startElector(user, ns, lease, identity string, j *testenv.Journal, mutate .
 	return startElectorWithClient(users[user], ns, lease, identity, j, mutate...)
 }
 
+// aliceLeads makes alice, through c, the first holder of a new lease of
+// seconds (no lock delay): her elector (stopped when the spec ends), the
+// journal of the lease's tenures, and her token.
+func aliceLeads(c client.WithWatch, ns, lease string, seconds int32) (*runningElector, *testenv.Journal, int64) {
+	GinkgoHelper()
+	newLease(ns, lease, seconds, 0)
+	j := &testenv.Journal{}
+	e := startElectorWithClient(c, ns, lease, "alice", j)
+	DeferCleanup(e.stop)
+	Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+	return e, j, j.Snapshot()[0].Token
+}
+
 func startElectorWithClient(cl client.WithWatch, ns, lease, identity string, j *testenv.Journal, mutate ...func(*fence.Config)) *runningElector {
 	cfg := fence.Config{
 		Client: cl, Namespace: ns, Name: lease, Identity: identity,

@@ -59,13 +59,8 @@ var _ = Describe("FencedLease lifecycle", func() {
 	})
 
 	It("keeps the token on renewal (I2) with one API write per renewal", func() {
-		newLease(ns, "renew", 1, 0)
-		j := &testenv.Journal{}
 		counting := &countingClient{WithWatch: users["alice"]}
-		e := startElectorWithClient(counting, ns, "renew", "alice", j)
-		DeferCleanup(e.stop)
-		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
-		token := j.Snapshot()[0].Token
+		_, j, token := aliceLeads(counting, ns, "renew", 1)
 		// Every status change the controller writes during the renewals.
 		time.Sleep(200 * time.Millisecond) // past the grant's acknowledgement
 		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
@@ -106,11 +101,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 	})
 
 	It("hands over at once on release", func() {
-		newLease(ns, "handover", 30, 0)
-		j := &testenv.Journal{}
-		a := startElector("alice", ns, "handover", "alice", j)
-		DeferCleanup(a.stop)
-		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+		a, j, _ := aliceLeads(users["alice"], ns, "handover", 30)
 		b := startElector("bob", ns, "handover", "bob", j)
 		DeferCleanup(b.stop)
 		waitQueued(ns, "handover", "bob")
@@ -171,12 +162,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 	})
 
 	It("keeps tokens increasing across a controller restart, and the holder keeps its token", func() {
-		newLease(ns, "restart", 2, 0)
-		j := &testenv.Journal{}
-		a := startElector("alice", ns, "restart", "alice", j)
-		DeferCleanup(a.stop)
-		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
-		tokA := j.Snapshot()[0].Token
+		a, j, tokA := aliceLeads(users["alice"], ns, "restart", 2)
 		ctrlProc.stop()
 		ctrlProc = startController(false)
 		time.Sleep(3 * time.Second) // longer than the lease: alice must keep it by renewing
@@ -292,12 +278,8 @@ var _ = Describe("FencedLease lifecycle", func() {
 	})
 
 	It("cancels the holder's context before anyone else is granted, under a client pause (I3)", func() {
-		newLease(ns, "pause", 2, 0)
-		j := &testenv.Journal{}
 		paused := &pausableClient{WithWatch: users["alice"]}
-		a := startElectorWithClient(paused, ns, "pause", "alice", j)
-		DeferCleanup(a.stop)
-		Eventually(j.Identities, 10*time.Second).Should(HaveLen(1))
+		_, j, _ := aliceLeads(paused, ns, "pause", 2)
 		b := startElector("bob", ns, "pause", "bob", j)
 		DeferCleanup(b.stop)
 		waitQueued(ns, "pause", "bob")

@@ -57,6 +57,7 @@ func main() {
 		driftRatio                                       float64
 		minDrift, webhookSkew, maxCommitLag              time.Duration
 		singleReplica                                    bool
+		maxConcurrentReconciles                          int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -101,6 +102,8 @@ func main() {
 	flag.Var(&cleanupUsers, "fencing-cleanup-user",
 		"A user whose DELETEs of guarded objects are accepted without holding their lease (repeatable; default: the namespace controller "+
 			"and the garbage collector of kube-controller-manager, "+strings.Join(fencing.DefaultCleanupUsers, ", ")+"; \"-\" for nobody).")
+	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles,
+		"How many leases the controller decides at once. After a mass fail-over every expired lease waits for a worker; each worker mostly waits for one API write.")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	opts := zap.Options{Development: false}
@@ -115,6 +118,10 @@ func main() {
 	timing := controllers.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid drift settings")
+		os.Exit(1)
+	}
+	if maxConcurrentReconciles < 1 {
+		setupLog.Error(fmt.Errorf("--max-concurrent-reconciles=%d: expected at least 1", maxConcurrentReconciles), "Invalid flag")
 		os.Exit(1)
 	}
 
@@ -189,6 +196,7 @@ func main() {
 	operatorOpts := operator.DefaultOptions()
 	operatorOpts.Namespace = namespace
 	operatorOpts.Timing = timing
+	operatorOpts.MaxConcurrentReconciles = maxConcurrentReconciles
 	operatorOpts.ControllerUsers = append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
 	operatorOpts.AdminGroups = adminGroups
 	operatorOpts.WebhookSkew = webhookSkew

@@ -51,6 +51,9 @@ type Options struct {
 	// Timing is the controller's expiry arithmetic (default
 	// controllers.DefaultTiming()).
 	Timing controllers.Timing
+	// MaxConcurrentReconciles is how many leases the reconciler decides at
+	// once (0: controllers.DefaultMaxConcurrentReconciles).
+	MaxConcurrentReconciles int
 
 	// ControllerUsers are the usernames the FencedLease validator trusts as the
 	// controller: the identity the reconciler runs as must be one of them, or
@@ -82,13 +85,14 @@ type Options struct {
 // and ControllerUsers, which have no default.
 func DefaultOptions() Options {
 	return Options{
-		Reconciler:     true,
-		Webhooks:       true,
-		EpochStoreName: controllers.DefaultEpochStoreName,
-		Timing:         controllers.DefaultTiming(),
-		CleanupUsers:   append([]string(nil), fencing.DefaultCleanupUsers...),
-		WebhookSkew:    fencing.DefaultSkew,
-		Clock:          clock.RealClock{},
+		Reconciler:              true,
+		Webhooks:                true,
+		EpochStoreName:          controllers.DefaultEpochStoreName,
+		Timing:                  controllers.DefaultTiming(),
+		MaxConcurrentReconciles: controllers.DefaultMaxConcurrentReconciles,
+		CleanupUsers:            append([]string(nil), fencing.DefaultCleanupUsers...),
+		WebhookSkew:             fencing.DefaultSkew,
+		Clock:                   clock.RealClock{},
 	}
 }
 
@@ -107,6 +111,9 @@ func (o Options) Validate() error {
 		}
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
+		}
+		if o.MaxConcurrentReconciles < 0 {
+			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles %d is negative: expected >= 1, or 0 for the default", o.MaxConcurrentReconciles))
 		}
 	}
 	if o.Webhooks {
@@ -152,6 +159,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Recorder: mgr.GetEventRecorder(RecorderName),
 			Epochs:   epochs,
 			Timing:   o.Timing,
+
+			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the FencedLease reconciler: %w", err)

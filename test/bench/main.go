@@ -52,6 +52,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -164,6 +165,9 @@ func run(o options) error {
 	// No webhooks yet: startWebhooks installs them before phase 4.
 	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
 		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+		if o.only == "scale" {
+			scaleOpts.configureAPIServer(env)
+		}
 	}})
 	if err != nil {
 		return err
@@ -349,7 +353,12 @@ func (b *bench) startController(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
+	opts := testenv.Operator(operatorNamespace)
+	opts.Webhooks = false
+	if scaleOpts.workers > 0 {
+		opts.MaxConcurrentReconciles = scaleOpts.workers
+	}
+	if err := operator.Setup(mgr, opts); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
 	done := make(chan struct{})

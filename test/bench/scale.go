@@ -22,10 +22,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers"
@@ -34,6 +36,10 @@ import (
 // scaleHolderUser is the holder processes' identity: a service account, so
 // that it is neither the trusted controller nor exempt from flow control.
 const scaleHolderUser = "system:serviceaccount:bench:holder"
+
+// scaleLoadUser is the load generator's identity: another service account,
+// which upstream's FlowSchemas put in the workload-low priority level.
+const scaleLoadUser = "system:serviceaccount:load:writer"
 
 type scaleOptions struct {
 	leases     int
@@ -46,6 +52,27 @@ type scaleOptions struct {
 	lease      int
 	epochNames int
 	settle     time.Duration
+	// The load phases: how long each loaded window lasts (0: none), the
+	// writers of the load process, and the API server's concurrency limits.
+	workers             int
+	load                time.Duration
+	loadWorkers         int
+	maxInflight         int
+	maxMutatingInflight int
+}
+
+// configureAPIServer sets the API server's concurrency limits: with API
+// Priority and Fairness (on by default) their sum is the seats the priority
+// levels share. Set low enough that the load generator fills its priority
+// level's seats on 2 CPUs, so that what APF does is visible.
+func (o scaleOptions) configureAPIServer(env *envtest.Environment) {
+	args := env.ControlPlane.GetAPIServer().Configure()
+	if o.maxInflight > 0 {
+		args.Set("max-requests-inflight", strconv.Itoa(o.maxInflight))
+	}
+	if o.maxMutatingInflight > 0 {
+		args.Set("max-mutating-requests-inflight", strconv.Itoa(o.maxMutatingInflight))
+	}
 }
 
 var scaleOpts scaleOptions
@@ -64,17 +91,23 @@ func init() {
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.IntVar(&scaleOpts.epochNames, "scale-epoch-names", 100_000, "scale: lease names in the epoch store at the end (deleted leases plus names recorded directly)")
 	flag.DurationVar(&scaleOpts.settle, "scale-settle", 10*time.Second, "scale: wait after a phase's holders started before its window")
+	flag.IntVar(&scaleOpts.workers, "scale-workers", 0, "scale: the controller's concurrent reconciles (0: the operator's default)")
+	flag.DurationVar(&scaleOpts.load, "scale-load", time.Minute, "scale: length of each window with the load generator saturating the API server (0: no load phases)")
+	flag.IntVar(&scaleOpts.loadWorkers, "scale-load-workers", 64, "scale: concurrent ConfigMap writers of the load generator")
+	flag.IntVar(&scaleOpts.maxInflight, "scale-max-requests-inflight", 60, "scale: kube-apiserver --max-requests-inflight (0: its default, 400)")
+	flag.IntVar(&scaleOpts.maxMutatingInflight, "scale-max-mutating-requests-inflight", 30, "scale: kube-apiserver --max-mutating-requests-inflight (0: its default, 200)")
 }
 
 // scaleRun is the state of one scale run.
 type scaleRun struct {
-	dir        string
-	kubeconfig string
-	apiserver  int
-	etcd       int
-	procs      []*scaleProc
-	namespaces []string
-	rep        scaleReport
+	dir            string
+	kubeconfig     string
+	loadKubeconfig string
+	apiserver      int
+	etcd           int
+	procs          []*scaleProc
+	namespaces     []string
+	rep            scaleReport
 }
 
 type cpuRSS struct {
@@ -91,6 +124,8 @@ type window struct {
 	holderRenewals    int64
 	controllerWrites  int
 	controllerByCat   writeCounts
+	otherFields       map[string]int
+	start, end        time.Time
 	cpu               map[string]cpuRSS // apiserver, etcd, operator, holders
 	goroutinesOperatr int
 }
@@ -107,6 +142,12 @@ type scaleReport struct {
 	takeoverFromKill             []time.Duration
 	lateness                     []time.Duration
 	massFailover                 []time.Duration
+	massDue, massLateness        []time.Duration
+	massGrantWrite, massAck      []time.Duration
+	queueTime                    time.Duration
+	unloaded                     loadWindow
+	loaded                       []loadWindow
+	lostUnderLoad                int
 	massMissing                  int
 	deleted                      int
 	deleteTime                   time.Duration
@@ -161,6 +202,10 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		}
 	}()
 	if err := b.scaleIdentity(ctx, s); err != nil {
+		return err
+	}
+	// The FlowSchemas and priority level ship with the operator.
+	if err := b.flowControl(ctx, true); err != nil {
 		return err
 	}
 
@@ -239,34 +284,46 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	return nil
 }
 
-// scaleIdentity creates the holders' identity, its kubeconfig and its RBAC.
+// scaleIdentity creates the holders' and the load generator's identities,
+// their kubeconfigs and their RBAC.
 func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
-	u, err := b.testEnv.AddUser(envtest.User{Name: scaleHolderUser, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
-	if err != nil {
+	var err error
+	if s.kubeconfig, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", []rbacv1.PolicyRule{
+		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+	}); err != nil {
 		return err
+	}
+	s.loadKubeconfig, err = b.serviceAccountUser(ctx, s, scaleLoadUser, "bench-load", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
+	})
+	return err
+}
+
+// serviceAccountUser creates a user in the service accounts' group (neither
+// trusted nor exempt from flow control), bound to rules, and writes its
+// kubeconfig.
+func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, error) {
+	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
+	if err != nil {
+		return "", err
 	}
 	kc, err := u.KubeConfig()
 	if err != nil {
-		return err
+		return "", err
 	}
-	s.kubeconfig = filepath.Join(s.dir, "holder.kubeconfig")
-	if err := os.WriteFile(s.kubeconfig, kc, 0o600); err != nil {
-		return err
+	file := filepath.Join(s.dir, name+".kubeconfig")
+	if err := os.WriteFile(file, kc, 0o600); err != nil {
+		return "", err
 	}
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-		},
-	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if err := b.admin.Create(ctx, role); err != nil {
-		return err
+		return "", err
 	}
-	return b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
+	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: scaleHolderUser}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
 	})
 }
 
@@ -333,6 +390,17 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err != nil {
 		return err
 	}
+	// The window measures renewals: it starts once the controller has listed
+	// every waiter in status (a join costs the waiter's write and the
+	// controller's queue write, once, not per renewal).
+	queued := append(append([]string(nil), massKeys...), sampleKeys...)
+	t0 := time.Now()
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "the controller to list every waiter", func(ctx context.Context) (bool, error) {
+		return b.allQueued(ctx, queued)
+	}); err != nil {
+		return err
+	}
+	s.rep.queueTime = time.Since(t0)
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
 	}
@@ -341,6 +409,16 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		return err
 	}
 	s.rep.windows = append(s.rep.windows, w)
+	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals}
+	for _, p := range holders {
+		s.rep.unloaded.lat = append(s.rep.unloaded.lat, p.writeLatencies(w.start, w.end)...)
+	}
+	if scaleOpts.load > 0 {
+		if err := b.scaleLoad(ctx, s, holders); err != nil {
+			return err
+		}
+		s.rep.lostUnderLoad = leadCount(massW) + leadCount(sampleW)
+	}
 
 	// Takeovers: kill each sample holder process; its waiter takes over.
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(sampleH))
@@ -348,6 +426,12 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	for i, p := range sampleH {
 		killed[sampleKeys[i]] = time.Now()
 		p.kill()
+	}
+	// The killed holders' last renewals, as they stamped them (a renewal's
+	// renewTime is when its holder sent it).
+	sampleStamps, err := b.lastStamps(ctx, sampleKeys, func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) })
+	if err != nil {
+		return err
 	}
 	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
 		return leadCount(sampleW) == len(sampleKeys), nil
@@ -366,16 +450,12 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		}
 		ns, _, _ := strings.Cut(k, "/")
 		oldID := fmt.Sprintf("kf-sample-h-%d-0", i)
-		var lastRenew, expirySent time.Time
-		for _, cw := range b.ctrlRT.trace(ns, killed[k].Add(-time.Minute)) {
-			if !cw.ok || cw.category == catEpochStore {
-				continue
-			}
-			if cw.holder == oldID && cw.renewTime.After(lastRenew) {
-				lastRenew = cw.renewTime
-			}
-			if cw.holder != "" && cw.holder != oldID && expirySent.IsZero() {
+		lastRenew := sampleStamps[k]
+		var expirySent time.Time
+		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
+			if cw.ok && cw.category == catStatusGrant && cw.holder != "" && cw.holder != oldID {
 				expirySent = cw.sent
+				break
 			}
 		}
 		s.rep.takeoverFromKill = append(s.rep.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
@@ -393,12 +473,35 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	for _, p := range massH {
 		p.kill()
 	}
+	massStamps, err := b.lastStamps(ctx, massKeys, func(i int) string { return fmt.Sprintf("kf-mass-h-%d-%d", i/scaleOpts.perProc, i%scaleOpts.perProc) })
+	if err != nil {
+		return err
+	}
 	_ = waitFor(ctx, b.lease+60*time.Second, 200*time.Millisecond, "the mass group's waiters to lead", func(context.Context) (bool, error) {
 		return leadCount(massW) == len(massKeys), nil
 	})
+	// Each lease's fail-over in steps: its expiry falls due (last stamped
+	// renewal + L + allowance), the controller sends the grant, the grant
+	// returns, the new holder leads (after its acknowledging renewal).
+	grants := map[string]ctrlWrite{}
+	for _, cw := range b.ctrlRT.trace("scale-mass", kill) {
+		if _, seen := grants[cw.name]; !seen && cw.ok && cw.category == catStatusGrant && cw.holder != "" {
+			grants[cw.name] = cw
+		}
+	}
 	for _, p := range massW {
-		for _, evs := range p.leading() {
+		for k, evs := range p.leading() {
 			s.rep.massFailover = append(s.rep.massFailover, evs[0].leading.Sub(kill))
+			_, name, _ := strings.Cut(k, "/")
+			g, ok := grants[name]
+			due := massStamps[k].Add(b.lease + allowance)
+			if !ok || massStamps[k].IsZero() {
+				continue
+			}
+			s.rep.massDue = append(s.rep.massDue, due.Sub(kill))
+			s.rep.massLateness = append(s.rep.massLateness, g.sent.Sub(due))
+			s.rep.massGrantWrite = append(s.rep.massGrantWrite, g.done.Sub(g.sent))
+			s.rep.massAck = append(s.rep.massAck, evs[0].leading.Sub(g.done))
 		}
 	}
 	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
@@ -456,7 +559,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held 
 
 // measure runs one steady-state window: writes by writer, CPU and peak RSS.
 func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
-	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}}
+	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}, start: time.Now()}
 	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(append([]*scaleProc(nil), holders...), others...)
 	pids := map[string][]int{"kube-apiserver": {s.apiserver}, "etcd": {s.etcd}, "operator (bench process)": {os.Getpid()}}
@@ -472,6 +575,7 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		hw0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlTotal()
+	fields0 := b.ctrlRT.otherFieldCounts()
 	peak := map[string]int64{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -490,6 +594,7 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		}
 	})
 	err := sleep(ctx, length)
+	w.end = time.Now()
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -507,9 +612,163 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		w.holderRenewals += c[1] - hw0[p][1]
 	}
 	w.controllerByCat = b.ctrlTotal().sub(ctrl0)
+	w.otherFields = b.ctrlRT.otherFieldCounts()
+	for k, v := range fields0 {
+		if w.otherFields[k] -= v; w.otherFields[k] == 0 {
+			delete(w.otherFields, k)
+		}
+	}
 	w.controllerWrites = w.controllerByCat.total()
 	_, w.goroutinesOperatr = heapInUse()
 	return w, nil
+}
+
+// loadWindow is the holders' renewals in one window of the load phases.
+type loadWindow struct {
+	name                   string
+	length                 time.Duration
+	renewals, failed       int64
+	lat                    []time.Duration
+	loadWrites, loadFailed int64
+}
+
+// scaleLoad runs the load phases: a load process writes ConfigMaps as fast as
+// the API server takes them while the holders renew, first without the
+// shipped FlowSchemas and priority level (renewals then share upstream's
+// workload-low level with the load), then with them.
+func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc) error {
+	if err := b.createNamespace(ctx, "load"); err != nil {
+		return err
+	}
+	for _, withFC := range []bool{false, true} {
+		name := "loaded, without kubefence's FlowSchemas (renewals in workload-low with the load)"
+		if withFC {
+			name = "loaded, with kubefence's FlowSchemas (renewals in their own level)"
+			if err := b.flowControl(ctx, true); err != nil {
+				return err
+			}
+		} else if err := b.flowControl(ctx, false); err != nil {
+			return err
+		}
+		// The API server's APF configuration controller picks the change up.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: scale: load %v, %d writers: %s\n", scaleOpts.load, scaleOpts.loadWorkers, name)
+		gen, err := b.startProc(ctx, s, fmt.Sprintf("load-%t", withFC), "load", []string{"load"},
+			"-kubeconfig", s.loadKubeconfig, "-workers", strconv.Itoa(scaleOpts.loadWorkers))
+		if err != nil {
+			return err
+		}
+		// Let the load ramp up, then measure.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			gen.kill()
+			return err
+		}
+		lw := loadWindow{name: name, length: scaleOpts.load}
+		h0 := map[*scaleProc][4]int64{}
+		for _, p := range holders {
+			h0[p] = p.snapshot()
+		}
+		g0 := gen.snapshot()
+		start := time.Now()
+		err = sleep(ctx, scaleOpts.load)
+		end := time.Now()
+		g1 := gen.snapshot()
+		gen.stop()
+		if err != nil {
+			return err
+		}
+		for _, p := range holders {
+			c := p.snapshot()
+			lw.renewals += c[1] - h0[p][1]
+			lw.failed += c[2] - h0[p][2]
+			lw.lat = append(lw.lat, p.writeLatencies(start, end)...)
+		}
+		lw.loadWrites, lw.loadFailed = g1[1]-g0[1], g1[2]-g0[2]
+		s.rep.loaded = append(s.rep.loaded, lw)
+		// The holders catch up before the next phase.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flowControl installs (or removes) the FlowSchemas and priority level that
+// ship in config/flowcontrol, as written there.
+func (b *bench) flowControl(ctx context.Context, install bool) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	var objs []client.Object
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(raw), "\n---") {
+			var obj client.Object = &flowcontrolv1.FlowSchema{}
+			if f == "priority_level.yaml" {
+				obj = &flowcontrolv1.PriorityLevelConfiguration{}
+			}
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	for _, obj := range objs {
+		if install {
+			err = client.IgnoreAlreadyExists(b.admin.Create(ctx, obj))
+		} else {
+			err = client.IgnoreNotFound(b.admin.Delete(ctx, obj))
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", map[bool]string{true: "installing", false: "removing"}[install], obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// allQueued tells whether the controller lists a waiter in the status of
+// every lease in keys.
+func (b *bench) allQueued(ctx context.Context, keys []string) (bool, error) {
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var l coordv1alpha1.FencedLease
+		if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return false, err
+		}
+		if len(l.Status.Waiting) == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// lastStamps reads, a second after a kill (time for writes in flight to
+// commit), the renewTime of each killed holder's request: when it sent its
+// last renewal. A lease whose request has no stamp is left out.
+func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int) string) (map[string]time.Time, error) {
+	if err := sleep(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for i, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var l coordv1alpha1.FencedLease
+		if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return nil, err
+		}
+		for _, q := range l.Spec.Requests {
+			if q.HolderIdentity == holder(i) && q.RenewTime != nil {
+				out[k] = q.RenewTime.Time
+			}
+		}
+	}
+	return out, nil
 }
 
 // ctrlTotal sums the controller's writes over all namespaces.
@@ -726,7 +985,11 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		r.n, r.held, o.lease)
 	fmt.Fprintf(w, "kube-apiserver %s, %d CPUs (%s), load average at start %s, run took %v\n",
 		r.env.serverVersion, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
-	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration); holders run in child processes\n\n")
+	workers := o.workers
+	if workers == 0 {
+		workers = controllers.DefaultMaxConcurrentReconciles
+	}
+	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration), %d concurrent reconciles; holders run in child processes\n\n", workers)
 
 	rows := [][]string{{"measure"}}
 	for _, x := range r.windows {
@@ -787,17 +1050,50 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 			}
 		}
 		fmt.Fprintln(w, strings.Join(parts, "; "))
+		if f := r.windows[0].otherFields; len(f) > 0 {
+			parts = parts[:0]
+			for _, k := range sortedKeys(f) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, f[k]))
+			}
+			fmt.Fprintf(w, "status fields changed by the writes of kind %q: %s\n", catStatusOther, strings.Join(parts, "; "))
+		}
 	}
 
 	fmt.Fprintln(w)
 	table(w, [][]string{
 		{"kubefence latency", "n", "p50", "p99", "max"},
 		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
-		latRow("expiry lateness: expiry write sent - (observed renewal + L + allowance)", r.lateness),
-		latRow("takeover beyond L: new holder leads - (observed last renewal + L)", r.takeoverBeyond),
+		latRow("expiry lateness: expiry write sent - (last renewal's stamp + L + allowance)", r.lateness),
+		latRow("takeover beyond L: new holder leads - (last renewal's stamp + L)", r.takeoverBeyond),
 		latRow("takeover from the kill: new holder leads - (kill + L); < 0: killed after its last renewal", r.takeoverFromKill),
 		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
+		latRow("  of which: kill -> expiry due (last renewal's stamp + L + allowance)", r.massDue),
+		latRow("  expiry due -> grant write sent (controller lateness)", r.massLateness),
+		latRow("  grant write sent -> returned", r.massGrantWrite),
+		latRow("  grant returned -> new holder leads (watch, acknowledging renewal)", r.massAck),
 	})
+	if len(r.loaded) > 0 {
+		fmt.Fprintf(w, "\nrenewals while a load process (%d ConfigMap writers, %s) saturates the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
+			o.loadWorkers, scaleLoadUser, o.maxInflight, o.maxMutatingInflight)
+		rows := [][]string{{"window", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
+		unloadedP99, _ := quantile(r.unloaded.lat, 0.99)
+		for _, x := range append([]loadWindow{r.unloaded}, r.loaded...) {
+			sorted := append([]time.Duration(nil), x.lat...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+			mx := "-"
+			if len(sorted) > 0 {
+				mx = ms(sorted[len(sorted)-1])
+			}
+			rat := "-"
+			if p99, ok := quantile(x.lat, 0.99); ok && unloadedP99 > 0 {
+				rat = fmt.Sprintf("%.2fx", float64(p99)/float64(unloadedP99))
+			}
+			rows = append(rows, []string{x.name, fmt.Sprintf("%.1f", float64(x.renewals)/x.length.Seconds()), strconv.FormatInt(x.failed, 10),
+				fmt.Sprintf("%.1f (%d)", float64(x.loadWrites)/x.length.Seconds(), x.loadFailed), q(x.lat, 0.5), q(x.lat, 0.99), mx, rat})
+		}
+		table(w, rows)
+		fmt.Fprintf(w, "tenures lost to a waiter during the load phases: %d\n", r.lostUnderLoad)
+	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)
 	}
@@ -806,6 +1102,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 	table(w, [][]string{
 		{"controller and store", "value"},
 		{"FencedLeases created (all reconciled)", fmt.Sprintf("%d in %v", r.n, r.createTime.Round(time.Second))},
+		{"kubefence waiters started -> all listed in status.waiting", r.queueTime.Round(time.Second).String()},
 		{"bench process heap in use before / after creating them (after GC)", fmt.Sprintf("%s / %s (%.1f KiB per lease; two informers: controller and webhook managers)",
 			mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n))},
 		{"goroutines before / after creating them / end of last window", fmt.Sprintf("%d / %d / %d", r.goroutinesBefore, r.goroutines, lastGoroutines(r.windows))},
@@ -830,4 +1127,13 @@ func latRow(name string, ds []time.Duration) []string {
 		mx = ms(sorted[len(sorted)-1])
 	}
 	return []string{name, strconv.Itoa(len(ds)), q(ds, 0.5), q(ds, 0.99), mx}
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

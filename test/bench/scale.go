@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,6 +26,7 @@ import (
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -52,9 +54,10 @@ type scaleOptions struct {
 	lease      int
 	epochNames int
 	settle     time.Duration
+	workers    int    // the controller's concurrent reconciles
+	profile    string // file for a CPU profile of kube-apiserver
 	// The load phases: how long each loaded window lasts (0: none), the
 	// writers of the load process, and the API server's concurrency limits.
-	workers             int
 	load                time.Duration
 	loadWorkers         int
 	maxInflight         int
@@ -91,6 +94,7 @@ func init() {
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.IntVar(&scaleOpts.epochNames, "scale-epoch-names", 100_000, "scale: lease names in the epoch store at the end (deleted leases plus names recorded directly)")
 	flag.DurationVar(&scaleOpts.settle, "scale-settle", 10*time.Second, "scale: wait after a phase's holders started before its window")
+	flag.StringVar(&scaleOpts.profile, "scale-apiserver-profile", "", "scale: write a 30 s CPU profile of kube-apiserver, taken in the kubefence window, to this file (go tool pprof)")
 	flag.IntVar(&scaleOpts.workers, "scale-workers", 0, "scale: the controller's concurrent reconciles (0: the operator's default)")
 	flag.DurationVar(&scaleOpts.load, "scale-load", time.Minute, "scale: length of each window with the load generator saturating the API server (0: no load phases)")
 	flag.IntVar(&scaleOpts.loadWorkers, "scale-load-workers", 64, "scale: concurrent ConfigMap writers of the load generator")
@@ -404,9 +408,18 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
 	}
+	profiled := make(chan error, 1)
+	if scaleOpts.profile != "" {
+		go func() { profiled <- b.apiserverProfile(ctx, scaleOpts.profile, min(30*time.Second, scaleOpts.steady)) }()
+	} else {
+		profiled <- nil
+	}
 	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
 	if err != nil {
 		return err
+	}
+	if err := <-profiled; err != nil {
+		return fmt.Errorf("profiling kube-apiserver: %w", err)
 	}
 	s.rep.windows = append(s.rep.windows, w)
 	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals}
@@ -730,6 +743,35 @@ func (b *bench) flowControl(ctx context.Context, install bool) error {
 		}
 	}
 	return nil
+}
+
+// apiserverProfile writes a CPU profile of kube-apiserver over d to file.
+func (b *bench) apiserverProfile(ctx context.Context, file string, d time.Duration) error {
+	hc, err := rest.HTTPClientFor(b.cfg)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.cfg.Host, int(d.Seconds())), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // allQueued tells whether the controller lists a waiter in the status of

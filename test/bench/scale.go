@@ -148,6 +148,10 @@ type scaleReport struct {
 	massFailover                 []time.Duration
 	massDue, massLateness        []time.Duration
 	massGrantWrite, massAck      []time.Duration
+	massCtrl                     writeCounts
+	massWaiterWrites             int64
+	massWaiterFailed             int64
+	massDuration                 time.Duration
 	queueTime                    time.Duration
 	unloaded                     loadWindow
 	loaded                       []loadWindow
@@ -422,7 +426,8 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		return fmt.Errorf("profiling kube-apiserver: %w", err)
 	}
 	s.rep.windows = append(s.rep.windows, w)
-	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals}
+	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals,
+		apiCPU: w.cpu["kube-apiserver"].cpu + w.cpu["etcd"].cpu}
 	for _, p := range holders {
 		s.rep.unloaded.lat = append(s.rep.unloaded.lat, p.writeLatencies(w.start, w.end)...)
 	}
@@ -483,6 +488,11 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	// Mass fail-over: kill the process holding the mass group.
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
 	kill := time.Now()
+	massCtrl0 := b.ctrlRT.snapshot("scale-mass")
+	massW0 := map[*scaleProc][4]int64{}
+	for _, p := range massW {
+		massW0[p] = p.snapshot()
+	}
 	for _, p := range massH {
 		p.kill()
 	}
@@ -518,6 +528,13 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		}
 	}
 	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
+	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
+	for _, p := range massW {
+		c := p.snapshot()
+		s.rep.massWaiterWrites += c[0] - massW0[p][0]
+		s.rep.massWaiterFailed += c[2] - massW0[p][2]
+	}
+	s.rep.massDuration = time.Since(kill)
 
 	for _, p := range s.procs {
 		p.stop()
@@ -643,6 +660,7 @@ type loadWindow struct {
 	renewals, failed       int64
 	lat                    []time.Duration
 	loadWrites, loadFailed int64
+	apiCPU                 time.Duration // kube-apiserver + etcd
 }
 
 // scaleLoad runs the load phases: a load process writes ConfigMaps as fast as
@@ -684,9 +702,11 @@ func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc
 			h0[p] = p.snapshot()
 		}
 		g0 := gen.snapshot()
+		cpu0 := cpuOf([]int{s.apiserver, s.etcd})
 		start := time.Now()
 		err = sleep(ctx, scaleOpts.load)
 		end := time.Now()
+		lw.apiCPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
 		g1 := gen.snapshot()
 		gen.stop()
 		if err != nil {
@@ -1117,7 +1137,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 	if len(r.loaded) > 0 {
 		fmt.Fprintf(w, "\nrenewals while a load process (%d ConfigMap writers, %s) saturates the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
 			o.loadWorkers, scaleLoadUser, o.maxInflight, o.maxMutatingInflight)
-		rows := [][]string{{"window", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
+		rows := [][]string{{"window", "kube-apiserver + etcd cores", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
 		unloadedP99, _ := quantile(r.unloaded.lat, 0.99)
 		for _, x := range append([]loadWindow{r.unloaded}, r.loaded...) {
 			sorted := append([]time.Duration(nil), x.lat...)
@@ -1130,11 +1150,22 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 			if p99, ok := quantile(x.lat, 0.99); ok && unloadedP99 > 0 {
 				rat = fmt.Sprintf("%.2fx", float64(p99)/float64(unloadedP99))
 			}
-			rows = append(rows, []string{x.name, fmt.Sprintf("%.1f", float64(x.renewals)/x.length.Seconds()), strconv.FormatInt(x.failed, 10),
+			rows = append(rows, []string{x.name, fmt.Sprintf("%.2f", x.apiCPU.Seconds()/x.length.Seconds()),
+				fmt.Sprintf("%.1f", float64(x.renewals)/x.length.Seconds()), strconv.FormatInt(x.failed, 10),
 				fmt.Sprintf("%.1f (%d)", float64(x.loadWrites)/x.length.Seconds(), x.loadFailed), q(x.lat, 0.5), q(x.lat, 0.99), mx, rat})
 		}
 		table(w, rows)
 		fmt.Fprintf(w, "tenures lost to a waiter during the load phases: %d\n", r.lostUnderLoad)
+	}
+	if r.massCtrl != nil {
+		var parts []string
+		for _, c := range categoryOrder {
+			if r.massCtrl[c] != 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", c, r.massCtrl[c]))
+			}
+		}
+		fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
+			r.massDuration.Round(time.Second), o.mass, strings.Join(parts, "; "), r.massWaiterWrites, r.massWaiterFailed)
 	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)

@@ -39,9 +39,11 @@ import (
 // that it is neither the trusted controller nor exempt from flow control.
 const scaleHolderUser = "system:serviceaccount:bench:holder"
 
-// scaleLoadUser is the load generator's identity: another service account,
-// which upstream's FlowSchemas put in the workload-low priority level.
-const scaleLoadUser = "system:serviceaccount:load:writer"
+// scaleLoadUser is the load generator's identities (%d: one per load
+// process): service accounts, which upstream's FlowSchemas put in the
+// workload-low priority level, each a flow of its own there, as the many
+// workloads of a busy cluster are.
+const scaleLoadUser = "system:serviceaccount:load:writer-%d"
 
 type scaleOptions struct {
 	leases     int
@@ -60,6 +62,7 @@ type scaleOptions struct {
 	// writers of the load process, and the API server's concurrency limits.
 	load                time.Duration
 	loadWorkers         int
+	loadUsers           int
 	maxInflight         int
 	maxMutatingInflight int
 }
@@ -97,7 +100,8 @@ func init() {
 	flag.StringVar(&scaleOpts.profile, "scale-apiserver-profile", "", "scale: write a 30 s CPU profile of kube-apiserver, taken in the kubefence window, to this file (go tool pprof)")
 	flag.IntVar(&scaleOpts.workers, "scale-workers", 0, "scale: the controller's concurrent reconciles (0: the operator's default)")
 	flag.DurationVar(&scaleOpts.load, "scale-load", time.Minute, "scale: length of each window with the load generator saturating the API server (0: no load phases)")
-	flag.IntVar(&scaleOpts.loadWorkers, "scale-load-workers", 64, "scale: concurrent ConfigMap writers of the load generator")
+	flag.IntVar(&scaleOpts.loadWorkers, "scale-load-workers", 64, "scale: concurrent ConfigMap writers of the load generator, over all its users")
+	flag.IntVar(&scaleOpts.loadUsers, "scale-load-users", 16, "scale: identities (and processes) of the load generator: APF flows")
 	flag.IntVar(&scaleOpts.maxInflight, "scale-max-requests-inflight", 60, "scale: kube-apiserver --max-requests-inflight (0: its default, 400)")
 	flag.IntVar(&scaleOpts.maxMutatingInflight, "scale-max-mutating-requests-inflight", 30, "scale: kube-apiserver --max-mutating-requests-inflight (0: its default, 200)")
 }
@@ -106,7 +110,7 @@ func init() {
 type scaleRun struct {
 	dir            string
 	kubeconfig     string
-	loadKubeconfig string
+	loadKubeconfig []string
 	apiserver      int
 	etcd           int
 	procs          []*scaleProc
@@ -302,10 +306,16 @@ func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
 	}); err != nil {
 		return err
 	}
-	s.loadKubeconfig, err = b.serviceAccountUser(ctx, s, scaleLoadUser, "bench-load", []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
-	})
-	return err
+	for i := range max(scaleOpts.loadUsers, 1) {
+		kc, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
+		})
+		if err != nil {
+			return err
+		}
+		s.loadKubeconfig = append(s.loadKubeconfig, kc)
+	}
+	return nil
 }
 
 // serviceAccountUser creates a user in the service accounts' group (neither
@@ -685,30 +695,53 @@ func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc
 		if err := sleep(ctx, 5*time.Second); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench: scale: load %v, %d writers: %s\n", scaleOpts.load, scaleOpts.loadWorkers, name)
-		gen, err := b.startProc(ctx, s, fmt.Sprintf("load-%t", withFC), "load", []string{"load"},
-			"-kubeconfig", s.loadKubeconfig, "-workers", strconv.Itoa(scaleOpts.loadWorkers))
-		if err != nil {
-			return err
+		fmt.Fprintf(os.Stderr, "bench: scale: load %v, %d writers as %d users: %s\n", scaleOpts.load, scaleOpts.loadWorkers, len(s.loadKubeconfig), name)
+		var gens []*scaleProc
+		stopGens := func() {
+			for _, g := range gens {
+				g.stop()
+			}
+		}
+		for i, kc := range s.loadKubeconfig {
+			per := scaleOpts.loadWorkers / len(s.loadKubeconfig)
+			if i < scaleOpts.loadWorkers%len(s.loadKubeconfig) {
+				per++
+			}
+			g, err := b.startProc(ctx, s, fmt.Sprintf("load-%t-%d", withFC, i), "load", []string{"load"},
+				"-kubeconfig", kc, "-workers", strconv.Itoa(per))
+			if err != nil {
+				stopGens()
+				return err
+			}
+			gens = append(gens, g)
 		}
 		// Let the load ramp up, then measure.
 		if err := sleep(ctx, 5*time.Second); err != nil {
-			gen.kill()
+			stopGens()
 			return err
+		}
+		genCounts := func() (c [4]int64) {
+			for _, g := range gens {
+				x := g.snapshot()
+				for i := range c {
+					c[i] += x[i]
+				}
+			}
+			return c
 		}
 		lw := loadWindow{name: name, length: scaleOpts.load}
 		h0 := map[*scaleProc][4]int64{}
 		for _, p := range holders {
 			h0[p] = p.snapshot()
 		}
-		g0 := gen.snapshot()
+		g0 := genCounts()
 		cpu0 := cpuOf([]int{s.apiserver, s.etcd})
 		start := time.Now()
-		err = sleep(ctx, scaleOpts.load)
+		err := sleep(ctx, scaleOpts.load)
 		end := time.Now()
 		lw.apiCPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
-		g1 := gen.snapshot()
-		gen.stop()
+		g1 := genCounts()
+		stopGens()
 		if err != nil {
 			return err
 		}
@@ -1135,8 +1168,8 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		latRow("  grant returned -> new holder leads (watch, acknowledging renewal)", r.massAck),
 	})
 	if len(r.loaded) > 0 {
-		fmt.Fprintf(w, "\nrenewals while a load process (%d ConfigMap writers, %s) saturates the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
-			o.loadWorkers, scaleLoadUser, o.maxInflight, o.maxMutatingInflight)
+		fmt.Fprintf(w, "\nrenewals while %d ConfigMap writers as %d service accounts (%s) saturate the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
+			o.loadWorkers, max(o.loadUsers, 1), fmt.Sprintf(scaleLoadUser, 0), o.maxInflight, o.maxMutatingInflight)
 		rows := [][]string{{"window", "kube-apiserver + etcd cores", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
 		unloadedP99, _ := quantile(r.unloaded.lat, 0.99)
 		for _, x := range append([]loadWindow{r.unloaded}, r.loaded...) {

@@ -7,8 +7,10 @@ package main
 // client-go's defaults. See docs/benchmarks.md.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -134,6 +136,7 @@ type window struct {
 	controllerByCat   writeCounts
 	otherFields       map[string]int
 	start, end        time.Time
+	apf               map[string]apfLevel
 	cpu               map[string]cpuRSS // apiserver, etcd, operator, holders
 	goroutinesOperatr int
 }
@@ -437,7 +440,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	}
 	s.rep.windows = append(s.rep.windows, w)
 	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals,
-		apiCPU: w.cpu["kube-apiserver"].cpu + w.cpu["etcd"].cpu}
+		apiCPU: w.cpu["kube-apiserver"].cpu + w.cpu["etcd"].cpu, apf: w.apf}
 	for _, p := range holders {
 		s.rep.unloaded.lat = append(s.rep.unloaded.lat, p.writeLatencies(w.start, w.end)...)
 	}
@@ -538,13 +541,17 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		}
 	}
 	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
+	s.rep.massDuration = time.Since(kill)
+	// Holder processes report their counts every 500 ms.
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
 	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
 	for _, p := range massW {
 		c := p.snapshot()
 		s.rep.massWaiterWrites += c[0] - massW0[p][0]
 		s.rep.massWaiterFailed += c[2] - massW0[p][2]
 	}
-	s.rep.massDuration = time.Since(kill)
 
 	for _, p := range s.procs {
 		p.stop()
@@ -616,6 +623,7 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 	}
 	ctrl0 := b.ctrlTotal()
 	fields0 := b.ctrlRT.otherFieldCounts()
+	apf0, apfErr := b.apfMetrics(ctx)
 	peak := map[string]int64{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -652,6 +660,9 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		w.holderRenewals += c[1] - hw0[p][1]
 	}
 	w.controllerByCat = b.ctrlTotal().sub(ctrl0)
+	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+		w.apf = apfSub(apf1, apf0)
+	}
 	w.otherFields = b.ctrlRT.otherFieldCounts()
 	for k, v := range fields0 {
 		if w.otherFields[k] -= v; w.otherFields[k] == 0 {
@@ -671,6 +682,96 @@ type loadWindow struct {
 	lat                    []time.Duration
 	loadWrites, loadFailed int64
 	apiCPU                 time.Duration // kube-apiserver + etcd
+	// apf is what API Priority and Fairness did in the window, per priority
+	// level: requests executed, their summed queue wait, requests rejected.
+	apf map[string]apfLevel
+}
+
+type apfLevel struct {
+	executed, rejected float64
+	wait               float64 // seconds
+}
+
+// apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
+func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
+	hc, err := rest.HTTPClientFor(b.cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(b.cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := map[string]apfLevel{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		level := label(labels, "priority_level")
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if level == "" || err != nil {
+			continue
+		}
+		l := out[level]
+		switch {
+		case name == "apiserver_flowcontrol_request_wait_duration_seconds_sum" && label(labels, "execute") == "true":
+			l.wait += v
+		case name == "apiserver_flowcontrol_request_wait_duration_seconds_count" && label(labels, "execute") == "true":
+			l.executed += v
+		case name == "apiserver_flowcontrol_rejected_requests_total":
+			l.rejected += v
+		default:
+			continue
+		}
+		out[level] = l
+	}
+	return out, sc.Err()
+}
+
+// label returns the value of label name in a Prometheus label list.
+func label(labels, name string) string {
+	_, after, ok := strings.Cut(","+labels, ","+name+"=\"")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(after, "\"")
+	return v
+}
+
+func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
+	out := map[string]apfLevel{}
+	for k, x := range a {
+		y := b[k]
+		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait}
+	}
+	return out
+}
+
+func (l apfLevel) String() string {
+	if l.executed == 0 && l.rejected == 0 {
+		return "-"
+	}
+	mean := "-"
+	if l.executed > 0 {
+		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
+	}
+	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
 }
 
 // scaleLoad runs the load phases: a load process writes ConfigMaps as fast as
@@ -735,11 +836,17 @@ func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc
 			h0[p] = p.snapshot()
 		}
 		g0 := genCounts()
+		apf0, apfErr := b.apfMetrics(ctx)
 		cpu0 := cpuOf([]int{s.apiserver, s.etcd})
 		start := time.Now()
 		err := sleep(ctx, scaleOpts.load)
 		end := time.Now()
 		lw.apiCPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
+		if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+			lw.apf = apfSub(apf1, apf0)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: scale: reading kube-apiserver's flow-control metrics:", errors.Join(apfErr, err))
+		}
 		g1 := genCounts()
 		stopGens()
 		if err != nil {
@@ -804,7 +911,7 @@ func (b *bench) apiserverProfile(ctx context.Context, file string, d time.Durati
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.cfg.Host, int(d.Seconds())), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(b.cfg.Host, "/"), int(d.Seconds())), nil)
 	if err != nil {
 		return err
 	}
@@ -1171,6 +1278,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		fmt.Fprintf(w, "\nrenewals while %d ConfigMap writers as %d service accounts (%s) saturate the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
 			o.loadWorkers, max(o.loadUsers, 1), fmt.Sprintf(scaleLoadUser, 0), o.maxInflight, o.maxMutatingInflight)
 		rows := [][]string{{"window", "kube-apiserver + etcd cores", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
+		apfRows := [][]string{{"window (APF: requests executed, mean queue wait, rejected)", "leases (kubefence)", "workload-low", "global-default", "exempt"}}
 		unloadedP99, _ := quantile(r.unloaded.lat, 0.99)
 		for _, x := range append([]loadWindow{r.unloaded}, r.loaded...) {
 			sorted := append([]time.Duration(nil), x.lat...)
@@ -1183,11 +1291,14 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 			if p99, ok := quantile(x.lat, 0.99); ok && unloadedP99 > 0 {
 				rat = fmt.Sprintf("%.2fx", float64(p99)/float64(unloadedP99))
 			}
+			apfRows = append(apfRows, []string{x.name, x.apf["leases"].String(), x.apf["workload-low"].String(), x.apf["global-default"].String(), x.apf["exempt"].String()})
 			rows = append(rows, []string{x.name, fmt.Sprintf("%.2f", x.apiCPU.Seconds()/x.length.Seconds()),
 				fmt.Sprintf("%.1f", float64(x.renewals)/x.length.Seconds()), strconv.FormatInt(x.failed, 10),
 				fmt.Sprintf("%.1f (%d)", float64(x.loadWrites)/x.length.Seconds(), x.loadFailed), q(x.lat, 0.5), q(x.lat, 0.99), mx, rat})
 		}
 		table(w, rows)
+		fmt.Fprintln(w)
+		table(w, apfRows)
 		fmt.Fprintf(w, "tenures lost to a waiter during the load phases: %d\n", r.lostUnderLoad)
 	}
 	if r.massCtrl != nil {

@@ -159,6 +159,7 @@ type scaleReport struct {
 	massWaiterWrites             int64
 	massWaiterFailed             int64
 	massDuration                 time.Duration
+	massAPF                      map[string]apfLevel
 	queueTime                    time.Duration
 	unloaded                     loadWindow
 	loaded                       []loadWindow
@@ -502,6 +503,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
 	kill := time.Now()
 	massCtrl0 := b.ctrlRT.snapshot("scale-mass")
+	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc][4]int64{}
 	for _, p := range massW {
 		massW0[p] = p.snapshot()
@@ -547,6 +549,9 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		return err
 	}
 	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
+	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+		s.rep.massAPF = apfSub(apf1, apf0)
+	}
 	for _, p := range massW {
 		c := p.snapshot()
 		s.rep.massWaiterWrites += c[0] - massW0[p][0]
@@ -1310,6 +1315,9 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		}
 		fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
 			r.massDuration.Round(time.Second), o.mass, strings.Join(parts, "; "), r.massWaiterWrites, r.massWaiterFailed)
+		if r.massAPF != nil {
+			fmt.Fprintf(w, "mass fail-over, APF (requests executed, mean queue wait, rejected): leases %s; workload-low %s\n", r.massAPF["leases"], r.massAPF["workload-low"])
+		}
 	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)

@@ -739,7 +739,8 @@ func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
 			l.wait += v
 		case name == "apiserver_flowcontrol_request_wait_duration_seconds_count" && label(labels, "execute") == "true":
 			l.executed += v
-		case name == "apiserver_flowcontrol_rejected_requests_total":
+		case name == "apiserver_flowcontrol_rejected_requests_total" && label(labels, "reason") != "cancelled":
+			// (cancelled: the client went away, e.g. a killed holder)
 			l.rejected += v
 		default:
 			continue

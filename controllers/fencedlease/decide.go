@@ -165,7 +165,11 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 				// Nor before the holder's renewTime + L + allowance: the fencing
 				// webhook counts the tenure from that stamp (a controller that
 				// observed an older renewal, or none, must not expire earlier).
-				if e := reqs[idx].RenewTime.Add(l + timing.Allowance(l)); e.After(expire) {
+				stamp := reqs[idx].RenewTime.Time
+				if timing.ClampStamps && stamp.After(obs.at) {
+					stamp = obs.at
+				}
+				if e := stamp.Add(l + timing.Allowance(l)); e.After(expire) {
 					expire = e
 				}
 			}

@@ -46,6 +46,10 @@ type Settings struct {
 	ExcludedNamespaces []string
 	// ControllerUsers may write the tenure tables.
 	ControllerUsers []string
+	// AdminGroups may act as operators on FencedLeases (settings, others'
+	// requests, revocation, ownerReferences, finalizers, deleting a held
+	// lease); empty: system:masters. Only LeasePolicy reads them.
+	AdminGroups []string
 	// CleanupUsers may delete guarded objects (and the tables) without a
 	// lease, and update guarded objects' finalizers and ownerReferences.
 	CleanupUsers []string

@@ -63,9 +63,10 @@ type harness struct {
 	stopOperator func()
 }
 
-// policyModeWebhooks is the fencing webhook configuration of policy mode
-// (config/components/policy): only the entries for /scale and evictions,
-// whose objects carry no labels for a policy to read.
+// policyModeWebhooks are the webhook configurations of policy mode
+// (config/components/policy): the fencing webhook's entries for /scale and
+// evictions, whose objects carry no labels for a policy to read, and no
+// FencedLease webhook.
 func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error) {
 	b, err := os.ReadFile(filepath.Join(root, "config", "webhook", "fencing.yaml"))
 	if err != nil {
@@ -97,7 +98,9 @@ func start(t *testing.T, mode string) *harness {
 		whs, err := policyModeWebhooks()
 		must(t, err)
 		in.Configure = func(env *envtest.Environment) {
-			env.WebhookInstallOptions.Paths = testenv.WebhookPaths(root)[:1]
+			// No FencedLease webhook either: the policy kubefence-fencedleases
+			// judges FencedLease writes (config/components/policy).
+			env.WebhookInstallOptions.Paths = nil
 			env.WebhookInstallOptions.ValidatingWebhooks = whs
 		}
 	}

@@ -87,7 +87,9 @@ func stamp(t time.Time) *metav1.MicroTime {
 }
 
 func leaseRuleRows() []leaseRule {
-	own := func(l *coordv1alpha1.FencedLease) { l.Spec.Requests = append(l.Spec.Requests, request("alice", "alice")) }
+	own := func(l *coordv1alpha1.FencedLease) {
+		l.Spec.Requests = append(l.Spec.Requests, request("alice", "alice"))
+	}
 	return []leaseRule{
 		// Create.
 		{"a client creates a lease with its own request", func(t *testing.T, r *leaseRules) error { return r.create("alice", "c1", own) }, "", false},

@@ -77,8 +77,14 @@ func request(id, user string) coordv1alpha1.LeaseRequest {
 	return coordv1alpha1.LeaseRequest{HolderIdentity: id, User: user}
 }
 
+// requestOf is the request of id in l; if an earlier row went wrong and it
+// is missing, a detached one, so that the row still reports its outcome.
 func requestOf(l *coordv1alpha1.FencedLease, id string) *coordv1alpha1.LeaseRequest {
-	return &l.Spec.Requests[coordv1alpha1.RequestIndex(l.Spec.Requests, id)]
+	i := coordv1alpha1.RequestIndex(l.Spec.Requests, id)
+	if i < 0 {
+		return &coordv1alpha1.LeaseRequest{HolderIdentity: id}
+	}
+	return &l.Spec.Requests[i]
 }
 
 func stamp(t time.Time) *metav1.MicroTime {
@@ -364,5 +370,46 @@ func checkLease(t *testing.T, h *harness, what string, err error, refusal string
 		t.Errorf("%s: refused with %d, want the CRD's validation (422): %s", what, st.Status().Code, msg)
 	case !byCRD && (!apierrors.IsForbidden(err) || !strings.Contains(msg, via)):
 		t.Errorf("%s: refused, but not by %s with 403: %d %s", what, via, st.Status().Code, msg)
+	}
+}
+
+// runFutureStamp: alice renews lease ns/stamp (L = 2 s) with a renewTime an
+// hour ahead and then goes silent, bob waits. In webhook mode the FencedLease
+// webhook refuses the stamp (its clock bound). In policy mode no admission
+// check can (CEL has no clock), so the policy accepts it, and the
+// controller's clamp (Timing.ClampStamps) keeps it from extending her
+// tenure: bob is granted the lease within seconds, not an hour.
+func runFutureStamp(t *testing.T, h *harness) {
+	r := &leaseRules{h: h, ns: h.namespace(t, nil), users: map[string]client.Client{"alice": h.users["alice"], "bob": h.users["bob"]}}
+	must(t, r.create("alice", "stamp", func(l *coordv1alpha1.FencedLease) {
+		l.Spec.LeaseDurationSeconds = 2
+		l.Spec.Requests = []coordv1alpha1.LeaseRequest{request("alice", "alice")}
+	}))
+	h.eventually(t, 10*time.Second, "alice holds ns/stamp", func() error {
+		if r.get(t, "stamp").Status.HolderIdentity != "alice" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	must(t, r.update(t, "bob", "stamp", func(l *coordv1alpha1.FencedLease) { l.Spec.Requests = append(l.Spec.Requests, request("bob", "bob")) }))
+	err := r.update(t, "alice", "stamp", func(l *coordv1alpha1.FencedLease) {
+		q := requestOf(l, "alice")
+		q.RenewSequence++
+		q.RenewTime = stamp(time.Now().Add(time.Hour))
+	})
+	if h.mode != operator.EnforcementPolicy {
+		checkLease(t, h, "a renewal stamped an hour ahead", err, "is later than the webhook's clock", false)
+		return
+	}
+	checkLease(t, h, "a renewal stamped an hour ahead (no clock in CEL: accepted)", err, "", false)
+	renewed := time.Now()
+	h.eventually(t, 15*time.Second, "bob is granted ns/stamp after alice's expiry, despite her stamp", func() error {
+		if l := r.get(t, "stamp"); l.Status.HolderIdentity != "bob" {
+			return fmt.Errorf("holder %q", l.Status.HolderIdentity)
+		}
+		return nil
+	})
+	if d := time.Since(renewed); d < 2*time.Second {
+		t.Errorf("bob was granted %v after alice's last renewal, before L = 2 s", d)
 	}
 }

@@ -358,6 +358,7 @@ func TestFencingTable(t *testing.T) {
 			runTable(t, h)
 			runExpiry(t, h)
 			runLeaseRules(t, h)
+			runFutureStamp(t, h)
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
 			}

@@ -101,6 +101,11 @@ func start(t *testing.T, mode string) *harness {
 			// No FencedLease webhook either: the policy kubefence-fencedleases
 			// judges FencedLease writes (config/components/policy).
 			env.WebhookInstallOptions.Paths = nil
+			// The barrier probes the addresses the default/kubernetes Service
+			// lists: kube-apiserver advertises the host's default interface
+			// (not loopback), so it must listen there too, or every probe
+			// is refused and no grant passes the barrier.
+			env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0")
 			env.WebhookInstallOptions.ValidatingWebhooks = whs
 		}
 	}

@@ -178,12 +178,5 @@ func (s Settings) LeasePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 
 // LeaseBinding binds LeasePolicy to every FencedLease.
 func (s Settings) LeaseBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: LeasePolicyName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        LeasePolicyName,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
+	return bindEverywhere(LeasePolicyName)
 }

@@ -326,11 +326,17 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 
 // TableBinding binds TablePolicy everywhere.
 func (s Settings) TableBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return bindEverywhere(TablePolicyName)
+}
+
+// bindEverywhere is a binding of the policy called name, of the same name,
+// to everything the policy matches, denying what it refuses.
+func bindEverywhere(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: TablePolicyName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        TablePolicyName,
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}

@@ -92,6 +92,18 @@ func stamp(t time.Time) *metav1.MicroTime {
 	return &m
 }
 
+// renewing is a renewal of id's request: renewSequence + 1, renewTime at(its
+// previous one).
+func renewing(id string, at func(prev *metav1.MicroTime) *metav1.MicroTime) func(*coordv1alpha1.FencedLease) {
+	return func(l *coordv1alpha1.FencedLease) {
+		q := requestOf(l, id)
+		q.RenewSequence++
+		q.RenewTime = at(q.RenewTime)
+	}
+}
+
+func now(*metav1.MicroTime) *metav1.MicroTime { return stamp(time.Now()) }
+
 func leaseRuleRows() []leaseRule {
 	own := func(l *coordv1alpha1.FencedLease) {
 		l.Spec.Requests = append(l.Spec.Requests, request("alice", "alice"))
@@ -158,35 +170,19 @@ func leaseRuleRows() []leaseRule {
 
 		// Update: lease q, alice holds, bob waits.
 		{"the holder renews (renewSequence + 1, renewTime now)", func(t *testing.T, r *leaseRules) error {
-			return r.update(t, "alice", "q", func(l *coordv1alpha1.FencedLease) {
-				q := requestOf(l, "alice")
-				q.RenewSequence++
-				q.RenewTime = stamp(time.Now())
-			})
+			return r.update(t, "alice", "q", renewing("alice", now))
 		}, "", false},
 		{"the holder moves its renewTime back", func(t *testing.T, r *leaseRules) error {
-			return r.update(t, "alice", "q", func(l *coordv1alpha1.FencedLease) {
-				q := requestOf(l, "alice")
-				q.RenewSequence++
-				q.RenewTime = stamp(q.RenewTime.Add(-time.Second))
-			})
+			return r.update(t, "alice", "q", renewing("alice", func(prev *metav1.MicroTime) *metav1.MicroTime { return stamp(prev.Add(-time.Second)) }))
 		}, "may only move forward", false},
 		{"the holder removes its renewTime", func(t *testing.T, r *leaseRules) error {
-			return r.update(t, "alice", "q", func(l *coordv1alpha1.FencedLease) {
-				q := requestOf(l, "alice")
-				q.RenewSequence++
-				q.RenewTime = nil
-			})
+			return r.update(t, "alice", "q", renewing("alice", func(*metav1.MicroTime) *metav1.MicroTime { return nil }))
 		}, "cannot be removed once set", false},
 		{"the holder lowers its renewSequence", func(t *testing.T, r *leaseRules) error {
 			return r.update(t, "alice", "q", func(l *coordv1alpha1.FencedLease) { requestOf(l, "alice").RenewSequence-- })
 		}, "renewSequence may only increase", true},
 		{"a waiting client renews the holder's request (a forged renewal)", func(t *testing.T, r *leaseRules) error {
-			return r.update(t, "bob", "q", func(l *coordv1alpha1.FencedLease) {
-				q := requestOf(l, "alice")
-				q.RenewSequence++
-				q.RenewTime = stamp(time.Now())
-			})
+			return r.update(t, "bob", "q", renewing("alice", now))
 		}, "only the holder can renew it", false},
 		{"a waiting client withdraws the holder's request", func(t *testing.T, r *leaseRules) error {
 			return r.update(t, "bob", "q", func(l *coordv1alpha1.FencedLease) { l.Spec.Requests = l.Spec.Requests[1:] })
@@ -392,11 +388,7 @@ func runFutureStamp(t *testing.T, h *harness) {
 		return nil
 	})
 	must(t, r.update(t, "bob", "stamp", func(l *coordv1alpha1.FencedLease) { l.Spec.Requests = append(l.Spec.Requests, request("bob", "bob")) }))
-	err := r.update(t, "alice", "stamp", func(l *coordv1alpha1.FencedLease) {
-		q := requestOf(l, "alice")
-		q.RenewSequence++
-		q.RenewTime = stamp(time.Now().Add(time.Hour))
-	})
+	err := r.update(t, "alice", "stamp", renewing("alice", func(*metav1.MicroTime) *metav1.MicroTime { return stamp(time.Now().Add(time.Hour)) }))
 	if h.mode != operator.EnforcementPolicy {
 		checkLease(t, h, "a renewal stamped an hour ahead", err, "is later than the webhook's clock", false)
 		return

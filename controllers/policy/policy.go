@@ -68,6 +68,11 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("an empty user name in the controller or clean-up users")
 		}
 	}
+	for _, g := range s.AdminGroups {
+		if g == "" {
+			return fmt.Errorf("an empty group name in the lease admin groups")
+		}
+	}
 	for _, k := range s.RequiredKinds {
 		if k.Resource == "" || strings.ContainsAny(k.Resource+k.Group, "'\\ ") {
 			return fmt.Errorf("required kind %q: expected <resource>.<group> (plural resource, e.g. widgets.example.kubefence.io, or configmaps for the core group)", k.String())

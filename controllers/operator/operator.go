@@ -144,7 +144,7 @@ func (o Options) excluded() []string {
 
 // PolicySettings are the settings of policy mode's generated policies.
 func (o Options) PolicySettings() policy.Settings {
-	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers,
+	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, RequiredKinds: o.RequiredKinds}
 }
 
@@ -237,6 +237,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}
 		if o.Enforcement == EnforcementPolicy {
+			r.Timing.ClampStamps = true
 			if r.Tenures, err = setupPolicy(mgr, o); err != nil {
 				return err
 			}

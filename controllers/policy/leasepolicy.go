@@ -14,7 +14,7 @@ import (
 // LeasePolicyName is the ValidatingAdmissionPolicy that guards FencedLeases
 // in policy mode (I6), in place of the FencedLease webhook, so that renewals
 // do not depend on the operator; its binding has the same name.
-const LeasePolicyName = "kubefence-fencedleases"
+const LeasePolicyName = coordv1alpha1.LeasePolicyName
 
 // adminGroups are the groups that may act as operators on FencedLeases
 // (empty: system:masters, as the FencedLease webhook).

@@ -28,7 +28,7 @@ const (
 	// objects; GuardedBindingName binds it to every guarded object,
 	// RequiredBindingName to the required kinds in namespaces labelled
 	// kubefence.io/fencing=required.
-	FencingPolicyName   = "kubefence-fencing"
+	FencingPolicyName   = coordv1alpha1.FencingPolicyName
 	GuardedBindingName  = "kubefence-fencing-guarded"
 	RequiredBindingName = "kubefence-fencing-required"
 	// TablePolicyName refuses writes to the tenure tables from anyone but

@@ -58,6 +58,7 @@ func main() {
 		driftRatio                                       float64
 		minDrift, webhookSkew, maxCommitLag              time.Duration
 		singleReplica                                    bool
+		maxConcurrentReconciles                          int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -105,6 +106,8 @@ func main() {
 	flag.BoolVar(&acknowledgeStamped, "acknowledge-stamped-renewals", false,
 		"Acknowledge stamped renewals in status too (two API writes per renewal), for a rolling upgrade from a release before renewTime: "+
 			"its webhook replicas judge tenures from status.expireTime alone. Set it for that rollout, then roll out again without it (docs/versioning.md).")
+	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", fencedlease.DefaultMaxConcurrentReconciles,
+		"How many leases the controller decides at once. After a mass fail-over every expired lease waits for a worker; each worker mostly waits for one API write.")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	var enforcement enforcementFlags
@@ -121,6 +124,10 @@ func main() {
 	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag, AcknowledgeStamped: acknowledgeStamped}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid drift settings")
+		os.Exit(1)
+	}
+	if maxConcurrentReconciles < 1 {
+		setupLog.Error(fmt.Errorf("--max-concurrent-reconciles=%d: expected at least 1", maxConcurrentReconciles), "Invalid flag")
 		os.Exit(1)
 	}
 
@@ -195,6 +202,7 @@ func main() {
 	operatorOpts := operator.DefaultOptions()
 	operatorOpts.Namespace = namespace
 	operatorOpts.Timing = timing
+	operatorOpts.MaxConcurrentReconciles = maxConcurrentReconciles
 	operatorOpts.ControllerUsers = append([]string{fmt.Sprintf("system:serviceaccount:%s:%s", namespace, serviceAccount)}, controllerUsers...)
 	operatorOpts.AdminGroups = adminGroups
 	operatorOpts.WebhookSkew = webhookSkew

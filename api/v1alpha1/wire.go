@@ -99,3 +99,14 @@ const (
 	// write from someone other than the lease's holder.
 	NotHolderMarker = "is not the holder of lease"
 )
+
+// The ValidatingAdmissionPolicies of policy mode (--enforcement=policy), by
+// name: their refusals read "ValidatingAdmissionPolicy '<name>' with binding
+// '<binding>' denied request: ...", which kubectl fence check recognises.
+const (
+	// FencingPolicyName fences guarded objects inside the API server.
+	FencingPolicyName = "kubefence-fencing"
+	// LeasePolicyName judges FencedLease writes (I6) in place of the
+	// FencedLease webhook; its binding has the same name.
+	LeasePolicyName = "kubefence-fencedleases"
+)

@@ -41,9 +41,11 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
 2. the FencedLease webhook answers: a server-side dry-run create of a lease
    carrying another user's request must be refused by the webhook (a user
    trusted as the controller is let through; then a webhook configuration
-   for FencedLeases must exist);
+   for FencedLeases must exist); in policy mode the refusal comes from the
+   ValidatingAdmissionPolicy kubefence-fencedleases;
 3. the fencing webhook answers: a server-side dry-run create of a ConfigMap
-   guarded by a lease that does not exist must be refused by it.
+   guarded by a lease that does not exist must be refused by it (in policy
+   mode by the ValidatingAdmissionPolicy kubefence-fencing).
 
 Dry runs store nothing. The probes run in the namespace of -n; the fencing
 webhook skips kubefence-system and kube-system, so choose another one.
@@ -135,6 +137,8 @@ func probeLeaseWebhook(ctx context.Context, c *clients) (string, error) {
 			})
 	case webhookDenied(err):
 		return "FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)", nil
+	case policyDenied(err, coordv1alpha1.LeasePolicyName):
+		return "FencedLease policy: answers (policy mode: " + coordv1alpha1.LeasePolicyName + " refused a dry-run FencedLease with another user's request)", nil
 	default:
 		return "", webhookError("FencedLease webhook", err)
 	}
@@ -157,6 +161,8 @@ func probeFencingWebhook(ctx context.Context, c *clients) (string, error) {
 			})
 	case webhookDenied(err):
 		return "fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)", nil
+	case policyDenied(err, coordv1alpha1.FencingPolicyName):
+		return "fencing policy: answers (policy mode: " + coordv1alpha1.FencingPolicyName + " refused a dry-run ConfigMap guarded by a lease that does not exist)", nil
 	default:
 		return "", webhookError("fencing webhook", err)
 	}
@@ -201,6 +207,14 @@ func covers(w admissionregistrationv1.ValidatingWebhook, group, resource string)
 func webhookDenied(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "admission webhook") && strings.Contains(msg, "denied the request")
+}
+
+// policyDenied tells whether the ValidatingAdmissionPolicy named policy
+// refused the request (policy mode; the API server's wording for a policy's
+// denial).
+func policyDenied(err error, policy string) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "ValidatingAdmissionPolicy '"+policy+"'") && strings.Contains(msg, "denied request")
 }
 
 // webhookError explains a probe that failed for another reason.

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -94,5 +96,35 @@ func TestCheckWithWebhook(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "Not ready yet: FencedLease webhook: the API server cannot call it") {
 		t.Errorf("check --wait did not report the webhook down while waiting: %q", errOut.String())
+	}
+
+	// Policy mode: no webhook for FencedLeases or guarded objects, the
+	// operator's ValidatingAdmissionPolicies judge them inside the API server.
+	var hooks admissionregistrationv1.ValidatingWebhookConfigurationList
+	if err := c.List(t.Context(), &hooks); err != nil {
+		t.Fatal(err)
+	}
+	for i := range hooks.Items {
+		if err := c.Delete(t.Context(), &hooks.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := testenv.Operator("kubefence-system", "system:serviceaccount:kubefence-system:kubefence-controller-manager")
+	o.Enforcement = operator.EnforcementPolicy
+	if err := o.PolicySettings().Apply(t.Context(), c); err != nil {
+		t.Fatalf("applying the policies of policy mode: %v", err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=60s"); err != nil {
+		t.Fatalf("check in policy mode: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{
+		"FencedLease policy: answers (policy mode: kubefence-fencedleases refused a dry-run FencedLease with another user's request)",
+		"fencing policy: answers (policy mode: kubefence-fencing refused a dry-run ConfigMap guarded by a lease that does not exist)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output in policy mode lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -165,7 +165,14 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 				// Nor before the holder's renewTime + L + allowance: the fencing
 				// webhook counts the tenure from that stamp (a controller that
 				// observed an older renewal, or none, must not expire earlier).
-				if e := reqs[idx].RenewTime.Add(l + timing.Allowance(l)); e.After(expire) {
+				// In policy mode nothing else reads the stamp and no admission
+				// check bounds it by a clock: trust it only up to this
+				// controller's observation (ClampStamps).
+				stamp := reqs[idx].RenewTime.Time
+				if timing.ClampStamps && stamp.After(obs.at) {
+					stamp = obs.at
+				}
+				if e := stamp.Add(l + timing.Allowance(l)); e.After(expire) {
 					expire = e
 				}
 			}

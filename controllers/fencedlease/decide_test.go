@@ -593,3 +593,43 @@ func TestNeverExpiresBeforeTheHoldersRenewTime(t *testing.T) {
 		t.Fatalf("expired a at %v, before its renewTime %v + L + allowance", s.clock.Now(), stamp)
 	}
 }
+
+// A waiter joining the queue costs one status write (the waiting list), once:
+// the renewals that follow it cost none, and the time it was first seen stays.
+// (The scale benchmark's 563 "other" status writes in a steady window were
+// waiters still joining; see docs/benchmarks.md.)
+func TestAJoiningWaiterCostsOneStatusWriteOnce(t *testing.T) {
+	s := newSim(t, 15, 0)
+	s.join("a")
+	s.reconcile()
+	if s.statusWrites != 1 {
+		t.Fatalf("%d status writes for the grant, want 1", s.statusWrites)
+	}
+	s.clock.Step(time.Second)
+	s.join("b")
+	s.reconcile()
+	if s.statusWrites != 2 {
+		t.Fatalf("%d status writes after b joined, want 2 (the grant, the waiting list)", s.statusWrites)
+	}
+	w := s.lease.Status.Waiting
+	if len(w) != 1 || w[0].HolderIdentity != "b" || !w[0].Since.Time.Equal(s.clock.Now()) {
+		t.Fatalf("waiting = %+v, want b since %v", w, s.clock.Now())
+	}
+	since := w[0].Since
+	for range 10 {
+		s.clock.Step(5 * time.Second)
+		s.renewStamped("a")
+		s.reconcile()
+	}
+	if s.statusWrites != 2 {
+		t.Fatalf("%d status writes for 10 stamped renewals with b waiting, want 0", s.statusWrites-2)
+	}
+	if w := s.lease.Status.Waiting; len(w) != 1 || !w[0].Since.Equal(&since) {
+		t.Fatalf("waiting = %+v after the renewals, want b since %v", w, since)
+	}
+	s.join("c")
+	s.reconcile()
+	if s.statusWrites != 3 || len(s.lease.Status.Waiting) != 2 {
+		t.Fatalf("%d status writes, waiting %+v after c joined, want 3 and [b c]", s.statusWrites, s.lease.Status.Waiting)
+	}
+}

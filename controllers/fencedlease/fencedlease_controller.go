@@ -23,6 +23,13 @@ import (
 	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
+// DefaultMaxConcurrentReconciles is how many leases the controller decides at
+// once. A reconcile is mostly waiting for one API write (a grant, an expiry),
+// so after a mass fail-over (hundreds of leases expiring within one renewal
+// interval) the grants are bounded by workers / write latency: 4 workers let
+// 500 expiries wait up to 27 s for a worker (docs/benchmarks.md, "Scale").
+const DefaultMaxConcurrentReconciles = 16
+
 // Event reasons.
 const (
 	EventGranted    = "Granted"
@@ -44,7 +51,8 @@ type FencedLeaseReconciler struct {
 	Epochs *EpochStore
 	// Timing is the expiry arithmetic.
 	Timing Timing
-	// MaxConcurrentReconciles bounds parallel reconciles (default 4).
+	// MaxConcurrentReconciles bounds parallel reconciles (default
+	// DefaultMaxConcurrentReconciles).
 	MaxConcurrentReconciles int
 	// APIReader reads a lease from the API server after a write conflicted: the
 	// cache is then known to be behind (default: the manager's API reader).
@@ -293,7 +301,7 @@ func (r *FencedLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if r.MaxConcurrentReconciles == 0 {
-		r.MaxConcurrentReconciles = 4
+		r.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()

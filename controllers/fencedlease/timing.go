@@ -34,6 +34,12 @@ type Timing struct {
 	// holder's writes once the expireTime of its grant passed
 	// (docs/versioning.md, test/upgrade).
 	AcknowledgeStamped bool
+	// ClampStamps (policy mode) trusts a request's renewTime only up to this
+	// controller's first observation of that renewal: no admission check
+	// bounds renewTime by a clock there, and nothing but this controller
+	// counts a tenure from it, so a future-dated stamp must not extend one
+	// (docs/design.md, "I6 as a policy").
+	ClampStamps bool
 }
 
 // DefaultTiming allows 0.5% of the lease duration (5000 ppm, fifty times a

@@ -55,6 +55,9 @@ type Options struct {
 	// Timing is the controller's expiry arithmetic (default
 	// fencedlease.DefaultTiming()).
 	Timing fencedlease.Timing
+	// MaxConcurrentReconciles is how many leases the reconciler decides at
+	// once (0: fencedlease.DefaultMaxConcurrentReconciles).
+	MaxConcurrentReconciles int
 
 	// ControllerUsers are the usernames the FencedLease validator trusts as the
 	// controller: the identity the reconciler runs as must be one of them, or
@@ -117,15 +120,16 @@ const (
 // and ControllerUsers, which have no default.
 func DefaultOptions() Options {
 	return Options{
-		Reconciler:     true,
-		Webhooks:       true,
-		EpochStoreName: fencedlease.DefaultEpochStoreName,
-		Timing:         fencedlease.DefaultTiming(),
-		CleanupUsers:   append([]string(nil), fencing.DefaultCleanupUsers...),
-		WebhookSkew:    fencing.DefaultSkew,
-		Clock:          clock.RealClock{},
-		Enforcement:    EnforcementWebhook,
-		BarrierServers: BarrierServersEndpoints,
+		Reconciler:              true,
+		Webhooks:                true,
+		EpochStoreName:          fencedlease.DefaultEpochStoreName,
+		Timing:                  fencedlease.DefaultTiming(),
+		MaxConcurrentReconciles: fencedlease.DefaultMaxConcurrentReconciles,
+		CleanupUsers:            append([]string(nil), fencing.DefaultCleanupUsers...),
+		WebhookSkew:             fencing.DefaultSkew,
+		Clock:                   clock.RealClock{},
+		Enforcement:             EnforcementWebhook,
+		BarrierServers:          BarrierServersEndpoints,
 	}
 }
 
@@ -140,7 +144,7 @@ func (o Options) excluded() []string {
 
 // PolicySettings are the settings of policy mode's generated policies.
 func (o Options) PolicySettings() policy.Settings {
-	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers,
+	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, RequiredKinds: o.RequiredKinds}
 }
 
@@ -159,6 +163,9 @@ func (o Options) Validate() error {
 		}
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
+		}
+		if o.MaxConcurrentReconciles < 0 {
+			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles %d is negative: expected >= 1, or 0 for the default", o.MaxConcurrentReconciles))
 		}
 	}
 	if o.Webhooks {
@@ -226,8 +233,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Recorder: mgr.GetEventRecorder(RecorderName),
 			Epochs:   epochs,
 			Timing:   o.Timing,
+
+			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}
 		if o.Enforcement == EnforcementPolicy {
+			r.Timing.ClampStamps = true
 			if r.Tenures, err = setupPolicy(mgr, o); err != nil {
 				return err
 			}

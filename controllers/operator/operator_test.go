@@ -20,6 +20,7 @@ func valid() Options {
 func TestDefaultOptions(t *testing.T) {
 	o := DefaultOptions()
 	if !o.Reconciler || !o.Webhooks || o.Timing != fencedlease.DefaultTiming() || o.WebhookSkew != fencing.DefaultSkew ||
+		o.MaxConcurrentReconciles != fencedlease.DefaultMaxConcurrentReconciles ||
 		o.EpochStoreName != fencedlease.DefaultEpochStoreName || o.Clock == nil ||
 		strings.Join(o.CleanupUsers, ",") != strings.Join(fencing.DefaultCleanupUsers, ",") {
 		t.Fatalf("DefaultOptions() = %+v", o)
@@ -53,6 +54,8 @@ func TestValidate(t *testing.T) {
 		{"empty admin group", func(o *Options) { o.AdminGroups = []string{"ops", ""} }, "AdminGroups[1] is empty"},
 		{"negative skew", func(o *Options) { o.WebhookSkew = -time.Millisecond }, "WebhookSkew -1ms is negative"},
 		{"no clock", func(o *Options) { o.Clock = nil }, "Clock is nil"},
+		{"zero workers: the default", func(o *Options) { o.MaxConcurrentReconciles = 0 }, ""},
+		{"negative workers", func(o *Options) { o.MaxConcurrentReconciles = -1 }, "MaxConcurrentReconciles -1 is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid()

@@ -13,7 +13,7 @@ import (
 
 // Objects are the policies and bindings of s, in the order they are applied.
 func (s Settings) Objects() []client.Object {
-	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.FencingPolicy(), s.GuardedBinding()}
+	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(), s.FencingPolicy(), s.GuardedBinding()}
 	if b := s.RequiredBinding(); b != nil {
 		objs = append(objs, b)
 	}

@@ -28,7 +28,7 @@ const (
 	// objects; GuardedBindingName binds it to every guarded object,
 	// RequiredBindingName to the required kinds in namespaces labelled
 	// kubefence.io/fencing=required.
-	FencingPolicyName   = "kubefence-fencing"
+	FencingPolicyName   = coordv1alpha1.FencingPolicyName
 	GuardedBindingName  = "kubefence-fencing-guarded"
 	RequiredBindingName = "kubefence-fencing-required"
 	// TablePolicyName refuses writes to the tenure tables from anyone but
@@ -46,6 +46,10 @@ type Settings struct {
 	ExcludedNamespaces []string
 	// ControllerUsers may write the tenure tables.
 	ControllerUsers []string
+	// AdminGroups may act as operators on FencedLeases (settings, others'
+	// requests, revocation, ownerReferences, finalizers, deleting a held
+	// lease); empty: system:masters. Only LeasePolicy reads them.
+	AdminGroups []string
 	// CleanupUsers may delete guarded objects (and the tables) without a
 	// lease, and update guarded objects' finalizers and ownerReferences.
 	CleanupUsers []string
@@ -62,6 +66,11 @@ func (s Settings) Validate() error {
 	for _, u := range append(append([]string(nil), s.ControllerUsers...), s.CleanupUsers...) {
 		if u == "" {
 			return fmt.Errorf("an empty user name in the controller or clean-up users")
+		}
+	}
+	for _, g := range s.AdminGroups {
+		if g == "" {
+			return fmt.Errorf("an empty group name in the lease admin groups")
 		}
 	}
 	for _, k := range s.RequiredKinds {
@@ -322,11 +331,17 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 
 // TableBinding binds TablePolicy everywhere.
 func (s Settings) TableBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return bindEverywhere(TablePolicyName)
+}
+
+// bindEverywhere is a binding of the policy called name, of the same name,
+// to everything the policy matches, denying what it refuses.
+func bindEverywhere(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: TablePolicyName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        TablePolicyName,
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}

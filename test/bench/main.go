@@ -169,6 +169,9 @@ func run(o options) error {
 	// No webhooks yet: startWebhooks installs them before phase 4.
 	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
 		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+		if o.only == "scale" {
+			scaleOpts.configureAPIServer(env)
+		}
 	}})
 	if err != nil {
 		return err
@@ -370,6 +373,9 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 	o.Enforcement = enforcement
 	if enforcement == operator.EnforcementPolicy {
 		o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
+	}
+	if scaleOpts.workers > 0 {
+		o.MaxConcurrentReconciles = scaleOpts.workers
 	}
 	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)

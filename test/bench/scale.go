@@ -7,11 +7,14 @@ package main
 // client-go's defaults. See docs/benchmarks.md.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,10 +25,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
@@ -35,6 +41,12 @@ import (
 // scaleHolderUser is the holder processes' identity: a service account, so
 // that it is neither the trusted controller nor exempt from flow control.
 const scaleHolderUser = "system:serviceaccount:bench:holder"
+
+// scaleLoadUser is the load generator's identities (%d: one per load
+// process): service accounts, which upstream's FlowSchemas put in the
+// workload-low priority level, each a flow of its own there, as the many
+// workloads of a busy cluster are.
+const scaleLoadUser = "system:serviceaccount:load:writer-%d"
 
 type scaleOptions struct {
 	leases     int
@@ -47,6 +59,29 @@ type scaleOptions struct {
 	lease      int
 	epochNames int
 	settle     time.Duration
+	workers    int    // the controller's concurrent reconciles
+	profile    string // file for a CPU profile of kube-apiserver
+	// The load phases: how long each loaded window lasts (0: none), the
+	// writers of the load process, and the API server's concurrency limits.
+	load                time.Duration
+	loadWorkers         int
+	loadUsers           int
+	maxInflight         int
+	maxMutatingInflight int
+}
+
+// configureAPIServer sets the API server's concurrency limits: with API
+// Priority and Fairness (on by default) their sum is the seats the priority
+// levels share. Set low enough that the load generator fills its priority
+// level's seats on 2 CPUs, so that what APF does is visible.
+func (o scaleOptions) configureAPIServer(env *envtest.Environment) {
+	args := env.ControlPlane.GetAPIServer().Configure()
+	if o.maxInflight > 0 {
+		args.Set("max-requests-inflight", strconv.Itoa(o.maxInflight))
+	}
+	if o.maxMutatingInflight > 0 {
+		args.Set("max-mutating-requests-inflight", strconv.Itoa(o.maxMutatingInflight))
+	}
 }
 
 var scaleOpts scaleOptions
@@ -65,17 +100,25 @@ func init() {
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.IntVar(&scaleOpts.epochNames, "scale-epoch-names", 100_000, "scale: lease names in the epoch store at the end (deleted leases plus names recorded directly)")
 	flag.DurationVar(&scaleOpts.settle, "scale-settle", 10*time.Second, "scale: wait after a phase's holders started before its window")
+	flag.StringVar(&scaleOpts.profile, "scale-apiserver-profile", "", "scale: write a 30 s CPU profile of kube-apiserver, taken in the kubefence window, to this file (go tool pprof)")
+	flag.IntVar(&scaleOpts.workers, "scale-workers", 0, "scale: the controller's concurrent reconciles (0: the operator's default)")
+	flag.DurationVar(&scaleOpts.load, "scale-load", time.Minute, "scale: length of each window with the load generator saturating the API server (0: no load phases)")
+	flag.IntVar(&scaleOpts.loadWorkers, "scale-load-workers", 64, "scale: concurrent ConfigMap writers of the load generator, over all its users")
+	flag.IntVar(&scaleOpts.loadUsers, "scale-load-users", 16, "scale: identities (and processes) of the load generator: APF flows")
+	flag.IntVar(&scaleOpts.maxInflight, "scale-max-requests-inflight", 60, "scale: kube-apiserver --max-requests-inflight (0: its default, 400)")
+	flag.IntVar(&scaleOpts.maxMutatingInflight, "scale-max-mutating-requests-inflight", 30, "scale: kube-apiserver --max-mutating-requests-inflight (0: its default, 200)")
 }
 
 // scaleRun is the state of one scale run.
 type scaleRun struct {
-	dir        string
-	kubeconfig string
-	apiserver  int
-	etcd       int
-	procs      []*scaleProc
-	namespaces []string
-	rep        scaleReport
+	dir            string
+	kubeconfig     string
+	loadKubeconfig []string
+	apiserver      int
+	etcd           int
+	procs          []*scaleProc
+	namespaces     []string
+	rep            scaleReport
 }
 
 type cpuRSS struct {
@@ -92,6 +135,9 @@ type window struct {
 	holderRenewals    int64
 	controllerWrites  int
 	controllerByCat   writeCounts
+	otherFields       map[string]int
+	start, end        time.Time
+	apf               map[string]apfLevel
 	cpu               map[string]cpuRSS // apiserver, etcd, operator, holders
 	goroutinesOperatr int
 }
@@ -108,6 +154,17 @@ type scaleReport struct {
 	takeoverFromKill             []time.Duration
 	lateness                     []time.Duration
 	massFailover                 []time.Duration
+	massDue, massLateness        []time.Duration
+	massGrantWrite, massAck      []time.Duration
+	massCtrl                     writeCounts
+	massWaiterWrites             int64
+	massWaiterFailed             int64
+	massDuration                 time.Duration
+	massAPF                      map[string]apfLevel
+	queueTime                    time.Duration
+	unloaded                     loadWindow
+	loaded                       []loadWindow
+	lostUnderLoad                int
 	massMissing                  int
 	deleted                      int
 	deleteTime                   time.Duration
@@ -162,6 +219,10 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		}
 	}()
 	if err := b.scaleIdentity(ctx, s); err != nil {
+		return err
+	}
+	// The FlowSchemas and priority level ship with the operator.
+	if err := b.flowControl(ctx, true); err != nil {
 		return err
 	}
 
@@ -240,34 +301,52 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	return nil
 }
 
-// scaleIdentity creates the holders' identity, its kubeconfig and its RBAC.
+// scaleIdentity creates the holders' and the load generator's identities,
+// their kubeconfigs and their RBAC.
 func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
-	u, err := b.testEnv.AddUser(envtest.User{Name: scaleHolderUser, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
-	if err != nil {
+	var err error
+	if s.kubeconfig, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", []rbacv1.PolicyRule{
+		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+	}); err != nil {
 		return err
+	}
+	for i := range max(scaleOpts.loadUsers, 1) {
+		kc, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
+		})
+		if err != nil {
+			return err
+		}
+		s.loadKubeconfig = append(s.loadKubeconfig, kc)
+	}
+	return nil
+}
+
+// serviceAccountUser creates a user in the service accounts' group (neither
+// trusted nor exempt from flow control), bound to rules, and writes its
+// kubeconfig.
+func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, error) {
+	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
+	if err != nil {
+		return "", err
 	}
 	kc, err := u.KubeConfig()
 	if err != nil {
-		return err
+		return "", err
 	}
-	s.kubeconfig = filepath.Join(s.dir, "holder.kubeconfig")
-	if err := os.WriteFile(s.kubeconfig, kc, 0o600); err != nil {
-		return err
+	file := filepath.Join(s.dir, name+".kubeconfig")
+	if err := os.WriteFile(file, kc, 0o600); err != nil {
+		return "", err
 	}
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-		},
-	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if err := b.admin.Create(ctx, role); err != nil {
-		return err
+		return "", err
 	}
-	return b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-holder"},
+	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: scaleHolderUser}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
 	})
 }
 
@@ -334,14 +413,45 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err != nil {
 		return err
 	}
+	// The window measures renewals: it starts once the controller has listed
+	// every waiter in status (a join costs the waiter's write and the
+	// controller's queue write, once, not per renewal).
+	queued := append(append([]string(nil), massKeys...), sampleKeys...)
+	t0 := time.Now()
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "the controller to list every waiter", func(ctx context.Context) (bool, error) {
+		return b.allQueued(ctx, queued)
+	}); err != nil {
+		return err
+	}
+	s.rep.queueTime = time.Since(t0)
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
+	}
+	profiled := make(chan error, 1)
+	if scaleOpts.profile != "" {
+		go func() { profiled <- b.apiserverProfile(ctx, scaleOpts.profile, min(30*time.Second, scaleOpts.steady)) }()
+	} else {
+		profiled <- nil
 	}
 	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
 	if err != nil {
 		return err
 	}
+	if err := <-profiled; err != nil {
+		fmt.Fprintln(os.Stderr, "bench: scale: profiling kube-apiserver failed (the run goes on):", err)
+	}
 	s.rep.windows = append(s.rep.windows, w)
+	s.rep.unloaded = loadWindow{name: "unloaded (the steady window above)", length: w.length, renewals: w.holderRenewals,
+		apiCPU: w.cpu["kube-apiserver"].cpu + w.cpu["etcd"].cpu, apf: w.apf}
+	for _, p := range holders {
+		s.rep.unloaded.lat = append(s.rep.unloaded.lat, p.writeLatencies(w.start, w.end)...)
+	}
+	if scaleOpts.load > 0 {
+		if err := b.scaleLoad(ctx, s, holders); err != nil {
+			return err
+		}
+		s.rep.lostUnderLoad = leadCount(massW) + leadCount(sampleW)
+	}
 
 	// Takeovers: kill each sample holder process; its waiter takes over.
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(sampleH))
@@ -349,6 +459,12 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	for i, p := range sampleH {
 		killed[sampleKeys[i]] = time.Now()
 		p.kill()
+	}
+	// The killed holders' last renewals, as they stamped them (a renewal's
+	// renewTime is when its holder sent it).
+	sampleStamps, err := b.lastStamps(ctx, sampleKeys, func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) })
+	if err != nil {
+		return err
 	}
 	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
 		return leadCount(sampleW) == len(sampleKeys), nil
@@ -367,16 +483,12 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		}
 		ns, _, _ := strings.Cut(k, "/")
 		oldID := fmt.Sprintf("kf-sample-h-%d-0", i)
-		var lastRenew, expirySent time.Time
-		for _, cw := range b.ctrlRT.trace(ns, killed[k].Add(-time.Minute)) {
-			if !cw.ok || cw.category == catEpochStore {
-				continue
-			}
-			if cw.holder == oldID && cw.renewTime.After(lastRenew) {
-				lastRenew = cw.renewTime
-			}
-			if cw.holder != "" && cw.holder != oldID && expirySent.IsZero() {
+		lastRenew := sampleStamps[k]
+		var expirySent time.Time
+		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
+			if cw.ok && cw.category == catStatusGrant && cw.holder != "" && cw.holder != oldID {
 				expirySent = cw.sent
+				break
 			}
 		}
 		s.rep.takeoverFromKill = append(s.rep.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
@@ -391,18 +503,61 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	// Mass fail-over: kill the process holding the mass group.
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
 	kill := time.Now()
+	massCtrl0 := b.ctrlRT.snapshot("scale-mass")
+	apf0, apfErr := b.apfMetrics(ctx)
+	massW0 := map[*scaleProc][4]int64{}
+	for _, p := range massW {
+		massW0[p] = p.snapshot()
+	}
 	for _, p := range massH {
 		p.kill()
+	}
+	massStamps, err := b.lastStamps(ctx, massKeys, func(i int) string { return fmt.Sprintf("kf-mass-h-%d-%d", i/scaleOpts.perProc, i%scaleOpts.perProc) })
+	if err != nil {
+		return err
 	}
 	_ = waitFor(ctx, b.lease+60*time.Second, 200*time.Millisecond, "the mass group's waiters to lead", func(context.Context) (bool, error) {
 		return leadCount(massW) == len(massKeys), nil
 	})
+	// Each lease's fail-over in steps: its expiry falls due (last stamped
+	// renewal + L + allowance), the controller sends the grant, the grant
+	// returns, the new holder leads (after its acknowledging renewal).
+	grants := map[string]ctrlWrite{}
+	for _, cw := range b.ctrlRT.trace("scale-mass", kill) {
+		if _, seen := grants[cw.name]; !seen && cw.ok && cw.category == catStatusGrant && cw.holder != "" {
+			grants[cw.name] = cw
+		}
+	}
 	for _, p := range massW {
-		for _, evs := range p.leading() {
+		for k, evs := range p.leading() {
 			s.rep.massFailover = append(s.rep.massFailover, evs[0].leading.Sub(kill))
+			_, name, _ := strings.Cut(k, "/")
+			g, ok := grants[name]
+			due := massStamps[k].Add(b.lease + allowance)
+			if !ok || massStamps[k].IsZero() {
+				continue
+			}
+			s.rep.massDue = append(s.rep.massDue, due.Sub(kill))
+			s.rep.massLateness = append(s.rep.massLateness, g.sent.Sub(due))
+			s.rep.massGrantWrite = append(s.rep.massGrantWrite, g.done.Sub(g.sent))
+			s.rep.massAck = append(s.rep.massAck, evs[0].leading.Sub(g.done))
 		}
 	}
 	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
+	s.rep.massDuration = time.Since(kill)
+	// Holder processes report their counts every 500 ms.
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
+	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+		s.rep.massAPF = apfSub(apf1, apf0)
+	}
+	for _, p := range massW {
+		c := p.snapshot()
+		s.rep.massWaiterWrites += c[0] - massW0[p][0]
+		s.rep.massWaiterFailed += c[2] - massW0[p][2]
+	}
 
 	for _, p := range s.procs {
 		p.stop()
@@ -457,7 +612,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held 
 
 // measure runs one steady-state window: writes by writer, CPU and peak RSS.
 func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
-	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}}
+	w := window{name: name, held: held, length: length, cpu: map[string]cpuRSS{}, start: time.Now()}
 	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(append([]*scaleProc(nil), holders...), others...)
 	pids := map[string][]int{"kube-apiserver": {s.apiserver}, "etcd": {s.etcd}, "operator (bench process)": {os.Getpid()}}
@@ -473,6 +628,8 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		hw0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlTotal()
+	fields0 := b.ctrlRT.otherFieldCounts()
+	apf0, apfErr := b.apfMetrics(ctx)
 	peak := map[string]int64{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -491,6 +648,7 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		}
 	})
 	err := sleep(ctx, length)
+	w.end = time.Now()
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -508,9 +666,318 @@ func (b *bench) measure(ctx context.Context, s *scaleRun, name string, length ti
 		w.holderRenewals += c[1] - hw0[p][1]
 	}
 	w.controllerByCat = b.ctrlTotal().sub(ctrl0)
+	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+		w.apf = apfSub(apf1, apf0)
+	}
+	w.otherFields = b.ctrlRT.otherFieldCounts()
+	for k, v := range fields0 {
+		if w.otherFields[k] -= v; w.otherFields[k] == 0 {
+			delete(w.otherFields, k)
+		}
+	}
 	w.controllerWrites = w.controllerByCat.total()
 	_, w.goroutinesOperatr = heapInUse()
 	return w, nil
+}
+
+// loadWindow is the holders' renewals in one window of the load phases.
+type loadWindow struct {
+	name                   string
+	length                 time.Duration
+	renewals, failed       int64
+	lat                    []time.Duration
+	loadWrites, loadFailed int64
+	apiCPU                 time.Duration // kube-apiserver + etcd
+	// apf is what API Priority and Fairness did in the window, per priority
+	// level: requests executed, their summed queue wait, requests rejected.
+	apf map[string]apfLevel
+}
+
+type apfLevel struct {
+	executed, rejected float64
+	wait               float64 // seconds
+}
+
+// apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
+func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
+	hc, err := rest.HTTPClientFor(b.cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(b.cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := map[string]apfLevel{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		level := label(labels, "priority_level")
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if level == "" || err != nil {
+			continue
+		}
+		l := out[level]
+		switch {
+		case name == "apiserver_flowcontrol_request_wait_duration_seconds_sum" && label(labels, "execute") == "true":
+			l.wait += v
+		case name == "apiserver_flowcontrol_request_wait_duration_seconds_count" && label(labels, "execute") == "true":
+			l.executed += v
+		case name == "apiserver_flowcontrol_rejected_requests_total" && label(labels, "reason") != "cancelled":
+			// (cancelled: the client went away, e.g. a killed holder)
+			l.rejected += v
+		default:
+			continue
+		}
+		out[level] = l
+	}
+	return out, sc.Err()
+}
+
+// label returns the value of label name in a Prometheus label list.
+func label(labels, name string) string {
+	_, after, ok := strings.Cut(","+labels, ","+name+"=\"")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(after, "\"")
+	return v
+}
+
+func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
+	out := map[string]apfLevel{}
+	for k, x := range a {
+		y := b[k]
+		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait}
+	}
+	return out
+}
+
+func (l apfLevel) String() string {
+	if l.executed == 0 && l.rejected == 0 {
+		return "-"
+	}
+	mean := "-"
+	if l.executed > 0 {
+		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
+	}
+	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
+}
+
+// scaleLoad runs the load phases: a load process writes ConfigMaps as fast as
+// the API server takes them while the holders renew, first without the
+// shipped FlowSchemas and priority level (renewals then share upstream's
+// workload-low level with the load), then with them.
+func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc) error {
+	if err := b.createNamespace(ctx, "load"); err != nil {
+		return err
+	}
+	for _, withFC := range []bool{false, true} {
+		name := "loaded, without kubefence's FlowSchemas (renewals in workload-low with the load)"
+		if withFC {
+			name = "loaded, with kubefence's FlowSchemas (renewals in their own level)"
+			if err := b.flowControl(ctx, true); err != nil {
+				return err
+			}
+		} else if err := b.flowControl(ctx, false); err != nil {
+			return err
+		}
+		// The API server's APF configuration controller picks the change up.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: scale: load %v, %d writers as %d users: %s\n", scaleOpts.load, scaleOpts.loadWorkers, len(s.loadKubeconfig), name)
+		var gens []*scaleProc
+		stopGens := func() {
+			for _, g := range gens {
+				g.stop()
+			}
+		}
+		for i, kc := range s.loadKubeconfig {
+			per := scaleOpts.loadWorkers / len(s.loadKubeconfig)
+			if i < scaleOpts.loadWorkers%len(s.loadKubeconfig) {
+				per++
+			}
+			g, err := b.startProc(ctx, s, fmt.Sprintf("load-%t-%d", withFC, i), "load", []string{"load"},
+				"-kubeconfig", kc, "-workers", strconv.Itoa(per))
+			if err != nil {
+				stopGens()
+				return err
+			}
+			gens = append(gens, g)
+		}
+		// Let the load ramp up, then measure.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			stopGens()
+			return err
+		}
+		genCounts := func() (c [4]int64) {
+			for _, g := range gens {
+				x := g.snapshot()
+				for i := range c {
+					c[i] += x[i]
+				}
+			}
+			return c
+		}
+		lw := loadWindow{name: name, length: scaleOpts.load}
+		h0 := map[*scaleProc][4]int64{}
+		for _, p := range holders {
+			h0[p] = p.snapshot()
+		}
+		g0 := genCounts()
+		apf0, apfErr := b.apfMetrics(ctx)
+		cpu0 := cpuOf([]int{s.apiserver, s.etcd})
+		start := time.Now()
+		err := sleep(ctx, scaleOpts.load)
+		end := time.Now()
+		lw.apiCPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
+		if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
+			lw.apf = apfSub(apf1, apf0)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: scale: reading kube-apiserver's flow-control metrics:", errors.Join(apfErr, err))
+		}
+		g1 := genCounts()
+		stopGens()
+		if err != nil {
+			return err
+		}
+		for _, p := range holders {
+			c := p.snapshot()
+			lw.renewals += c[1] - h0[p][1]
+			lw.failed += c[2] - h0[p][2]
+			lw.lat = append(lw.lat, p.writeLatencies(start, end)...)
+		}
+		lw.loadWrites, lw.loadFailed = g1[1]-g0[1], g1[2]-g0[2]
+		s.rep.loaded = append(s.rep.loaded, lw)
+		// The holders catch up before the next phase.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flowControl installs (or removes) the FlowSchemas and priority level that
+// ship in config/flowcontrol, as written there.
+func (b *bench) flowControl(ctx context.Context, install bool) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	var objs []client.Object
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(raw), "\n---") {
+			var obj client.Object = &flowcontrolv1.FlowSchema{}
+			if f == "priority_level.yaml" {
+				obj = &flowcontrolv1.PriorityLevelConfiguration{}
+			}
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	for _, obj := range objs {
+		if install {
+			err = client.IgnoreAlreadyExists(b.admin.Create(ctx, obj))
+		} else {
+			err = client.IgnoreNotFound(b.admin.Delete(ctx, obj))
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", map[bool]string{true: "installing", false: "removing"}[install], obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// apiserverProfile writes a CPU profile of kube-apiserver over d to file.
+func (b *bench) apiserverProfile(ctx context.Context, file string, d time.Duration) error {
+	hc, err := rest.HTTPClientFor(b.cfg)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(b.cfg.Host, "/"), int(d.Seconds())), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// allQueued tells whether the controller lists a waiter in the status of
+// every lease in keys.
+func (b *bench) allQueued(ctx context.Context, keys []string) (bool, error) {
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var l coordv1alpha1.FencedLease
+		if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return false, err
+		}
+		if len(l.Status.Waiting) == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// lastStamps reads, a second after a kill (time for writes in flight to
+// commit), the renewTime of each killed holder's request: when it sent its
+// last renewal. A lease whose request has no stamp is left out.
+func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int) string) (map[string]time.Time, error) {
+	if err := sleep(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for i, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var l coordv1alpha1.FencedLease
+		if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return nil, err
+		}
+		for _, q := range l.Spec.Requests {
+			if q.HolderIdentity == holder(i) && q.RenewTime != nil {
+				out[k] = q.RenewTime.Time
+			}
+		}
+	}
+	return out, nil
 }
 
 // ctrlTotal sums the controller's writes over all namespaces.
@@ -727,7 +1194,11 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 		r.n, r.held, o.lease)
 	fmt.Fprintf(w, "kube-apiserver %s, %d CPUs (%s), load average at start %s, run took %v\n",
 		r.env.serverVersion, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
-	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration); holders run in child processes\n\n")
+	workers := o.workers
+	if workers == 0 {
+		workers = fencedlease.DefaultMaxConcurrentReconciles
+	}
+	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration), %d concurrent reconciles; holders run in child processes\n\n", workers)
 
 	rows := [][]string{{"measure"}}
 	for _, x := range r.windows {
@@ -788,17 +1259,68 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 			}
 		}
 		fmt.Fprintln(w, strings.Join(parts, "; "))
+		if f := r.windows[0].otherFields; len(f) > 0 {
+			parts = parts[:0]
+			for _, k := range sortedKeys(f) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, f[k]))
+			}
+			fmt.Fprintf(w, "status fields changed by the writes of kind %q: %s\n", catStatusOther, strings.Join(parts, "; "))
+		}
 	}
 
 	fmt.Fprintln(w)
 	table(w, [][]string{
 		{"kubefence latency", "n", "p50", "p99", "max"},
 		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
-		latRow("expiry lateness: expiry write sent - (observed renewal + L + allowance)", r.lateness),
-		latRow("takeover beyond L: new holder leads - (observed last renewal + L)", r.takeoverBeyond),
+		latRow("expiry lateness: expiry write sent - (last renewal's stamp + L + allowance)", r.lateness),
+		latRow("takeover beyond L: new holder leads - (last renewal's stamp + L)", r.takeoverBeyond),
 		latRow("takeover from the kill: new holder leads - (kill + L); < 0: killed after its last renewal", r.takeoverFromKill),
 		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
+		latRow("  of which: kill -> expiry due (last renewal's stamp + L + allowance)", r.massDue),
+		latRow("  expiry due -> grant write sent (controller lateness)", r.massLateness),
+		latRow("  grant write sent -> returned", r.massGrantWrite),
+		latRow("  grant returned -> new holder leads (watch, acknowledging renewal)", r.massAck),
 	})
+	if len(r.loaded) > 0 {
+		fmt.Fprintf(w, "\nrenewals while %d ConfigMap writers as %d service accounts (%s) saturate the API server (--max-requests-inflight %d, --max-mutating-requests-inflight %d; 0: default)\n",
+			o.loadWorkers, max(o.loadUsers, 1), fmt.Sprintf(scaleLoadUser, 0), o.maxInflight, o.maxMutatingInflight)
+		rows := [][]string{{"window", "kube-apiserver + etcd cores", "renewals/s", "renewals refused", "load writes/s (refused)", "renewal p50", "p99", "max", "p99 / unloaded p99"}}
+		apfRows := [][]string{{"window (APF: requests executed, mean queue wait, rejected)", "leases (kubefence)", "workload-low", "global-default", "exempt"}}
+		unloadedP99, _ := quantile(r.unloaded.lat, 0.99)
+		for _, x := range append([]loadWindow{r.unloaded}, r.loaded...) {
+			sorted := append([]time.Duration(nil), x.lat...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+			mx := "-"
+			if len(sorted) > 0 {
+				mx = ms(sorted[len(sorted)-1])
+			}
+			rat := "-"
+			if p99, ok := quantile(x.lat, 0.99); ok && unloadedP99 > 0 {
+				rat = fmt.Sprintf("%.2fx", float64(p99)/float64(unloadedP99))
+			}
+			apfRows = append(apfRows, []string{x.name, x.apf["leases"].String(), x.apf["workload-low"].String(), x.apf["global-default"].String(), x.apf["exempt"].String()})
+			rows = append(rows, []string{x.name, fmt.Sprintf("%.2f", x.apiCPU.Seconds()/x.length.Seconds()),
+				fmt.Sprintf("%.1f", float64(x.renewals)/x.length.Seconds()), strconv.FormatInt(x.failed, 10),
+				fmt.Sprintf("%.1f (%d)", float64(x.loadWrites)/x.length.Seconds(), x.loadFailed), q(x.lat, 0.5), q(x.lat, 0.99), mx, rat})
+		}
+		table(w, rows)
+		fmt.Fprintln(w)
+		table(w, apfRows)
+		fmt.Fprintf(w, "tenures lost to a waiter during the load phases: %d\n", r.lostUnderLoad)
+	}
+	if r.massCtrl != nil {
+		var parts []string
+		for _, c := range categoryOrder {
+			if r.massCtrl[c] != 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", c, r.massCtrl[c]))
+			}
+		}
+		fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
+			r.massDuration.Round(time.Second), o.mass, strings.Join(parts, "; "), r.massWaiterWrites, r.massWaiterFailed)
+		if r.massAPF != nil {
+			fmt.Fprintf(w, "mass fail-over, APF (requests executed, mean queue wait, rejected): leases %s; workload-low %s\n", r.massAPF["leases"], r.massAPF["workload-low"])
+		}
+	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)
 	}
@@ -807,6 +1329,7 @@ func (r *scaleReport) print(w io.Writer, b *bench, o scaleOptions) {
 	table(w, [][]string{
 		{"controller and store", "value"},
 		{"FencedLeases created (all reconciled)", fmt.Sprintf("%d in %v", r.n, r.createTime.Round(time.Second))},
+		{"kubefence waiters started -> all listed in status.waiting", r.queueTime.Round(time.Second).String()},
 		{"bench process heap in use before / after creating them (after GC)", fmt.Sprintf("%s / %s (%.1f KiB per lease; two informers: controller and webhook managers)",
 			mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n))},
 		{"goroutines before / after creating them / end of last window", fmt.Sprintf("%d / %d / %d", r.goroutinesBefore, r.goroutines, lastGoroutines(r.windows))},
@@ -831,4 +1354,13 @@ func latRow(name string, ds []time.Duration) []string {
 		mx = ms(sorted[len(sorted)-1])
 	}
 	return []string{name, strconv.Itoa(len(ds)), q(ds, 0.5), q(ds, 0.99), mx}
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -52,7 +53,22 @@ func init() {
 type childCounter struct {
 	writes, completed, failed, reads atomic.Int64
 	mu                               sync.Mutex
-	lat                              []time.Duration
+	lat                              []latSample // not yet reported
+}
+
+// latSample is one successful write: when it was sent and its round trip.
+type latSample struct {
+	sent time.Time
+	d    time.Duration
+}
+
+// take returns the samples not reported yet.
+func (c *childCounter) take() []latSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.lat
+	c.lat = nil
+	return out
 }
 
 func (c *childCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -69,7 +85,7 @@ func (c *childCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			if err == nil && resp.StatusCode < 300 {
 				c.completed.Add(1)
 				c.mu.Lock()
-				c.lat = append(c.lat, time.Since(sent))
+				c.lat = append(c.lat, latSample{sent: sent, d: time.Since(sent)})
 				c.mu.Unlock()
 			} else {
 				c.failed.Add(1)
@@ -89,6 +105,7 @@ func scaleChild(args []string) int {
 	leaseSeconds := fs.Int("lease", 15, "lease duration (cg)")
 	retry := fs.Duration("retry", 2*time.Second, "client-go RetryPeriod (cg)")
 	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "client-go RenewDeadline (cg)")
+	workers := fs.Int("workers", 64, "writers (load)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -182,6 +199,16 @@ func scaleChild(args []string) int {
 			}
 			wg.Go(func() { le.Run(ctx) })
 		}
+	case "load":
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		// The namespace is the first line of -leases.
+		for i := range *workers {
+			wg.Go(func() { loadWriter(ctx, cs, leases[0], fmt.Sprintf("%s-%d", *id, i)) })
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "child: unknown -kind", *kind)
 		return 2
@@ -189,6 +216,11 @@ func scaleChild(args []string) int {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	report := func() {
+		if *kind != "load" {
+			for _, l := range counter.take() {
+				emit("lat %d %d", l.sent.UnixNano(), l.d.Nanoseconds())
+			}
+		}
 		emit("count %d %d %d %d", counter.writes.Load(), counter.completed.Load(), counter.failed.Load(), counter.reads.Load())
 	}
 	for {
@@ -198,13 +230,35 @@ func scaleChild(args []string) int {
 		case <-ctx.Done():
 			wg.Wait()
 			report()
-			counter.mu.Lock()
-			for _, d := range counter.lat {
-				emit("lat %d", d.Nanoseconds())
-			}
-			counter.mu.Unlock()
 			emit("done")
 			return 0
+		}
+	}
+}
+
+// loadWriter writes one ConfigMap of its own in namespace ns, as fast as the
+// API server takes it, until ctx ends: the load that saturates the API server
+// while holders renew.
+func loadWriter(ctx context.Context, cs kubernetes.Interface, ns, name string) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"v": strings.Repeat("x", 1024)}}
+	for ctx.Err() == nil {
+		var err error
+		if cm.ResourceVersion == "" {
+			cm, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		} else {
+			cm.Data["n"] = fmt.Sprint(time.Now().UnixNano())
+			cm, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			// Throttled or refused: read it afresh and go on.
+			if got, gerr := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				cm = got
+			} else {
+				cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"v": strings.Repeat("x", 1024)}}
+			}
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
 		}
 	}
 }
@@ -217,7 +271,7 @@ type scaleProc struct {
 	mu        sync.Mutex
 	counts    [4]int64 // writes, completed, failed, reads
 	leads     map[string][]leadEvent
-	latencies []time.Duration
+	latencies []latSample
 	done      chan struct{}
 }
 
@@ -276,15 +330,16 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 					}
 				}
 			case "lat":
-				var d int64
-				if len(f) < 2 {
+				var sent, d int64
+				if len(f) != 3 {
+					fmt.Fprintf(os.Stderr, "bench: holder process sent a malformed lat line %q\n", sc.Text())
 					break
 				}
-				if _, err := fmt.Sscan(f[1], &d); err != nil {
+				if _, err := fmt.Sscan(f[1]+" "+f[2], &sent, &d); err != nil {
 					fmt.Fprintf(os.Stderr, "bench: holder process sent a malformed lat line %q: %v\n", sc.Text(), err)
 					break
 				}
-				p.latencies = append(p.latencies, time.Duration(d))
+				p.latencies = append(p.latencies, latSample{sent: time.Unix(0, sent), d: time.Duration(d)})
 			}
 			p.mu.Unlock()
 		}
@@ -308,6 +363,20 @@ func (p *scaleProc) leading() map[string][]leadEvent {
 	out := make(map[string][]leadEvent, len(p.leads))
 	for k, v := range p.leads {
 		out[k] = append([]leadEvent(nil), v...)
+	}
+	return out
+}
+
+// writeLatencies returns the round trips of the successful writes sent in
+// [from, to).
+func (p *scaleProc) writeLatencies(from, to time.Time) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []time.Duration
+	for _, l := range p.latencies {
+		if !l.sent.Before(from) && l.sent.Before(to) {
+			out = append(out, l.d)
+		}
 	}
 	return out
 }

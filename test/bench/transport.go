@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
@@ -171,7 +174,9 @@ func (t *holderTransport) nextWrite() <-chan struct{} {
 const (
 	catStatusGrant   = "status: grant / end of tenure"
 	catStatusRenewal = "status: renewal observed"
-	catStatusOther   = "status: queue / conditions"
+	catStatusQueue   = "status: waiting list"
+	catStatusCond    = "status: conditions / lock-delay"
+	catStatusOther   = "status: other fields"
 	catSpecExpiry    = "spec: expiry (request removed)"
 	catSpecOther     = "spec: finalizer / other"
 	catEvents        = "events"
@@ -180,7 +185,7 @@ const (
 	catFailed        = "(of which refused, e.g. conflict)"
 )
 
-var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusOther, catSpecExpiry, catSpecOther,
+var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusQueue, catStatusCond, catStatusOther, catSpecExpiry, catSpecOther,
 	catEvents, catEpochStore, catOther, catFailed}
 
 // writeCounts counts writes by category.
@@ -222,12 +227,16 @@ type controllerTransport struct {
 	lastStatus  map[string]coordv1alpha1.FencedLeaseStatus
 	lastExpired map[string]string
 	log         []ctrlWrite
+	// otherFields counts, for status writes that are neither a grant, a
+	// renewal, a queue nor a condition change, the status fields they changed.
+	otherFields map[string]int
 }
 
 // ctrlWrite is one controller write to a FencedLease, kept to take a
 // takeover or a hand-over apart afterwards.
 type ctrlWrite struct {
 	namespace  string
+	name       string
 	category   string
 	sent, done time.Time
 	ok         bool
@@ -240,6 +249,7 @@ func newControllerTransport() *controllerTransport {
 		counts:      map[string]writeCounts{},
 		lastStatus:  map[string]coordv1alpha1.FencedLeaseStatus{},
 		lastExpired: map[string]string{},
+		otherFields: map[string]int{},
 	}
 }
 
@@ -350,7 +360,7 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if resource == "fencedleases" {
-		w := ctrlWrite{namespace: ns, category: cat, sent: sent, done: done, ok: ok}
+		w := ctrlWrite{namespace: ns, name: name, category: cat, sent: sent, done: done, ok: ok}
 		if obj != nil && sub == "status" {
 			w.holder = obj.Status.HolderIdentity
 			if obj.Status.RenewTime != nil {
@@ -395,7 +405,14 @@ func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.
 			return catStatusGrant
 		case s.RenewSequence != prev.RenewSequence:
 			return catStatusRenewal
+		case !sameWaiting(s.Waiting, prev.Waiting):
+			return catStatusQueue
+		case !equality.Semantic.DeepEqual(s.Conditions, prev.Conditions) || !equality.Semantic.DeepEqual(s.LockDelayUntil, prev.LockDelayUntil):
+			return catStatusCond
 		default:
+			for _, f := range changedFields(prev, s) {
+				t.otherFields[f]++
+			}
 			return catStatusOther
 		}
 	}
@@ -403,4 +420,51 @@ func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.
 		return catSpecExpiry
 	}
 	return catSpecOther
+}
+
+// sameWaiting tells whether two waiting lists name the same requests in the
+// same order.
+func sameWaiting(a, b []coordv1alpha1.WaitingRequest) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].HolderIdentity != b[i].HolderIdentity {
+			return false
+		}
+	}
+	return true
+}
+
+// changedFields names the top-level status fields that differ between a and b.
+func changedFields(a, b coordv1alpha1.FencedLeaseStatus) []string {
+	var ma, mb map[string]any
+	ra, _ := json.Marshal(a)
+	rb, _ := json.Marshal(b)
+	_ = json.Unmarshal(ra, &ma)
+	_ = json.Unmarshal(rb, &mb)
+	var out []string
+	for k := range mb {
+		if !equality.Semantic.DeepEqual(ma[k], mb[k]) {
+			out = append(out, k)
+		}
+	}
+	for k := range ma {
+		if _, ok := mb[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// otherFieldCounts returns a copy of the fields counted in otherFields.
+func (t *controllerTransport) otherFieldCounts() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int, len(t.otherFields))
+	for k, v := range t.otherFields {
+		out[k] = v
+	}
+	return out
 }

@@ -61,9 +61,10 @@ type harness struct {
 	stopOperator func()
 }
 
-// policyModeWebhooks is the fencing webhook configuration of policy mode
-// (config/components/policy): only the entries for /scale and evictions,
-// whose objects carry no labels for a policy to read.
+// policyModeWebhooks are the webhook configurations of policy mode
+// (config/components/policy): the fencing webhook's entries for /scale and
+// evictions, whose objects carry no labels for a policy to read, and no
+// FencedLease webhook.
 func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error) {
 	b, err := os.ReadFile(filepath.Join(root, "config", "webhook", "fencing.yaml"))
 	if err != nil {
@@ -93,7 +94,14 @@ func start(t *testing.T, mode string) *harness {
 		whs, err := policyModeWebhooks()
 		must(t, err)
 		in.Configure = func(env *envtest.Environment) {
-			env.WebhookInstallOptions.Paths = testenv.WebhookPaths(root)[:1]
+			// No FencedLease webhook either: the policy kubefence-fencedleases
+			// judges FencedLease writes (config/components/policy).
+			env.WebhookInstallOptions.Paths = nil
+			// The barrier probes the addresses the default/kubernetes Service
+			// lists: kube-apiserver advertises the host's default interface
+			// (not loopback), so it must listen there too, or every probe
+			// is refused and no grant passes the barrier.
+			env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0")
 			env.WebhookInstallOptions.ValidatingWebhooks = whs
 		}
 	}

@@ -24,11 +24,21 @@ func (f fixedToken) Token() (int64, bool) { return int64(f), true }
 
 // runOperatorDown stops every operator process (reconciler and webhooks):
 // in policy mode the holder's guarded writes keep working and stale ones are
-// still refused; in webhook mode every guarded write fails closed. Nobody is
-// granted the lease meanwhile (I7).
+// still refused, and so do its renewals (renewalsKeepWorking); in webhook
+// mode every guarded write fails closed. Nobody is granted the lease
+// meanwhile (I7).
 func runOperatorDown(t *testing.T, h *harness) {
 	s := h.situation(t, nil)
-	s.bob.stop() // its renewals would fail with the FencedLease webhook down
+	// bob's elector keeps running: stopping it would release the lease, and
+	// a release the controller ends before it stops leaves no holder. In
+	// webhook mode its renewals fail meanwhile (the FencedLease webhook is
+	// down); in policy mode they keep working.
+	var short *elector
+	if h.mode == operator.EnforcementPolicy {
+		// A 2 s lease bob keeps renewing while the operator is down.
+		h.lease(t, s.ns, "short", 2)
+		short, _ = h.lead(t, "bob", s.ns, "short")
+	}
 	h.stopOperator()
 	holder := fence.NewFencedClient(h.users["bob"], "job", fixedToken(s.current))
 	stale := fence.NewFencedClient(h.users["alice"], "job", fixedToken(s.stale))
@@ -46,6 +56,9 @@ func runOperatorDown(t *testing.T, h *harness) {
 		check(t, h, "operator down: a non-holder's delete", h.users["alice"].Delete(h.ctx, s.get(t, "down")), notHolder(s.ns+"/job"))
 	} else if err == nil {
 		t.Errorf("operator down in webhook mode: the holder's create was accepted, want refused (the webhook fails closed)")
+	}
+	if short != nil {
+		renewalsKeepWorking(t, h, s.ns, short)
 	}
 	time.Sleep(2 * time.Second)
 	var l coordv1alpha1.FencedLease

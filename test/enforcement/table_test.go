@@ -489,6 +489,8 @@ func TestFencingTable(t *testing.T) {
 			h := start(t, mode)
 			runTable(t, h)
 			runExpiry(t, h)
+			runLeaseRules(t, h)
+			runFutureStamp(t, h)
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
 			}

@@ -26,9 +26,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -36,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const scaleChildEnv = "KUBEFENCE_BENCH_SCALE_CHILD"
@@ -142,9 +140,7 @@ func scaleChild(args []string) int {
 		_ = out.Flush()
 	}
 
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = coordv1alpha1.AddToScheme(scheme)
+	scheme := testenv.NewScheme()
 	var wg sync.WaitGroup
 	switch *kind {
 	case "kf":

@@ -51,14 +51,18 @@ var requiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resou
 
 // harness is one control plane with the operator in one enforcement mode.
 type harness struct {
-	mode   string
-	env    *envtest.Environment
-	cfg    *rest.Config
-	admin  client.WithWatch
-	users  map[string]client.WithWatch
-	scheme *runtime.Scheme
-	ctx    context.Context
-	ns     atomic.Int32
+	mode string
+	env  *envtest.Environment
+	cfg  *rest.Config
+	// two is the control plane of two API servers (startTwo), else nil.
+	two   *testenv.TwoAPIServers
+	admin client.WithWatch
+	users map[string]client.WithWatch
+	// userCfgs are the users' configurations, addressing the first server.
+	userCfgs map[string]*rest.Config
+	scheme   *runtime.Scheme
+	ctx      context.Context
+	ns       atomic.Int32
 	// stopOperator stops the operator's manager (reconciler and webhooks).
 	stopOperator func()
 }
@@ -87,9 +91,21 @@ func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error)
 
 func start(t *testing.T, mode string) *harness {
 	t.Helper()
+	return startOn(t, mode, false)
+}
+
+// startTwo is start on two kube-apiservers (testenv.StartTwo); the operator
+// and the clients address the first.
+func startTwo(t *testing.T, mode string) *harness {
+	t.Helper()
+	return startOn(t, mode, true)
+}
+
+func startOn(t *testing.T, mode string, two bool) *harness {
+	t.Helper()
 	testenv.SkipIfShort(t)
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	h := &harness{mode: mode, users: map[string]client.WithWatch{}, scheme: runtime.NewScheme()}
+	h := &harness{mode: mode, users: map[string]client.WithWatch{}, userCfgs: map[string]*rest.Config{}, scheme: runtime.NewScheme()}
 	must(t, clientgoscheme.AddToScheme(h.scheme))
 	must(t, coordv1alpha1.AddToScheme(h.scheme))
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
@@ -101,13 +117,25 @@ func start(t *testing.T, mode string) *harness {
 			env.WebhookInstallOptions.ValidatingWebhooks = whs
 		}
 	}
-	env, cfg, err := testenv.Start(in)
-	must(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
+	var env *envtest.Environment
+	var cfg *rest.Config
+	if two {
+		var err error
+		h.two, err = testenv.StartTwo(in)
+		must(t, err)
+		t.Cleanup(func() { _ = h.two.Stop() })
+		env, cfg = h.two.Env, h.two.Config
+	} else {
+		var err error
+		env, cfg, err = testenv.Start(in)
+		must(t, err)
+		t.Cleanup(func() { _ = env.Stop() })
+	}
 	h.env, h.cfg = env, cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h.ctx = ctx
+	var err error
 	h.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
 	must(t, err)
 	adminUser, err := testenv.AdminUser(ctx, h.admin)
@@ -163,6 +191,7 @@ func (h *harness) user(t *testing.T, name string) client.WithWatch {
 	t.Helper()
 	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
 	must(t, err)
+	h.userCfgs[name] = u.Config()
 	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
 	must(t, err)
 	return c
@@ -228,6 +257,22 @@ type elector struct {
 
 func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 	t.Helper()
+	e := h.elect(t, user, ns, lease)
+	var token int64
+	h.eventually(t, 30*time.Second, user+" leads "+ns+"/"+lease, func() error {
+		tok, ok := e.el.Token()
+		if !ok {
+			return fmt.Errorf("not leading")
+		}
+		token = tok
+		return nil
+	})
+	return e, token
+}
+
+// elect starts user's Elector for ns/lease without waiting for it to lead.
+func (h *harness) elect(t *testing.T, user, ns, lease string) *elector {
+	t.Helper()
 	el, err := fence.New(fence.Config{Client: h.users[user], Namespace: ns, Name: lease, Identity: user, User: user,
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
 	must(t, err)
@@ -236,14 +281,5 @@ func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 	go func() { defer close(done); _ = el.Run(ctx) }()
 	e := &elector{el: el, stop: func() { cancel(); <-done }}
 	t.Cleanup(e.stop)
-	var token int64
-	h.eventually(t, 30*time.Second, user+" leads "+ns+"/"+lease, func() error {
-		tok, ok := el.Token()
-		if !ok {
-			return fmt.Errorf("not leading")
-		}
-		token = tok
-		return nil
-	})
-	return e, token
+	return e
 }

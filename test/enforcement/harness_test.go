@@ -11,8 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,28 +64,6 @@ type harness struct {
 	stopOperator func()
 }
 
-// policyModeWebhooks is the fencing webhook configuration of policy mode
-// (config/components/policy): only the entries for /scale and evictions,
-// whose objects carry no labels for a policy to read.
-func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error) {
-	b, err := os.ReadFile(filepath.Join(root, "config", "webhook", "fencing.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	var cfg admissionv1.ValidatingWebhookConfiguration
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		return nil, err
-	}
-	var keep []admissionv1.ValidatingWebhook
-	for _, w := range cfg.Webhooks {
-		if strings.HasPrefix(w.Name, "scale.") || strings.HasPrefix(w.Name, "eviction.") {
-			keep = append(keep, w)
-		}
-	}
-	cfg.Webhooks = keep
-	return []*admissionv1.ValidatingWebhookConfiguration{&cfg}, nil
-}
-
 func start(t *testing.T, mode string) *harness {
 	t.Helper()
 	return startOn(t, mode, false)
@@ -110,11 +85,8 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 	must(t, coordv1alpha1.AddToScheme(h.scheme))
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
 	if mode == operator.EnforcementPolicy {
-		whs, err := policyModeWebhooks()
-		must(t, err)
 		in.Configure = func(env *envtest.Environment) {
-			env.WebhookInstallOptions.Paths = testenv.WebhookPaths(root)[:1]
-			env.WebhookInstallOptions.ValidatingWebhooks = whs
+			must(t, testenv.PolicyModeWebhooks(root, env))
 		}
 	}
 	var env *envtest.Environment

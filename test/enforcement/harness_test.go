@@ -87,6 +87,9 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 	if mode == operator.EnforcementPolicy {
 		in.Configure = func(env *envtest.Environment) {
 			must(t, testenv.PolicyModeWebhooks(root, env))
+			if !two {
+				testenv.ListenOnEveryAddress(env)
+			}
 		}
 	}
 	var env *envtest.Environment

@@ -34,3 +34,14 @@ func PolicyModeWebhooks(root string, env *envtest.Environment) error {
 	env.WebhookInstallOptions.ValidatingWebhooks = []*admissionv1.ValidatingWebhookConfiguration{&cfg}
 	return nil
 }
+
+// ListenOnEveryAddress makes env's kube-apiserver listen on every address of
+// the host (--bind-address 0.0.0.0) instead of the loopback address only, so
+// that the address it lists for itself in the kubernetes Service's endpoints
+// (its advertise address: the host's default interface) reaches it, as
+// policy mode's barrier needs (policy.APIServers); clients still address
+// and verify it at the loopback address. Not for StartTwo, whose servers
+// share one port on two loopback addresses.
+func ListenOnEveryAddress(env *envtest.Environment) {
+	env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0")
+}

@@ -13,9 +13,10 @@
 // HISTORY_ENFORCEMENT=policy runs the operator in policy mode
 // (--enforcement=policy: a ValidatingAdmissionPolicy judges the guarded
 // writes, the propagation barrier holds each grant); TestHistoryPolicy runs
-// the short profile in policy mode when it is unset. HISTORY_SEED replays a fault schedule (the choices; timing differs),
-// HISTORY_DURATION caps the run, HISTORY_WORKERS and HISTORY_LEASES size it,
-// and HISTORY_ARTIFACTS keeps the logs in that directory.
+// the short profile in policy mode when it is unset. HISTORY_SEED replays a
+// fault schedule (the choices; timing differs), HISTORY_DURATION caps the
+// run, HISTORY_WORKERS and HISTORY_LEASES size it, and HISTORY_ARTIFACTS
+// keeps the logs in that directory.
 package history
 
 import (

@@ -233,8 +233,14 @@ type elector struct {
 func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 	t.Helper()
 	e := h.elect(t, user, ns, lease)
+	return e, h.leads(t, e, 30*time.Second, user+" leads "+ns+"/"+lease)
+}
+
+// leads waits up to timeout until e leads and returns its token.
+func (h *harness) leads(t *testing.T, e *elector, timeout time.Duration, what string) int64 {
+	t.Helper()
 	var token int64
-	h.eventually(t, 30*time.Second, user+" leads "+ns+"/"+lease, func() error {
+	h.eventually(t, timeout, what, func() error {
 		tok, ok := e.el.Token()
 		if !ok {
 			return fmt.Errorf("not leading")
@@ -242,7 +248,7 @@ func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 		token = tok
 		return nil
 	})
-	return e, token
+	return token
 }
 
 // elect starts user's Elector for ns/lease without waiting for it to lead.

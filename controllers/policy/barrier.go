@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,6 +42,11 @@ type Barrier struct {
 	// the entry by then fails the grant, which is retried with backoff.
 	Timeout time.Duration
 }
+
+// relistInterval is how often a Wait asks Servers again while a server's
+// probes fail: a server no longer returned (a killed one the Tracker has
+// proven gone) stops blocking the Wait under way.
+const relistInterval = time.Second
 
 // ErrNotPropagated is wrapped by Wait's error when an API server did not
 // show the entry in time.
@@ -80,12 +86,21 @@ func (b *Barrier) Wait(ctx context.Context, ns, name string, prev *int64, next i
 
 func (b *Barrier) waitOne(ctx context.Context, s APIServer, ns, name string, prev *int64, next int64, interval time.Duration) error {
 	var last error
+	listed := time.Now()
 	for {
 		ok, err := b.shows(ctx, s, ns, name, prev, next)
 		if ok {
 			return nil
 		}
 		last = err
+		if err != nil && time.Since(listed) >= relistInterval {
+			// A server that fails its probes may have been proven gone
+			// since the Wait began: Servers no longer returns it.
+			listed = time.Now()
+			if servers, lerr := b.Servers(ctx); lerr == nil && !slices.ContainsFunc(servers, func(o APIServer) bool { return o.Host == s.Host }) {
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			if last == nil {

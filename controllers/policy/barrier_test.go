@@ -106,3 +106,35 @@ func TestSettingsValidate(t *testing.T) {
 		t.Errorf("ParseGroupResource = %v, %v", gr, err)
 	}
 }
+
+// A server that fails every probe and then leaves Servers' answer (a killed
+// server the Tracker has proven gone) stops blocking the Wait under way: it
+// does not hold it until Timeout.
+func TestBarrierDropsAServerThatLeavesDuringAWait(t *testing.T) {
+	prev := int64(6)
+	p := &fakeProber{shown: map[string]int64{"a": 7, "b": 7}, probes: map[string]int{}, fail: map[string]error{"b": errors.New("connection refused")}}
+	var mu sync.Mutex
+	calls := 0
+	list := func(context.Context) ([]APIServer, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return []APIServer{{Host: "a"}, {Host: "b"}}, nil
+		}
+		return []APIServer{{Host: "a"}}, nil
+	}
+	b := &Barrier{Servers: list, Prober: p, Interval: time.Millisecond, Timeout: 5 * time.Second}
+	start := time.Now()
+	if err := b.Wait(context.Background(), "ns", "job", &prev, 7); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if d := time.Since(start); d > relistInterval+time.Second {
+		t.Errorf("Wait returned after %v, want within %v of b leaving the list", d, relistInterval+time.Second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls > 1+int(time.Since(start)/relistInterval)+1 {
+		t.Errorf("Servers called %d times in %v: more than once per %v", calls, time.Since(start), relistInterval)
+	}
+}

@@ -11,8 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -49,85 +48,98 @@ var requiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resou
 
 // harness is one control plane with the operator in one enforcement mode.
 type harness struct {
-	mode   string
-	env    *envtest.Environment
-	cfg    *rest.Config
-	admin  client.WithWatch
-	users  map[string]client.WithWatch
-	scheme *runtime.Scheme
-	ctx    context.Context
-	ns     atomic.Int32
+	mode string
+	env  *envtest.Environment
+	cfg  *rest.Config
+	// two is the control plane of two API servers (startTwo), else nil.
+	two   *testenv.TwoAPIServers
+	admin client.WithWatch
+	users map[string]client.WithWatch
+	// userCfgs are the users' configurations, addressing the first server.
+	userCfgs map[string]*rest.Config
+	scheme   *runtime.Scheme
+	ctx      context.Context
+	ns       atomic.Int32
 	// stopOperator stops the operator's manager (reconciler and webhooks).
 	stopOperator func()
 }
 
-// policyModeWebhooks are the webhook configurations of policy mode
-// (config/components/policy): the fencing webhook's entries for /scale and
-// evictions, whose objects carry no labels for a policy to read, and no
-// FencedLease webhook.
-func policyModeWebhooks() ([]*admissionv1.ValidatingWebhookConfiguration, error) {
-	b, err := os.ReadFile(filepath.Join(root, "config", "webhook", "fencing.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	var cfg admissionv1.ValidatingWebhookConfiguration
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		return nil, err
-	}
-	var keep []admissionv1.ValidatingWebhook
-	for _, w := range cfg.Webhooks {
-		if strings.HasPrefix(w.Name, "scale.") || strings.HasPrefix(w.Name, "eviction.") {
-			keep = append(keep, w)
-		}
-	}
-	cfg.Webhooks = keep
-	return []*admissionv1.ValidatingWebhookConfiguration{&cfg}, nil
+func start(t *testing.T, mode string) *harness {
+	t.Helper()
+	return startOn(t, mode, false)
 }
 
-func start(t *testing.T, mode string) *harness {
+// startTwo is start on two kube-apiservers (testenv.StartTwo); the operator
+// and the clients address the first.
+func startTwo(t *testing.T, mode string) *harness {
+	t.Helper()
+	return startOn(t, mode, true)
+}
+
+func startOn(t *testing.T, mode string, two bool) *harness {
 	t.Helper()
 	testenv.SkipIfShort(t)
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	h := &harness{mode: mode}
+	h := &harness{mode: mode, users: map[string]client.WithWatch{}, userCfgs: map[string]*rest.Config{}, scheme: runtime.NewScheme()}
+	must(t, clientgoscheme.AddToScheme(h.scheme))
+	must(t, coordv1alpha1.AddToScheme(h.scheme))
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
 	if mode == operator.EnforcementPolicy {
-		whs, err := policyModeWebhooks()
-		must(t, err)
 		in.Configure = func(env *envtest.Environment) {
-			// No FencedLease webhook either: the policy kubefence-fencedleases
-			// judges FencedLease writes (config/components/policy).
-			env.WebhookInstallOptions.Paths = nil
-			// The barrier probes the addresses the default/kubernetes Service
-			// lists: kube-apiserver advertises the host's default interface
-			// (not loopback), so it must listen there too, or every probe
-			// is refused and no grant passes the barrier.
-			env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0")
-			env.WebhookInstallOptions.ValidatingWebhooks = whs
+			must(t, testenv.PolicyModeWebhooks(root, env))
+			if !two {
+				testenv.ListenOnEveryAddress(env)
+			}
 		}
 	}
+	var env *envtest.Environment
+	var cfg *rest.Config
+	if two {
+		var err error
+		h.two, err = testenv.StartTwo(in)
+		must(t, err)
+		t.Cleanup(func() { _ = h.two.Stop() })
+		env, cfg = h.two.Env, h.two.Config
+	} else {
+		var err error
+		env, cfg, err = testenv.Start(in)
+		must(t, err)
+		t.Cleanup(func() { _ = env.Stop() })
+	}
+	h.env, h.cfg = env, cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := testenv.StartCluster(ctx, in, operatorNamespace)
+	h.ctx = ctx
+	var err error
+	h.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
 	must(t, err)
-	t.Cleanup(func() { _ = c.Env.Stop() })
-	h.env, h.cfg, h.scheme, h.admin, h.ctx = c.Env, c.Config, c.Scheme, c.Admin, ctx
+	adminUser, err := testenv.AdminUser(ctx, h.admin)
+	must(t, err)
+	must(t, h.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
 	h.grantRoles(t)
-	h.users, _, err = c.Users("kubefence:clients", "alice", "bob", "mallory")
-	must(t, err)
+	for _, name := range []string{"alice", "bob", "mallory"} {
+		h.users[name] = h.user(t, name)
+	}
 
-	o := testenv.Operator(operatorNamespace, c.AdminUser)
+	o := testenv.Operator(operatorNamespace, adminUser)
 	o.Enforcement = mode
 	if mode == operator.EnforcementPolicy {
 		o.RequiredKinds = requiredKinds
 	}
-	mgr, err := c.ServeOperator(ctx, o, nil)
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, h.scheme))
 	must(t, err)
-	h.stopOperator = func() {
-		if err := mgr.Stop(30 * time.Second); err != nil {
+	must(t, operator.Setup(mgr, o))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mgrCtx); err != nil {
 			t.Errorf("operator manager: %v", err)
 		}
-	}
+	}()
+	h.stopOperator = func() { stopMgr(); <-done }
 	t.Cleanup(h.stopOperator)
+	h.eventually(t, 20*time.Second, "the webhook server starts", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 	if mode == operator.EnforcementPolicy {
 		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
 			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
@@ -152,7 +164,10 @@ func must(t *testing.T, err error) {
 
 func (h *harness) user(t *testing.T, name string) client.WithWatch {
 	t.Helper()
-	c, _, err := testenv.UserClient(h.env, h.scheme, envtest.User{Name: name, Groups: []string{"kubefence:clients"}})
+	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+	must(t, err)
+	h.userCfgs[name] = u.Config()
+	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
 	must(t, err)
 	return c
 }
@@ -217,6 +232,28 @@ type elector struct {
 
 func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 	t.Helper()
+	e := h.elect(t, user, ns, lease)
+	return e, h.leads(t, e, 30*time.Second, user+" leads "+ns+"/"+lease)
+}
+
+// leads waits up to timeout until e leads and returns its token.
+func (h *harness) leads(t *testing.T, e *elector, timeout time.Duration, what string) int64 {
+	t.Helper()
+	var token int64
+	h.eventually(t, timeout, what, func() error {
+		tok, ok := e.el.Token()
+		if !ok {
+			return fmt.Errorf("not leading")
+		}
+		token = tok
+		return nil
+	})
+	return token
+}
+
+// elect starts user's Elector for ns/lease without waiting for it to lead.
+func (h *harness) elect(t *testing.T, user, ns, lease string) *elector {
+	t.Helper()
 	el, err := fence.New(fence.Config{Client: h.users[user], Namespace: ns, Name: lease, Identity: user, User: user,
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
 	must(t, err)
@@ -225,14 +262,5 @@ func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 	go func() { defer close(done); _ = el.Run(ctx) }()
 	e := &elector{el: el, stop: func() { cancel(); <-done }}
 	t.Cleanup(e.stop)
-	var token int64
-	h.eventually(t, 30*time.Second, user+" leads "+ns+"/"+lease, func() error {
-		tok, ok := el.Token()
-		if !ok {
-			return fmt.Errorf("not leading")
-		}
-		token = tok
-		return nil
-	})
-	return e, token
+	return e
 }

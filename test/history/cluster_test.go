@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -57,6 +60,8 @@ type cluster struct {
 	managerBin         string
 	dir                string
 	leaseSeconds       int32
+	// enforcement is the operator's --enforcement mode.
+	enforcement string
 
 	mu          sync.Mutex
 	operator    *proc
@@ -80,17 +85,26 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 // startCluster starts etcd and kube-apiserver with the CRDs of config/ and
 // test/crds and the webhook configurations of config/webhook, pointed at the
 // port and certificate envtest allocates for the operator.
-func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32) (*cluster, error) {
+func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32, enforcement string) (*cluster, error) {
 	scheme := testenv.NewScheme()
+	var configErr error
 	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
 		env.ControlPlaneStartTimeout = 90 * time.Second
 		env.ControlPlaneStopTimeout = 30 * time.Second
 		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+		if enforcement == operator.EnforcementPolicy {
+			configErr = testenv.PolicyModeWebhooks(root, env)
+			testenv.ListenOnEveryAddress(env)
+		}
 	}})
+	if err == nil && configErr != nil {
+		_ = env.Stop()
+		err = configErr
+	}
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{env: env, cfg: cfg, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds}
+	c := &cluster{env: env, cfg: cfg, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
 	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return c, err
 	}
@@ -152,6 +166,7 @@ func (c *cluster) startOperator(ctx context.Context) error {
 		"--namespace=" + operatorNamespace,
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
+		"--enforcement=" + c.enforcement,
 	}
 	fmt.Fprintf(c.operatorLog, "=== history: starting operator (start %d) at %s\n", c.restarts+1, time.Now().Format(time.RFC3339Nano))
 	p, err := startProc("operator", c.managerBin, args, []string{"KUBECONFIG=" + c.operatorKubeconfig}, c.operatorLog, c.operatorLog)
@@ -166,13 +181,31 @@ func (c *cluster) startOperator(ctx context.Context) error {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe only
 		if err == nil {
 			_ = conn.Close()
-			return nil
+			break
 		}
 		if p.exited() {
 			return fmt.Errorf("the operator exited while starting (%v); see %s", p.err, c.operatorLog.Name())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("the operator's webhook did not serve on %s within 60s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c.enforcement != operator.EnforcementPolicy {
+		return nil
+	}
+	// Before its policies are in place nothing is fenced: the workers start
+	// only after the operator has applied them (they stay when it dies).
+	for {
+		err := c.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
+		if err == nil {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("the operator exited while applying its policies (%v); see %s", p.err, c.operatorLog.Name())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the operator did not apply its policies within 60s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

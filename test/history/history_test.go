@@ -10,9 +10,13 @@
 //	go test ./test/history/                                  # short: >= 2,000 writes, >= 20 faults
 //	HISTORY_PROFILE=soak HISTORY_WRITES=100000 HISTORY_FAULTS=1000 go test ./test/history/ -timeout 0 -v
 //
-// HISTORY_SEED replays a fault schedule (the choices; timing differs),
-// HISTORY_DURATION caps the run, HISTORY_WORKERS and HISTORY_LEASES size it,
-// and HISTORY_ARTIFACTS keeps the logs in that directory.
+// HISTORY_ENFORCEMENT=policy runs the operator in policy mode
+// (--enforcement=policy: a ValidatingAdmissionPolicy judges the guarded
+// writes, the propagation barrier holds each grant); TestHistoryPolicy runs
+// the short profile in policy mode when it is unset. HISTORY_SEED replays a
+// fault schedule (the choices; timing differs), HISTORY_DURATION caps the
+// run, HISTORY_WORKERS and HISTORY_LEASES size it, and HISTORY_ARTIFACTS
+// keeps the logs in that directory.
 package history
 
 import (
@@ -31,6 +35,7 @@ import (
 	"github.com/go-logr/logr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/history/checker"
 )
 
@@ -48,12 +53,15 @@ type profile struct {
 	leaseSeconds            int32
 	minGap, maxGap          time.Duration
 	seed                    int64
+	// enforcement is the operator's --enforcement mode.
+	enforcement string
 }
 
 func loadProfile(t *testing.T) profile {
 	p := profile{name: "short", writes: 2000, faults: 24, maxRun: 240 * time.Second, required: true,
 		workers: 5, leases: 3, objectsPerLease: 2, segCap: 200, leaseSeconds: 2,
-		minGap: 2 * time.Second, maxGap: 5 * time.Second, seed: time.Now().UnixNano() % 1_000_000_000}
+		minGap: 2 * time.Second, maxGap: 5 * time.Second, seed: time.Now().UnixNano() % 1_000_000_000,
+		enforcement: operator.EnforcementWebhook}
 	if os.Getenv("HISTORY_PROFILE") == "soak" {
 		p.name, p.writes, p.faults, p.maxRun, p.required = "soak", 100_000, 1000, 0, false
 		p.minGap, p.maxGap = time.Second, 4*time.Second
@@ -85,6 +93,13 @@ func loadProfile(t *testing.T) profile {
 		}
 		p.maxRun = d
 	}
+	switch e := os.Getenv("HISTORY_ENFORCEMENT"); e {
+	case "":
+	case operator.EnforcementWebhook, operator.EnforcementPolicy:
+		p.enforcement = e
+	default:
+		t.Fatalf("HISTORY_ENFORCEMENT=%q: expected %q or %q", e, operator.EnforcementWebhook, operator.EnforcementPolicy)
+	}
 	if p.workers < 2 || p.leases < 1 {
 		t.Fatalf("HISTORY_WORKERS must be at least 2 and HISTORY_LEASES at least 1")
 	}
@@ -92,16 +107,32 @@ func loadProfile(t *testing.T) profile {
 }
 
 func TestHistory(t *testing.T) {
+	runHistory(t, loadProfile(t))
+}
+
+// TestHistoryPolicy is the short profile with the operator in policy mode
+// (what CI runs besides TestHistory's webhook mode). It skips itself when
+// HISTORY_ENFORCEMENT or HISTORY_PROFILE is set: TestHistory runs that
+// choice.
+func TestHistoryPolicy(t *testing.T) {
+	if os.Getenv("HISTORY_ENFORCEMENT") != "" || os.Getenv("HISTORY_PROFILE") != "" {
+		t.Skip("HISTORY_ENFORCEMENT or HISTORY_PROFILE is set: TestHistory runs that choice")
+	}
+	prof := loadProfile(t)
+	prof.enforcement = operator.EnforcementPolicy
+	runHistory(t, prof)
+}
+
+func runHistory(t *testing.T, prof profile) {
 	if testing.Short() {
 		t.Skip("runs workers, faults and the operator against a real control plane for minutes")
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	}
-	prof := loadProfile(t)
 	logf.SetLogger(logr.Discard())
-	t.Logf("history profile %s: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
-		prof.name, prof.seed, prof.seed, prof.writes, prof.faults)
+	t.Logf("history profile %s, %s mode: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
+		prof.name, prof.enforcement, prof.seed, prof.seed, prof.writes, prof.faults)
 
 	dir := os.Getenv("HISTORY_ARTIFACTS")
 	if dir == "" {
@@ -119,7 +150,7 @@ func TestHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cl, err := startCluster(ctx, root, dir, managerBin, prof.leaseSeconds)
+	cl, err := startCluster(ctx, root, dir, managerBin, prof.leaseSeconds, prof.enforcement)
 	if cl != nil {
 		defer func() {
 			if err := cl.stop(); err != nil {
@@ -186,6 +217,13 @@ func TestHistory(t *testing.T) {
 		rnd: newRand(prof.seed), cluster: cl, workers: ws, leases: leases, lease: time.Duration(prof.leaseSeconds) * time.Second,
 		minGap: prof.minGap, maxGap: prof.maxGap, log: faultLog, start: start, errs: make(chan error, 16),
 		busy: map[string]bool{}, counts: map[string]int{}, healing: map[string]int{},
+	}
+	if prof.enforcement == operator.EnforcementPolicy {
+		// No fault kind is the webhook's alone, so none is skipped.
+		note := "policy mode: every fault kind applies; operator-net-delay delays the controller's reads and writes " +
+			"(there are no webhook lease reads to delay), operator-kill leaves the policies in force"
+		t.Log(note)
+		inj.logf("%s", note)
 	}
 	injCtx, stopInjector := context.WithCancel(ctx)
 	injected := make(chan struct{})
@@ -344,7 +382,7 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 			appliedUnknown++
 		}
 	}
-	fmt.Fprintf(&b, "kubefence history test, profile %s, seed %d\n", prof.name, prof.seed)
+	fmt.Fprintf(&b, "kubefence history test, profile %s, %s mode, seed %d\n", prof.name, prof.enforcement, prof.seed)
 	fmt.Fprintf(&b, "  run: %v with %d workers, %d leases (%ds), %d objects\n", runTime.Round(time.Second), prof.workers, prof.leases,
 		prof.leaseSeconds, res.Objects)
 	fmt.Fprintf(&b, "  guarded writes attempted: %d\n", countAppends(ops))

@@ -373,6 +373,10 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 	o.Enforcement = enforcement
 	if enforcement == operator.EnforcementPolicy {
 		o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
+		// One kube-apiserver, listening on loopback only while it lists the
+		// host's address in the kubernetes endpoints: the barrier probes the
+		// configured address (--barrier-servers=configured).
+		o.BarrierServers = operator.BarrierServersConfigured
 	}
 	if scaleOpts.workers > 0 {
 		o.MaxConcurrentReconciles = scaleOpts.workers

@@ -98,11 +98,6 @@ func Operator(operatorNamespace string, controllerUsers ...string) operator.Opti
 	o := operator.DefaultOptions()
 	o.Namespace = operatorNamespace
 	o.ControllerUsers = controllerUsers
-	// One kube-apiserver bound to 127.0.0.1 that advertises the host's
-	// default interface (where it does not listen): the kubernetes Service's
-	// endpoint is unreachable, so policy mode's barrier probes the configured
-	// address. StartTwo's tests set BarrierServersEndpoints.
-	o.BarrierServers = operator.BarrierServersConfigured
 	return o
 }
 

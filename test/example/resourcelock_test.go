@@ -144,9 +144,20 @@ var _ = Describe("client-go leader election over a FencedLease (pkg/fence/resour
 		Expect(l.Status.FencingToken).To(Equal(g[1].token))
 
 		By("bob's elector releases on cancel: the request is withdrawn")
+		cancelAt := time.Now()
 		b.cancel()
 		Eventually(b.done, 10*time.Second).Should(BeClosed())
 		eventually(func() string { h, _ := holderOf(ns, "clientgo"); return h }, 10*time.Second).Should(BeEmpty())
-		Expect(getLease(ns, "clientgo").Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonReleased))
+		eventually(func() int { return len(getLease(ns, "clientgo").Spec.Requests) }, 10*time.Second).Should(BeZero(), "bob's request is withdrawn")
+		end := getLease(ns, "clientgo").Status.PreviousHolder
+		if bobStop := t.snapshot()[1].stop; !bobStop.IsZero() && bobStop.Before(cancelAt) {
+			// On a starved machine bob's renewals (a 3 s lease) can lapse
+			// before the cancel: his elector gave up first, and the
+			// controller expired the tenure; there was nothing to release.
+			GinkgoWriter.Printf("bob stopped leading %v before the cancel; the tenure ended %s\n", cancelAt.Sub(bobStop), end.Reason)
+			Expect(end.Reason).To(BeElementOf(coordv1alpha1.EndReasonReleased, coordv1alpha1.EndReasonExpired))
+		} else {
+			Expect(end.Reason).To(Equal(coordv1alpha1.EndReasonReleased))
+		}
 	})
 })

@@ -33,8 +33,9 @@ type Tenures struct {
 	// CommitLag bounds the time from a write's admission to its commit
 	// (--max-commit-lag). A grant that follows a tenure its holder did not
 	// release itself is written to status no sooner than CommitLag after
-	// its table entry: writes the old holder had admitted before the API
-	// servers saw the entry have committed by then.
+	// the barrier proved every API server enforces its table entry: writes
+	// the old holder had admitted before the API servers saw the entry have
+	// committed by then.
 	CommitLag time.Duration
 
 	mu    sync.Mutex
@@ -78,7 +79,6 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 	want.Attempt = lease.ResourceVersion
 	var prev *int64
 	var ahead *Entry
-	written := time.Now()
 	if _, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
 		prev, ahead = nil, nil
 		if found {
@@ -110,11 +110,16 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
 			return nil, err
 		}
+		// Counted from the barrier's end, not the table write: until each
+		// API server showed the entry, it could admit the old holder's
+		// writes, and those may commit up to CommitLag later
+		// (TestGrantWaitsTheCommitLagAfterTheBarrier).
+		enforced := time.Now()
 		if prev != nil && !ReleasedByHolder(lease, next) {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-time.After(time.Until(written.Add(t.CommitLag))):
+			case <-time.After(time.Until(enforced.Add(t.CommitLag))):
 			}
 		}
 	}

@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// lateProber answers as an API server whose cache shows the new entry only
+// from caughtUp on (before, it still accepts the old token), and records
+// when it first showed it.
+type lateProber struct {
+	mu       sync.Mutex
+	caughtUp time.Time
+	old, new int64
+	shownAt  time.Time
+}
+
+func (p *lateProber) Probe(_ context.Context, _ APIServer, _, _ string, token int64) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().Before(p.caughtUp) {
+		return token == p.old, nil
+	}
+	if p.shownAt.IsZero() {
+		p.shownAt = time.Now()
+	}
+	return token == p.new, nil
+}
+
+// TestGrantWaitsTheCommitLagAfterTheBarrier: after a tenure its holder did
+// not release, the old holder may have had a write admitted by an API server
+// up to the moment that server shows the new entry (the barrier's end), and
+// that write may commit up to CommitLag later. So the grant may be written
+// to status (Grant returns) no sooner than CommitLag after the barrier, not
+// after the table write: with a barrier slower than the lag, counting from
+// the table write would not wait at all.
+func TestGrantWaitsTheCommitLagAfterTheBarrier(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: TableName},
+		Data: map[string]string{"job": Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(table).Build()
+
+	const lag = 200 * time.Millisecond
+	p := &lateProber{caughtUp: time.Now().Add(3 * lag), old: 5, new: 6}
+	tn := &Tenures{
+		Table:     &Table{Reader: c, Writer: c},
+		Barrier:   &Barrier{Servers: servers("a"), Prober: p, Interval: 5 * time.Millisecond, Timeout: 5 * time.Second},
+		CommitLag: lag,
+	}
+	lease := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job", UID: "u1", ResourceVersion: "7"},
+		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
+			{HolderIdentity: "alice", User: "alice"}, {HolderIdentity: "bob", User: "bob"}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "alice", FencingToken: 5},
+	}
+	next := &coordv1alpha1.FencedLeaseStatus{HolderIdentity: "bob", FencingToken: 6,
+		PreviousHolder: &coordv1alpha1.PreviousHolder{HolderIdentity: "alice", FencingToken: 5, Reason: coordv1alpha1.EndReasonExpired}}
+
+	if _, err := tn.Grant(context.Background(), lease, next); err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	returned := time.Now()
+	p.mu.Lock()
+	shown := p.shownAt
+	p.mu.Unlock()
+	if shown.IsZero() {
+		t.Fatal("the barrier passed before the API server showed the new entry")
+	}
+	if waited := returned.Sub(shown); waited < lag {
+		t.Errorf("the grant may be written %v after the last API server showed the new entry; want at least the commit lag %v", waited, lag)
+	}
+}

@@ -123,7 +123,7 @@ func (s Settings) namespaceNotExcluded() metav1.LabelSelectorRequirement {
 
 // The fencing rule in CEL, the same rule as controllers/webhooks/fencing
 // Decide (docs/design.md, "Policy mode"): the tenure table entry of a lease
-// is "<token>" (no holder) or "<token> <pod> <user>", where pod is "-"
+// is "<token>" (no holder) or "<token> <attempt> <pod> <user>", where pod is "-"
 // without Pod binding. Every refusal is one message: stale ones name the
 // lease and the tokens and contain both StaleMarker and NotHolderMarker (a
 // policy refusal is a 403, which fence.IsStale recognises by the latter).

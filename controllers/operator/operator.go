@@ -283,6 +283,15 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 	}
+	if o.Enforcement == EnforcementPolicy {
+		// The holder's renewTime is bounded by no clock in this mode: the
+		// tenure table ends a tenure for /scale and evictions.
+		table := &policy.Table{Reader: leases.Reader}
+		leases.Tenures = func(ctx context.Context, ns, name string) (int64, bool, error) {
+			e, found, err := table.Get(ctx, ns, name)
+			return e.Token, found && e.Held, err
+		}
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
 		Leases: leases, Parents: parents,
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,

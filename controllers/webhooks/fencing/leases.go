@@ -37,6 +37,14 @@ type LeaseReader struct {
 	Reader client.Reader
 	// Timeout bounds one read (default DefaultReadTimeout).
 	Timeout time.Duration
+	// Tenures, in policy mode, reads a lease's entry in its namespace's
+	// tenure table live (controllers/policy; the operator wires it): the
+	// token it names and whether it names a holder. A tenure the table no
+	// longer names counts as ended. The table is written before a grant's
+	// barrier and commit-lag wait, and in policy mode a holder's renewTime
+	// is bounded by no clock, so the stamp cannot bound the tenure for the
+	// /scale and eviction paths; the table can. Nil in webhook mode.
+	Tenures func(ctx context.Context, namespace, name string) (token int64, held bool, err error)
 
 	mu      sync.Mutex
 	flights map[types.NamespacedName]*leaseFlights
@@ -130,6 +138,16 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		f.st, f.err = readLease(ctx, r.Reader, key.Namespace, key.Name)
+		if f.err == nil && r.Tenures != nil && f.st.Holder != "" {
+			// After the lease, so that a table write before this read is seen.
+			token, held, err := r.Tenures(ctx, key.Namespace, key.Name)
+			switch {
+			case err != nil:
+				f.err = err
+			case !held || token != f.st.Token:
+				f.st.Holder, f.st.HolderUser, f.st.ExpireTime = "", "", time.Time{}
+			}
+		}
 		cancel()
 		if f.err == nil {
 			r.observeOffset(f.st.RenewTime, time.Now())

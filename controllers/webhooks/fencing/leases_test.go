@@ -80,3 +80,54 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// staticReader serves one lease: alice holds token 5 and stamped her last
+// renewal an hour ahead (policy mode bounds no stamp by a clock).
+type staticReader struct{ client.Reader }
+
+func (staticReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	exp := metav1.NewMicroTime(time.Now().Add(-time.Second))
+	future := metav1.NewMicroTime(time.Now().Add(time.Hour))
+	*obj.(*coordv1alpha1.FencedLease) = coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
+			{HolderIdentity: "a", User: "alice", RenewTime: &future}, {HolderIdentity: "b", User: "bob"}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: 5, ExpireTime: &exp, LeaseDurationSeconds: 15}}
+	return nil
+}
+
+// In policy mode the webhook still judges /scale and evictions. A holder's
+// stamp is bounded by no clock there, so the expiry it implies can lie past
+// the next grant; the tenure table, written before the grant's barrier and
+// commit-lag wait, is what ends the tenure for the webhook: once it names
+// another token (or no holder), the status's holder counts as gone.
+func TestLeaseReaderEndsATenureTheTenureTableNoLongerNames(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		token      int64
+		held       bool
+		wantHolder string
+	}{
+		"the table names the tenure":      {5, true, "a"},
+		"the table names the next grant":  {6, true, ""},
+		"the table says the tenure ended": {5, false, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := &LeaseReader{Reader: staticReader{}, Tenures: func(context.Context, string, string) (int64, bool, error) {
+				return c.token, c.held, nil
+			}}
+			st, err := r.Read(ctx, "ns", "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Holder != c.wantHolder {
+				t.Errorf("holder %q, want %q", st.Holder, c.wantHolder)
+			}
+			if c.wantHolder == "" {
+				in := Input{Namespace: "ns", Now: time.Now(), Skew: DefaultSkew}
+				if v := current(in, "job", st, 5); v.Allowed {
+					t.Errorf("token 5 accepted after the table moved on: %+v", v)
+				}
+			}
+		})
+	}
+}

@@ -153,27 +153,22 @@ func foreignRequests(list string) string {
 
 // LeasePolicy is the ValidatingAdmissionPolicy for FencedLeases (I6).
 func (s Settings) LeasePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: LeasePolicyName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"fencedleases", "fencedleases/*"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-				}}},
-			},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name: "not-the-controller",
-				Expression: fmt.Sprintf("!(request.userInfo.username in %s) || (request.operation == 'CREATE' && request.namespace in %s)",
-					celList(s.ControllerUsers), celList(s.ExcludedNamespaces)),
-			}},
-			Variables:   s.leaseVariables(),
-			Validations: s.leaseValidations(),
+	return newPolicy(LeasePolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: &admissionregistrationv1.MatchResources{
+			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+					Resources: []string{"fencedleases", "fencedleases/*"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}}},
 		},
-	}
+		MatchConditions: []admissionregistrationv1.MatchCondition{{
+			Name: "not-the-controller",
+			Expression: fmt.Sprintf("!(request.userInfo.username in %s) || (request.operation == 'CREATE' && request.namespace in %s)",
+				celList(s.ControllerUsers), celList(s.ExcludedNamespaces)),
+		}},
+		Variables:   s.leaseVariables(),
+		Validations: s.leaseValidations(),
+	})
 }
 
 // LeaseBinding binds LeasePolicy to every FencedLease.

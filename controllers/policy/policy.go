@@ -228,29 +228,24 @@ size(variables.newEntry) < 4 ?
 
 // FencingPolicy is the ValidatingAdmissionPolicy for guarded objects.
 func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: FencingPolicyName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
-						Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-				}}},
-			},
-			MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
-			Variables:       s.variables(),
-			Validations: []admissionregistrationv1.Validation{{
-				Expression:        "variables.verdict == ''",
-				MessageExpression: "variables.verdict",
-				Reason:            ptr.To(metav1.StatusReasonForbidden),
-			}},
+	return newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+		MatchConstraints: &admissionregistrationv1.MatchResources{
+			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+					Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}}},
 		},
-	}
+		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
+		Variables:       s.variables(),
+		Validations: []admissionregistrationv1.Validation{{
+			Expression:        "variables.verdict == ''",
+			MessageExpression: "variables.verdict",
+			Reason:            ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
 }
 
 func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
@@ -302,31 +297,36 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 	})
 }
 
+// newPolicy is the fail-closed ValidatingAdmissionPolicy name with spec.
+func newPolicy(name string, spec admissionregistrationv1.ValidatingAdmissionPolicySpec) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	spec.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       spec,
+	}
+}
+
 // TablePolicy refuses writes to the tenure tables from anyone but the
 // controller users; the clean-up users may delete them (with their namespace).
 func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: TablePolicyName},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: []string{TableName},
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-						Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
-							Resources: []string{"configmaps"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-					}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("request.userInfo.username in %s || (request.operation == 'DELETE' && request.userInfo.username in %s)",
-					celList(s.ControllerUsers), celList(s.CleanupUsers)),
-				MessageExpression: fmt.Sprintf("'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace + ' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName),
-				Reason:            ptr.To(metav1.StatusReasonForbidden),
-			}},
+	return newPolicy(TablePolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: &admissionregistrationv1.MatchResources{
+			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				ResourceNames: []string{TableName},
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+						Resources: []string{"configmaps"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+				}}},
 		},
-	}
+		Validations: []admissionregistrationv1.Validation{{
+			Expression: fmt.Sprintf("request.userInfo.username in %s || (request.operation == 'DELETE' && request.userInfo.username in %s)",
+				celList(s.ControllerUsers), celList(s.CleanupUsers)),
+			MessageExpression: fmt.Sprintf("'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace + ' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName),
+			Reason:            ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
 }
 
 // TableBinding binds TablePolicy everywhere.

@@ -2,6 +2,7 @@ package fencedlease
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,12 +67,15 @@ type Transition struct {
 	Tenure time.Duration
 }
 
-// decision is the next single write the reconciler must make, or none.
+// decision is the next single write the reconciler must make, or none. It
+// carries the whole write (apply): the reconciler only sends it.
 type decision struct {
 	// removeRequest, when set, names the expired holder whose request must be
-	// removed from spec, with the expired annotation recording it. Before a grant
-	// the write raises metadata.generation, so that the next token is larger.
+	// removed from spec, with the expired annotation recording it and
+	// removeToken, the token of the tenure that expired. Before a grant the
+	// write raises metadata.generation, so that the next token is larger.
 	removeRequest string
+	removeToken   int64
 	// status, when set, is the status to write.
 	status *coordv1alpha1.FencedLeaseStatus
 	// observation to remember once the write succeeds (nil: forget).
@@ -86,193 +90,317 @@ type decision struct {
 	requeueAfter time.Duration
 }
 
+// apply returns the object the decision's write sends, made from lease (the
+// object it was decided on), and whether it goes to the status subresource;
+// nil when there is nothing to write. A removal drops the expired holder's
+// request and marks the expired annotation with that holder and the token of
+// its tenure (endedByRequest and expiredRequest read the mark): one
+// optimistic-locked update, so that a renewal sent meanwhile makes it
+// conflict and the next decision sees the renewal.
+func (d decision) apply(lease *coordv1alpha1.FencedLease) (updated *coordv1alpha1.FencedLease, statusWrite bool) {
+	switch {
+	case d.removeRequest != "":
+		updated = lease.DeepCopy()
+		updated.Spec.Requests = slices.DeleteFunc(updated.Spec.Requests, func(q coordv1alpha1.LeaseRequest) bool {
+			return q.HolderIdentity == d.removeRequest
+		})
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		updated.Annotations[coordv1alpha1.ExpiredAnnotation] = coordv1alpha1.ExpiredMark(d.removeRequest, d.removeToken)
+		return updated, false
+	case d.status != nil:
+		updated = lease.DeepCopy()
+		updated.Status = *d.status
+		return updated, true
+	}
+	return nil, false
+}
+
 // decide computes the controller's next step for one FencedLease. It is a pure
 // function of the object, what this controller has observed, the epoch carried
 // over from earlier incarnations of the lease name (used only when the status
-// is still empty) and the controller's clock.
+// is still empty) and the controller's clock. Its steps run in order on one
+// copy of the status; a step that asks for a spec write ends the decision:
+//
+//  1. tokenBase: the floor under the tokens, and a new incarnation's wait;
+//  2. currentTenure, if someone holds the lease: ended by a change of its
+//     request (endedByRequest), running on (observe, expiry, acknowledge),
+//     or expired (expire: remove the request first, or end it in status);
+//  3. grantNext, if nobody holds it (now): idle, waiting out lockDelayUntil,
+//     or granted to the first waiter;
+//  4. waiting: the waiting list;
+//  5. the status write if the status changed (more than its observed
+//     generation), else tidy: the expired predecessor's request removed.
 func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int64, now time.Time, timing Timing) (decision, error) {
 	var d decision
 	old := &lease.Status
 	st := old.DeepCopy()
-
-	base := st.TokenBase
-	if old.ObservedGeneration == 0 && storedEpoch > base {
-		base = storedEpoch
-		if timing.CommitLag > 0 && st.FencingToken == 0 {
-			// A new incarnation of a deleted lease name: writes admitted under the
-			// old incarnation's last tenure may still commit. Its first grant
-			// comes in a later write, CommitLag after this controller first saw it.
-			until := micro(now.Add(timing.CommitLag))
-			st.LockDelayUntil = &until
-		}
-	}
-	if lease.Spec.MinFencingToken > base {
-		base = lease.Spec.MinFencingToken
-	}
+	base, wait := tokenBase(lease, storedEpoch, now, timing)
 	st.TokenBase = base
+	if wait != nil {
+		st.LockDelayUntil = wait
+	}
 	st.ObservedGeneration = lease.Generation
-	reqs := lease.Spec.Requests
-	nowMicro := micro(now)
 
 	if st.HolderIdentity != "" {
-		holder := st.HolderIdentity
-		idx := coordv1alpha1.RequestIndex(reqs, holder)
-		remade := idx >= 0 && obs != nil && obs.holder == holder && obs.token == st.FencingToken && reqs[idx].RenewSequence < obs.renewSequence
-		switch {
-		case idx < 0 || reqs[idx].RenewSequence < st.RenewSequence || remade:
-			// The holder's request is gone (or was withdrawn and made anew, which
-			// resets renewSequence): the tenure is over.
-			reason := coordv1alpha1.EndReasonReleased
-			if lease.Annotations[coordv1alpha1.ExpiredAnnotation] == coordv1alpha1.ExpiredMark(holder, st.FencingToken) {
-				reason = coordv1alpha1.EndReasonExpired
-			}
-			revoked := lease.Annotations[coordv1alpha1.RevokedAnnotation] == coordv1alpha1.ExpiredMark(holder, st.FencingToken)
-			tr := endTenure(st, reason, now)
-			if reason == coordv1alpha1.EndReasonExpired && lease.Spec.LockDelaySeconds > 0 {
-				until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
-				st.LockDelayUntil = &until
-			}
-			if revoked && timing.CommitLag > 0 {
-				// Ended by an operator, not by its holder: writes the holder had
-				// admitted may still commit. Grant in a later write, CommitLag on.
-				until := micro(now.Add(timing.CommitLag))
-				if st.LockDelayUntil == nil || st.LockDelayUntil.Before(&until) {
-					st.LockDelayUntil = &until
-				}
-			}
-			d.transitions = append(d.transitions, tr)
-			obs = nil
-		default:
-			renewSeq := reqs[idx].RenewSequence
-			switch {
-			case obs == nil || obs.holder != holder || obs.token != st.FencingToken:
-				// First time this controller sees this tenure: count from now.
-				obs = newObservation(holder, st.FencingToken, renewSeq, now)
-			case renewSeq > obs.renewSequence:
-				obs = newObservation(holder, st.FencingToken, renewSeq, now)
-				d.renewed = true
-			}
-			l := time.Duration(st.LeaseDurationSeconds) * time.Second
-			expire := obs.at.Add(l + timing.Allowance(l))
-			if old.ExpireTime != nil && old.ExpireTime.After(expire) {
-				// Never before the persisted expireTime, whoever wrote it (an earlier
-				// leader, or a second controller still running): the fencing webhook
-				// accepts the token until just before it.
-				expire = old.ExpireTime.Time
-			}
-			stamped := reqs[idx].RenewTime != nil && old.ExpireTime != nil
-			if stamped {
-				// Nor before the holder's renewTime + L + allowance: the fencing
-				// webhook counts the tenure from that stamp (a controller that
-				// observed an older renewal, or none, must not expire earlier).
-				// In policy mode nothing else reads the stamp and no admission
-				// check bounds it by a clock: trust it only up to this
-				// controller's observation (ClampStamps).
-				stamp := reqs[idx].RenewTime.Time
-				if timing.ClampStamps && stamp.After(obs.at) {
-					stamp = obs.at
-				}
-				if e := stamp.Add(l + timing.Allowance(l)); e.After(expire) {
-					expire = e
-				}
-			}
-			switch {
-			case now.Before(expire):
-				renewAt := micro(obs.recorded)
-				expireAt := micro(obs.recorded.Add(l + timing.Allowance(l)))
-				if old.ExpireTime != nil && old.ExpireTime.After(expireAt.Time) {
-					// Status never moves back: two controllers would otherwise
-					// rewrite each other's renewTime forever.
-					expireAt = *old.ExpireTime
-					if old.RenewTime != nil {
-						renewAt = *old.RenewTime
-					}
-				}
-				if !stamped || timing.AcknowledgeStamped {
-					// A client without renewTime (an older helper): the fencing
-					// webhook's bound is the acknowledged expireTime, so write it.
-					// A stamped renewal needs no status write: one API write per
-					// renewal, the holder's (unless an older webhook, which reads
-					// only expireTime, may still serve: AcknowledgeStamped).
-					st.RenewSequence = obs.renewSequence
-					st.RenewTime = &renewAt
-					st.ExpireTime = &expireAt
-				}
-				d.observation = obs
-				d.requeueAfter = expire.Sub(now)
-			case base+lease.Generation <= st.FencingToken:
-				// The holder never renewed, so the generation has not moved since the
-				// grant: remove its request first (a spec write raises the generation),
-				// so that the next grant's token is larger (I1).
-				d.removeRequest = holder
-				return d, nil
-			default:
-				// Expire in status now; the expired request is removed after the next
-				// grant, off the take-over's critical path.
-				d.transitions = append(d.transitions, endTenure(st, coordv1alpha1.EndReasonExpired, now))
-				if lease.Spec.LockDelaySeconds > 0 {
-					until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
-					st.LockDelayUntil = &until
-				}
-				obs = nil
-			}
+		d.currentTenure(lease, st, obs, now, timing)
+		if d.removeRequest != "" {
+			return d, nil
 		}
 	}
 	pending := expiredRequest(lease, st)
-	queue := reqs
+	queue := lease.Spec.Requests
 	if pending >= 0 {
-		queue = append(reqs[:pending:pending], reqs[pending+1:]...)
+		queue = append(queue[:pending:pending], queue[pending+1:]...)
 	}
-
 	if st.HolderIdentity == "" {
-		obs = nil
-		switch {
-		case len(queue) == 0:
-			setHeld(st, lease.Generation, now, metav1.ConditionFalse, idleReason(st), idleMessage(st))
-		case st.LockDelayUntil != nil && now.Before(st.LockDelayUntil.Time):
-			d.requeueAfter = st.LockDelayUntil.Sub(now)
-			setHeld(st, lease.Generation, now, metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay,
-				fmt.Sprintf("%s; no grant before %s", lockDelayCause(st), st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
-		default:
-			next := &queue[0]
-			token := base + lease.Generation
-			if token <= st.FencingToken {
-				// Cannot happen: a release is a spec write, and an expiry without a
-				// newer generation removes the request first. Refuse rather than
-				// issue a token that does not increase (I1).
-				return d, fmt.Errorf("refusing to grant %q: token %d would not exceed the last token %d", next.HolderIdentity, token, st.FencingToken)
-			}
-			tr := grant(st, lease, next, token, len(d.transitions) > 0, now, timing)
-			d.transitions = append(d.transitions, tr)
-			obs = newObservation(next.HolderIdentity, token, next.RenewSequence, now)
-			obs.acked = false
-			d.granted = true
-			d.observation = obs
-			l := time.Duration(st.LeaseDurationSeconds) * time.Second
-			d.requeueAfter = l + timing.Allowance(l)
+		if err := d.grantNext(lease, st, queue, now, timing); err != nil {
+			return d, err
 		}
 	}
+	st.Waiting = waiting(queue, st.HolderIdentity, old.Waiting, micro(now))
 
-	st.Waiting = waiting(queue, st.HolderIdentity, old.Waiting, nowMicro)
 	if !equality.Semantic.DeepEqual(old, st) && !onlyGenerationMoved(old, st) {
 		d.status = st
 	} else if pending >= 0 {
-		// Removing the request shifts the queue under the new holder's
-		// acknowledging renewal (a JSON patch testing its index): wait for the
-		// acknowledgement, for at most ackGrace (the helper re-reads and retries
-		// at once if the removal comes first anyway).
-		if obs != nil && !obs.acked && st.HolderIdentity != "" {
-			l := time.Duration(st.LeaseDurationSeconds) * time.Second
-			if wait := obs.at.Add(ackGrace(l)).Sub(now); wait > 0 {
-				if d.requeueAfter == 0 || wait < d.requeueAfter {
-					d.requeueAfter = wait
-				}
-				return d, nil
-			}
-		}
-		d.removeRequest = reqs[pending].HolderIdentity
+		d.tidy(lease, st, pending, now)
 	}
 	return d, nil
+}
+
+// tokenBase decides the floor under this incarnation's tokens (I1; a token
+// is tokenBase + generation): the status's tokenBase, raised on the first
+// reconcile (nothing observed yet) to the epoch an earlier incarnation of the
+// lease name left in the store, and to spec.minFencingToken. For a new
+// incarnation (a stored epoch above, nothing granted yet) it also returns
+// wait, the lockDelayUntil before its first grant, the commit lag from now:
+// writes admitted under the earlier incarnation's last tenure may still
+// commit (docs/design.md, "How each way a tenure ends keeps the promise":
+// delete-then-recreate).
+func tokenBase(lease *coordv1alpha1.FencedLease, storedEpoch int64, now time.Time, timing Timing) (base int64, wait *metav1.MicroTime) {
+	st := &lease.Status
+	base = st.TokenBase
+	if st.ObservedGeneration == 0 && storedEpoch > base {
+		base = storedEpoch
+		if timing.CommitLag > 0 && st.FencingToken == 0 {
+			until := micro(now.Add(timing.CommitLag))
+			wait = &until
+		}
+	}
+	return max(base, lease.Spec.MinFencingToken), wait
+}
+
+// currentTenure decides the tenure of the holder st names: ended by a change
+// of its request (tenureEnded, endedByRequest); else, with this controller's
+// observation brought up to the request (observe), running on until its
+// expiry (acknowledge the renewal, look again at the expiry) or past it
+// (expire).
+func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, obs *observation, now time.Time, timing Timing) {
+	idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity)
+	if tenureEnded(lease, idx, obs) {
+		d.transitions = append(d.transitions, endedByRequest(lease, st, now, timing))
+		return
+	}
+	req := &lease.Spec.Requests[idx]
+	obs, d.renewed = observe(obs, st.HolderIdentity, st.FencingToken, req.RenewSequence, now)
+	expire, stamped := expiry(&lease.Status, req, obs, timing)
+	if !now.Before(expire) {
+		d.expire(lease, st, now)
+		return
+	}
+	acknowledge(st, &lease.Status, obs, stamped, timing)
+	d.observation = obs
+	d.requeueAfter = expire.Sub(now)
+}
+
+// tenureEnded tells whether the holder's request (at idx, -1 if gone) says
+// its tenure is over: the request is gone (released or withdrawn by its
+// holder, revoked by an operator, removed by this controller at expiry), its
+// renewSequence is below what status recorded, or it was withdrawn and made
+// anew since this controller observed it (a new request starts its
+// renewSequence again, below the observation's).
+func tenureEnded(lease *coordv1alpha1.FencedLease, idx int, obs *observation) bool {
+	if idx < 0 {
+		return true
+	}
+	st := &lease.Status
+	seq := lease.Spec.Requests[idx].RenewSequence
+	remade := obs != nil && obs.holder == st.HolderIdentity && obs.token == st.FencingToken && seq < obs.renewSequence
+	return seq < st.RenewSequence || remade
+}
+
+// endedByRequest ends a tenure whose request says it is over (tenureEnded):
+// Expired when the expired annotation marks this tenure (this controller
+// removed the request: expire's remove-first path), then with the lease's
+// lock delay; else Released. After an operator's revocation (the revoked
+// annotation marks this tenure) the next grant waits the commit lag as well:
+// writes its holder had admitted may still commit (docs/design.md, "How each
+// way a tenure ends keeps the promise": operator release).
+func endedByRequest(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, now time.Time, timing Timing) Transition {
+	mark := coordv1alpha1.ExpiredMark(st.HolderIdentity, st.FencingToken)
+	reason := coordv1alpha1.EndReasonReleased
+	if lease.Annotations[coordv1alpha1.ExpiredAnnotation] == mark {
+		reason = coordv1alpha1.EndReasonExpired
+	}
+	tr := endTenure(st, reason, now)
+	if reason == coordv1alpha1.EndReasonExpired {
+		startLockDelay(lease, st, now)
+	}
+	if lease.Annotations[coordv1alpha1.RevokedAnnotation] == mark && timing.CommitLag > 0 {
+		until := micro(now.Add(timing.CommitLag))
+		if st.LockDelayUntil == nil || st.LockDelayUntil.Before(&until) {
+			st.LockDelayUntil = &until
+		}
+	}
+	return tr
+}
+
+// observe brings this controller's observation up to the holder's request
+// (I3): a tenure it has not observed yet counts from now (a controller that
+// restarts or takes over never expires a holder earlier than its predecessor
+// would), and a raised renewSequence is a renewal observed now (renewed).
+func observe(obs *observation, holder string, token, renewSequence int64, now time.Time) (_ *observation, renewed bool) {
+	switch {
+	case obs == nil || obs.holder != holder || obs.token != token:
+		return newObservation(holder, token, renewSequence, now), false
+	case renewSequence > obs.renewSequence:
+		return newObservation(holder, token, renewSequence, now), true
+	}
+	return obs, false
+}
+
+// expiry is when the tenure ends if its holder stays silent (I3): the
+// observation + L + allowance, never before the persisted expireTime
+// (whoever wrote it, an earlier leader or a second controller still running:
+// the fencing webhook accepts the token until just before it), nor before the
+// holder's renewTime stamp + L + allowance (the fencing webhook counts the
+// tenure from that stamp). With ClampStamps (policy mode, where no admission
+// check bounds the stamp by a clock and nothing else reads it) the stamp
+// counts only up to the observation. stamped: the request carries a stamp
+// and status an acknowledged expireTime.
+func expiry(old *coordv1alpha1.FencedLeaseStatus, req *coordv1alpha1.LeaseRequest, obs *observation, timing Timing) (expire time.Time, stamped bool) {
+	l := time.Duration(old.LeaseDurationSeconds) * time.Second
+	expire = obs.at.Add(l + timing.Allowance(l))
+	if old.ExpireTime != nil && old.ExpireTime.After(expire) {
+		expire = old.ExpireTime.Time
+	}
+	stamped = req.RenewTime != nil && old.ExpireTime != nil
+	if stamped {
+		stamp := req.RenewTime.Time
+		if timing.ClampStamps && stamp.After(obs.at) {
+			stamp = obs.at
+		}
+		if e := stamp.Add(l + timing.Allowance(l)); e.After(expire) {
+			expire = e
+		}
+	}
+	return expire, stamped
+}
+
+// acknowledge records a running tenure's latest observed renewal in status
+// (renewSequence, renewTime, expireTime = renewTime + L + allowance) for a
+// holder whose fencing webhook bound is that expireTime: a renewal without a
+// renewTime stamp (an older helper), or any renewal with AcknowledgeStamped
+// (an older webhook, which reads only expireTime, may still serve). A stamped
+// renewal needs no status write: one API write per renewal, the holder's
+// (I2). Status never moves back: an expireTime already later (another
+// controller's) stays, with its renewTime, or two controllers would rewrite
+// each other's renewTime forever.
+func acknowledge(st, old *coordv1alpha1.FencedLeaseStatus, obs *observation, stamped bool, timing Timing) {
+	if stamped && !timing.AcknowledgeStamped {
+		return
+	}
+	l := time.Duration(old.LeaseDurationSeconds) * time.Second
+	renewAt := micro(obs.recorded)
+	expireAt := micro(obs.recorded.Add(l + timing.Allowance(l)))
+	if old.ExpireTime != nil && old.ExpireTime.After(expireAt.Time) {
+		expireAt = *old.ExpireTime
+		if old.RenewTime != nil {
+			renewAt = *old.RenewTime
+		}
+	}
+	st.RenewSequence = obs.renewSequence
+	st.RenewTime = &renewAt
+	st.ExpireTime = &expireAt
+}
+
+// expire decides a tenure past its expiry. If the generation has not moved
+// since the grant (the holder never renewed), the next token would not be
+// larger: remove the holder's request first, a spec write that raises the
+// generation (I1; the next decision ends the tenure in endedByRequest).
+// Otherwise end it in status now, with the lease's lock delay; the expired
+// request is removed after the next grant (tidy), off the take-over's
+// critical path.
+func (d *decision) expire(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, now time.Time) {
+	if st.TokenBase+lease.Generation <= st.FencingToken {
+		d.removeRequest, d.removeToken = st.HolderIdentity, st.FencingToken
+		return
+	}
+	d.transitions = append(d.transitions, endTenure(st, coordv1alpha1.EndReasonExpired, now))
+	startLockDelay(lease, st, now)
+}
+
+// startLockDelay holds off the next grant for the lease's lockDelaySeconds
+// after an expiry (none after a release).
+func startLockDelay(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, now time.Time) {
+	if lease.Spec.LockDelaySeconds > 0 {
+		until := micro(now.Add(time.Duration(lease.Spec.LockDelaySeconds) * time.Second))
+		st.LockDelayUntil = &until
+	}
+}
+
+// grantNext decides a lease nobody holds, queue being its requests without
+// an expired predecessor's: idle when nobody waits; no grant before
+// lockDelayUntil (an expiry's lock delay, the commit lag after a revocation
+// or before a new incarnation's first grant); else the first waiter is
+// granted the token tokenBase + generation, and one that would not exceed
+// the last token is refused (I1: cannot happen, since a release is a spec
+// write and expire removes a never-renewed request first). The grant's
+// observation waits for the holder's acknowledgement (tidy) and counts from
+// when the write returns (written).
+func (d *decision) grantNext(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, queue []coordv1alpha1.LeaseRequest, now time.Time, timing Timing) error {
+	switch {
+	case len(queue) == 0:
+		setHeld(st, lease.Generation, now, metav1.ConditionFalse, idleReason(st), idleMessage(st))
+	case st.LockDelayUntil != nil && now.Before(st.LockDelayUntil.Time):
+		d.requeueAfter = st.LockDelayUntil.Sub(now)
+		setHeld(st, lease.Generation, now, metav1.ConditionFalse, coordv1alpha1.ReasonLockDelay,
+			fmt.Sprintf("%s; no grant before %s", lockDelayCause(st), st.LockDelayUntil.UTC().Format(time.RFC3339Nano)))
+	default:
+		next := &queue[0]
+		token := st.TokenBase + lease.Generation
+		if token <= st.FencingToken {
+			return fmt.Errorf("refusing to grant %q: token %d would not exceed the last token %d", next.HolderIdentity, token, st.FencingToken)
+		}
+		d.transitions = append(d.transitions, grant(st, lease, next, token, len(d.transitions) > 0, now, timing))
+		obs := newObservation(next.HolderIdentity, token, next.RenewSequence, now)
+		obs.acked = false
+		d.granted = true
+		d.observation = obs
+		l := time.Duration(st.LeaseDurationSeconds) * time.Second
+		d.requeueAfter = l + timing.Allowance(l)
+	}
+	return nil
+}
+
+// tidy decides, when no status write is due, the removal of the expired
+// predecessor's request (at pending, found by expiredRequest), marked with
+// that tenure's token. While the new holder has not acknowledged its grant it
+// waits, for at most ackGrace: the removal shifts the list under the
+// holder's acknowledging renewal (a JSON patch testing its index; the helper
+// re-reads and retries at once if the removal comes first anyway).
+func (d *decision) tidy(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, pending int, now time.Time) {
+	if o := d.observation; o != nil && !o.acked && st.HolderIdentity != "" {
+		l := time.Duration(st.LeaseDurationSeconds) * time.Second
+		if wait := o.at.Add(ackGrace(l)).Sub(now); wait > 0 {
+			if d.requeueAfter == 0 || wait < d.requeueAfter {
+				d.requeueAfter = wait
+			}
+			return
+		}
+	}
+	d.removeRequest, d.removeToken = lease.Spec.Requests[pending].HolderIdentity, st.PreviousHolder.FencingToken
 }
 
 // expiredRequest finds the request of a previous holder that expired, if the

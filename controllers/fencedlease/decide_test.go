@@ -1,7 +1,6 @@
 package fencedlease
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +11,8 @@ import (
 )
 
 // sim drives decide() the way the reconciler does, against an in-memory lease
-// and a fake clock, applying spec removals (which raise generation) and status writes.
+// and a fake clock, sending each decision's write (decision.apply) as the API
+// server would take it: a spec write raises the generation.
 type sim struct {
 	t      *testing.T
 	lease  *coordv1alpha1.FencedLease
@@ -73,34 +73,27 @@ func (s *sim) reconcile() time.Duration {
 		if err != nil {
 			s.t.Fatalf("decide: %v", err)
 		}
+		updated, statusWrite := d.apply(s.lease)
 		switch {
-		case d.removeRequest != "":
-			token := s.lease.Status.FencingToken
-			if p := s.lease.Status.PreviousHolder; s.lease.Status.HolderIdentity != d.removeRequest && p != nil && p.HolderIdentity == d.removeRequest {
-				token = p.FencingToken
-			}
-			s.withdraw(d.removeRequest)
-			if s.lease.Annotations == nil {
-				s.lease.Annotations = map[string]string{}
-			}
-			s.lease.Annotations[coordv1alpha1.ExpiredAnnotation] = d.removeRequest + "/" + itoa(token)
-		case d.status != nil:
-			s.lease.Status = *d.status
+		case updated == nil:
+			s.obs = d.observation
+			return d.requeueAfter
+		case statusWrite:
+			*s.lease = *updated
 			s.statusWrites++
 			s.clock.Step(s.writeTook)
 			d.written(s.clock.Now())
 			s.obs = d.observation
 			s.trs = append(s.trs, d.transitions...)
 		default:
-			s.obs = d.observation
-			return d.requeueAfter
+			// A spec write: the API server raises the generation.
+			*s.lease = *updated
+			s.lease.Generation++
 		}
 	}
 	s.t.Fatal("decide did not settle in 5 steps")
 	return 0
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func (s *sim) holder() (string, int64) {
 	return s.lease.Status.HolderIdentity, s.lease.Status.FencingToken
@@ -449,7 +442,7 @@ func TestRevokedTenureGrantsOnlyAfterTheCommitLag(t *testing.T) {
 	s.join("b")
 	s.reconcile()
 	_, tok := s.holder()
-	s.lease.Annotations = map[string]string{coordv1alpha1.RevokedAnnotation: "a/" + itoa(tok)}
+	s.lease.Annotations = map[string]string{coordv1alpha1.RevokedAnnotation: coordv1alpha1.ExpiredMark("a", tok)}
 	s.withdraw("a")
 	if requeue := s.reconcile(); requeue != s.timing.CommitLag {
 		t.Fatalf("requeue after a revocation %v, want the commit lag %v", requeue, s.timing.CommitLag)

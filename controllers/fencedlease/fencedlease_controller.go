@@ -119,28 +119,8 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			log.Error(err, "Refusing to grant", "lease", req.NamespacedName)
 			return ctrl.Result{}, err
 		}
-		switch {
-		case d.removeRequest != "":
-			if err := r.removeExpired(ctx, &lease, d.removeRequest); err != nil {
-				if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
-					continue
-				}
-				return r.retryOnConflict(err)
-			}
-		case d.status != nil:
-			updated := lease.DeepCopy()
-			updated.Status = *d.status
-			if err := r.writeStatus(ctx, &lease, updated); err != nil {
-				if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
-					continue
-				}
-				return r.retryOnConflict(err)
-			}
-			lease = *updated
-			d.written(r.Clock.Now())
-			r.setObservation(lease.UID, d.observation)
-			r.report(ctx, &lease, d)
-		default:
+		updated, statusWrite := d.apply(&lease)
+		if updated == nil {
 			r.setObservation(lease.UID, d.observation)
 			if d.renewed {
 				// A stamped renewal, tracked in memory only (no status write).
@@ -148,34 +128,35 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 			return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
 		}
+		if statusWrite {
+			err = r.writeStatus(ctx, &lease, updated)
+		} else {
+			err = r.removeExpired(ctx, updated, d.removeRequest)
+		}
+		if err != nil {
+			if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
+				continue
+			}
+			return r.retryOnConflict(err)
+		}
+		lease = *updated
+		if statusWrite {
+			d.written(r.Clock.Now())
+			r.setObservation(lease.UID, d.observation)
+			r.report(ctx, &lease, d)
+		}
 	}
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
-// removeExpired removes an expired holder's request and records the removal in
-// the expired annotation, in one optimistic-locked write: if the holder renewed
-// meanwhile the write conflicts and the next reconcile sees the renewal.
-func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, lease *coordv1alpha1.FencedLease, holder string) error {
-	updated := lease.DeepCopy()
-	reqs := updated.Spec.Requests[:0:0]
-	for _, q := range lease.Spec.Requests {
-		if q.HolderIdentity != holder {
-			reqs = append(reqs, q)
-		}
-	}
-	updated.Spec.Requests = reqs
-	if updated.Annotations == nil {
-		updated.Annotations = map[string]string{}
-	}
-	token := lease.Status.FencingToken
-	if p := lease.Status.PreviousHolder; lease.Status.HolderIdentity != holder && p != nil && p.HolderIdentity == holder {
-		token = p.FencingToken
-	}
-	updated.Annotations[coordv1alpha1.ExpiredAnnotation] = coordv1alpha1.ExpiredMark(holder, token)
+// removeExpired sends a decision's request removal (decision.apply): the
+// expired holder's request gone and the removal recorded in the expired
+// annotation, in one optimistic-locked write: if the holder renewed meanwhile
+// the write conflicts and the next reconcile sees the renewal.
+func (r *FencedLeaseReconciler) removeExpired(ctx context.Context, updated *coordv1alpha1.FencedLease, holder string) error {
 	if err := r.Update(ctx, updated); err != nil {
 		return fmt.Errorf("removing expired request of %s: %w", holder, err)
 	}
-	*lease = *updated
 	return nil
 }
 

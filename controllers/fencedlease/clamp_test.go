@@ -3,10 +3,6 @@ package fencedlease
 import (
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
 // In policy mode no admission check bounds renewTime by a clock (CEL has
@@ -23,12 +19,7 @@ func TestClampStampsFutureStampCannotExtendTenure(t *testing.T) {
 		s.join("b")
 		s.reconcile()
 		s.clock.Step(3 * time.Second)
-		s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
-			i := coordv1alpha1.RequestIndex(sp.Requests, "a")
-			sp.Requests[i].RenewSequence++
-			future := metav1.NewMicroTime(s.clock.Now().Add(time.Hour))
-			sp.Requests[i].RenewTime = &future
-		})
+		s.renewStampedAt("a", s.clock.Now().Add(time.Hour))
 		s.reconcile()
 		observed := s.clock.Now()
 		s.clock.Step(10*time.Second + s.timing.Allowance(10*time.Second))

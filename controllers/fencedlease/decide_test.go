@@ -64,31 +64,41 @@ func (s *sim) withdraw(id string) {
 	})
 }
 
+// step makes one decision and sends its write, as the API server would take
+// it; it returns the decision and whether it wrote.
+func (s *sim) step() (decision, bool) {
+	s.t.Helper()
+	d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
+	if err != nil {
+		s.t.Fatalf("decide: %v", err)
+	}
+	updated, statusWrite := d.apply(s.lease)
+	switch {
+	case updated == nil:
+		s.obs = d.observation
+		return d, false
+	case statusWrite:
+		*s.lease = *updated
+		s.statusWrites++
+		s.clock.Step(s.writeTook)
+		d.written(s.clock.Now())
+		s.obs = d.observation
+		s.trs = append(s.trs, d.transitions...)
+	default:
+		// A spec write: the API server raises the generation.
+		*s.lease = *updated
+		s.lease.Generation++
+	}
+	return d, true
+}
+
 // reconcile runs decide until it has nothing to write, like the reconciler;
 // it returns the requeue.
 func (s *sim) reconcile() time.Duration {
 	s.t.Helper()
 	for range 5 {
-		d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
-		if err != nil {
-			s.t.Fatalf("decide: %v", err)
-		}
-		updated, statusWrite := d.apply(s.lease)
-		switch {
-		case updated == nil:
-			s.obs = d.observation
+		if d, wrote := s.step(); !wrote {
 			return d.requeueAfter
-		case statusWrite:
-			*s.lease = *updated
-			s.statusWrites++
-			s.clock.Step(s.writeTook)
-			d.written(s.clock.Now())
-			s.obs = d.observation
-			s.trs = append(s.trs, d.transitions...)
-		default:
-			// A spec write: the API server raises the generation.
-			*s.lease = *updated
-			s.lease.Generation++
 		}
 	}
 	s.t.Fatal("decide did not settle in 5 steps")
@@ -497,11 +507,14 @@ func TestNeverExpiresBeforeThePersistedExpireTime(t *testing.T) {
 
 // renewStamped is the current helper's renewal: renewSequence + 1 and
 // renewTime = the holder's send time (the sim's clock).
-func (s *sim) renewStamped(id string) {
+func (s *sim) renewStamped(id string) { s.renewStampedAt(id, s.clock.Now()) }
+
+// renewStampedAt is a renewal stamped with renewTime = at.
+func (s *sim) renewStampedAt(id string, at time.Time) {
 	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
 		i := coordv1alpha1.RequestIndex(sp.Requests, id)
 		sp.Requests[i].RenewSequence++
-		t := metav1.NewMicroTime(s.clock.Now())
+		t := metav1.NewMicroTime(at)
 		sp.Requests[i].RenewTime = &t
 	})
 }

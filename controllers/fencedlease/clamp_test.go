@@ -15,12 +15,7 @@ func TestClampStampsFutureStampCannotExtendTenure(t *testing.T) {
 	for _, clamp := range []bool{true, false} {
 		s := newSim(t, 10, 0)
 		s.timing.ClampStamps = clamp
-		s.join("a")
-		s.join("b")
-		s.reconcile()
-		s.clock.Step(3 * time.Second)
-		s.renewStampedAt("a", s.clock.Now().Add(time.Hour))
-		s.reconcile()
+		renewedAnHourAhead(s)
 		observed := s.clock.Now()
 		s.clock.Step(10*time.Second + s.timing.Allowance(10*time.Second))
 		s.reconcile()

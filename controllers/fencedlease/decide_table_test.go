@@ -86,28 +86,18 @@ func TestDecide(t *testing.T) {
 		},
 		err: "token 2 would not exceed the last token 5",
 	}, {
-		name: "observe, acknowledge: a raised renewSequence is recorded in status, the token stays",
-		setup: func(s *sim) {
-			held(s)
-			s.clock.Step(time.Second)
-			s.renew("a")
-		},
-		want: outcome{write: "status", holder: "a", token: 2, reason: coordv1alpha1.ReasonGranted, renewed: true},
+		name:  "observe, acknowledge: a raised renewSequence is recorded in status, the token stays",
+		setup: func(s *sim) { renewedAfterASecond(s, s.renew) },
+		want:  outcome{write: "status", holder: "a", token: 2, reason: coordv1alpha1.ReasonGranted, renewed: true},
 	}, {
-		name: "observe, acknowledge: a stamped renewal is observed without a status write (I2)",
-		setup: func(s *sim) {
-			held(s)
-			s.clock.Step(time.Second)
-			s.renewStamped("a")
-		},
-		want: outcome{renewed: true, requeue: total},
+		name:  "observe, acknowledge: a stamped renewal is observed without a status write (I2)",
+		setup: func(s *sim) { renewedAfterASecond(s, s.renewStamped) },
+		want:  outcome{renewed: true, requeue: total},
 	}, {
 		name: "acknowledge: with AcknowledgeStamped a stamped renewal is written to status",
 		setup: func(s *sim) {
 			s.timing.AcknowledgeStamped = true
-			held(s)
-			s.clock.Step(time.Second)
-			s.renewStamped("a")
+			renewedAfterASecond(s, s.renewStamped)
 		},
 		want: outcome{write: "status", holder: "a", token: 2, reason: coordv1alpha1.ReasonGranted, renewed: true},
 	}, {
@@ -127,9 +117,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "endedByRequest, grantNext: a withdrawn holder is released and the next request handed the lease in one write",
 		setup: func(s *sim) {
-			s.join("a")
-			s.join("b")
-			s.reconcile()
+			heldWithNext(s)
 			s.withdraw("a")
 		},
 		want: outcome{write: "status", transitions: "Released HandedOver", holder: "b", token: 4, reason: coordv1alpha1.ReasonHandedOver},
@@ -147,9 +135,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "endedByRequest: an operator's revocation ends the tenure, and the next grant waits the commit lag",
 		setup: func(s *sim) {
-			s.join("a")
-			s.join("b")
-			s.reconcile()
+			heldWithNext(s)
 			s.lease.Annotations = map[string]string{coordv1alpha1.RevokedAnnotation: coordv1alpha1.ExpiredMark("a", 3)}
 			s.withdraw("a")
 		},
@@ -169,9 +155,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "expiry: never before the persisted expireTime (a controller counting from an older observation)",
 		setup: func(s *sim) {
-			s.join("a")
-			s.join("b")
-			s.reconcile()
+			heldWithNext(s)
 			s.renew("a")
 			older := &observation{holder: "a", token: 3, renewSequence: 1, at: s.clock.Now(), recorded: s.clock.Now(), acked: true}
 			s.clock.Step(5 * time.Second)
@@ -183,9 +167,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "expiry: never before the holder's renewTime stamp + L + allowance (a controller that did not observe it)",
 		setup: func(s *sim) {
-			s.join("a")
-			s.join("b")
-			s.reconcile()
+			heldWithNext(s)
 			grantedAt := s.clock.Now()
 			s.clock.Step(6 * time.Second)
 			s.renewStamped("a")
@@ -197,12 +179,7 @@ func TestDecide(t *testing.T) {
 		name: "expiry: with ClampStamps a future stamp counts only up to the observation",
 		setup: func(s *sim) {
 			s.timing.ClampStamps = true
-			s.join("a")
-			s.join("b")
-			s.reconcile()
-			s.clock.Step(3 * time.Second)
-			s.renewStampedAt("a", s.clock.Now().Add(time.Hour))
-			s.reconcile()
+			renewedAnHourAhead(s)
 			s.clock.Step(total)
 		},
 		want: outcome{write: "status", transitions: "Expired TakenOver", holder: "b", token: 4, reason: coordv1alpha1.ReasonTakenOver},
@@ -302,19 +279,4 @@ func outcomeOf(s *sim, d decision) outcome {
 		o.write = fmt.Sprintf("remove %s, expired %s", strings.Join(removed, " "), updated.Annotations[coordv1alpha1.ExpiredAnnotation])
 	}
 	return o
-}
-
-// held: a was granted the lease.
-func held(s *sim) {
-	s.join("a")
-	s.reconcile()
-}
-
-// expiredWithNext: a was granted, b queued, and a stopped renewing for longer
-// than the lease's duration (10 s).
-func expiredWithNext(s *sim) {
-	held(s)
-	s.join("b")
-	s.reconcile()
-	s.clock.Step(11 * time.Second)
 }

@@ -105,6 +105,46 @@ func (s *sim) reconcile() time.Duration {
 	return 0
 }
 
+// Fixtures: states the simulator brings a lease to, for the tests to start from.
+
+// held: a was granted the lease.
+func held(s *sim) {
+	s.join("a")
+	s.reconcile()
+}
+
+// renewedAfterASecond: held, and a renewed (with renew) a second later.
+func renewedAfterASecond(s *sim, renew func(id string)) {
+	held(s)
+	s.clock.Step(time.Second)
+	renew("a")
+}
+
+// heldWithNext: a was granted the lease (token 3) with b queued at once.
+func heldWithNext(s *sim) {
+	s.join("a")
+	s.join("b")
+	s.reconcile()
+}
+
+// renewedAnHourAhead: heldWithNext, then 3 s later a renewed with a renewTime
+// stamped an hour ahead, and the controller observed it.
+func renewedAnHourAhead(s *sim) {
+	heldWithNext(s)
+	s.clock.Step(3 * time.Second)
+	s.renewStampedAt("a", s.clock.Now().Add(time.Hour))
+	s.reconcile()
+}
+
+// expiredWithNext: a was granted, b queued, and a stopped renewing for longer
+// than the lease's duration (10 s).
+func expiredWithNext(s *sim) {
+	held(s)
+	s.join("b")
+	s.reconcile()
+	s.clock.Step(11 * time.Second)
+}
+
 func (s *sim) holder() (string, int64) {
 	return s.lease.Status.HolderIdentity, s.lease.Status.FencingToken
 }
@@ -216,9 +256,7 @@ func TestExpiredWithNobodyWaitingIsToldApartFromSuperseded(t *testing.T) {
 
 func TestRestartedControllerCountsFromItsOwnObservation(t *testing.T) {
 	s := newSim(t, 10, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	s.clock.Step(8 * time.Second)
 	s.obs = nil // a new controller process: nothing in memory
 	s.reconcile()
@@ -231,9 +269,7 @@ func TestRestartedControllerCountsFromItsOwnObservation(t *testing.T) {
 
 func TestLockDelayAfterExpiryButNotAfterRelease(t *testing.T) {
 	s := newSim(t, 5, 30)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	s.clock.Step(6 * time.Second)
 	requeue := s.reconcile()
 	if h, _ := s.holder(); h != "" || heldReason(s.lease) != coordv1alpha1.ReasonLockDelay {
@@ -317,9 +353,7 @@ func TestTimingAllowance(t *testing.T) {
 
 func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 	s := newSim(t, 5, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	s.renew("a") // an acknowledged tenure: the generation moved since the grant
 	s.reconcile()
 	_, tokA := s.holder()
@@ -414,9 +448,7 @@ func TestGrantCountsFromWhenItsWriteReturnedWithOneWrite(t *testing.T) {
 
 func TestExpiredRequestRemovedAfterAckGraceWithoutAcknowledgement(t *testing.T) {
 	s := newSim(t, 3, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	s.renew("a")
 	s.reconcile()
 	l := 3 * time.Second
@@ -448,9 +480,7 @@ func TestExpiredRequestRemovedAfterAckGraceWithoutAcknowledgement(t *testing.T) 
 // (TestLockDelayAfterExpiryButNotAfterRelease).
 func TestRevokedTenureGrantsOnlyAfterTheCommitLag(t *testing.T) {
 	s := newSim(t, 15, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	_, tok := s.holder()
 	s.lease.Annotations = map[string]string{coordv1alpha1.RevokedAnnotation: coordv1alpha1.ExpiredMark("a", tok)}
 	s.withdraw("a")
@@ -478,9 +508,7 @@ func TestRevokedTenureGrantsOnlyAfterTheCommitLag(t *testing.T) {
 // wrote, and the fencing webhook accepts the token until just before that.
 func TestNeverExpiresBeforeThePersistedExpireTime(t *testing.T) {
 	s := newSim(t, 10, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	s.renew("a")
 	zombie := &observation{holder: "a", token: s.lease.Status.FencingToken, renewSequence: 1, at: s.clock.Now(), recorded: s.clock.Now(), acked: true}
 	s.clock.Step(5 * time.Second)
@@ -523,9 +551,7 @@ func (s *sim) renewStampedAt(id string, at time.Time) {
 // status write, and expiry still counts from the controller's observation.
 func TestStampedRenewalsNeedNoStatusWrite(t *testing.T) {
 	s := newSim(t, 10, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	grantWrites := s.statusWrites
 	for range 6 {
 		s.clock.Step(3 * time.Second)
@@ -584,9 +610,7 @@ func TestAcknowledgeStampedRenewalsWritesStatus(t *testing.T) {
 // allowance: the fencing webhook counts the tenure from that stamp.
 func TestNeverExpiresBeforeTheHoldersRenewTime(t *testing.T) {
 	s := newSim(t, 10, 0)
-	s.join("a")
-	s.join("b")
-	s.reconcile()
+	heldWithNext(s)
 	stale := s.obs
 	s.clock.Step(6 * time.Second)
 	s.renewStamped("a") // renewTime = grant + 6 s; this controller does not observe it

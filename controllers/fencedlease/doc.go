@@ -3,14 +3,17 @@
 // docs/design.md).
 //
 // It owns:
-//   - the reconcile loop (fencedlease_controller.go): read, decide, one
-//     optimistic write conditional on the resourceVersion it decided from,
-//     then report (metrics, Events, logs);
+//   - the reconcile loop (fencedlease_controller.go): read, decide, send the
+//     decision's write (decision.apply) with an optimistic lock on the
+//     resourceVersion it decided from, then report (metrics, Events, logs);
 //   - the decision (decide.go), a pure function of the lease, the
 //     controller's own observation of the holder, the stored epoch and the
-//     clock: end the tenure (release, expiry), grant the next request, remove
-//     the expired request; each step has a row in decide_table_test.go's
-//     TestDecide, and decide_test.go drives sequences of them;
+//     clock, in named steps: the token base, the current tenure (ended by its
+//     request, running on, expired), the grant to the next request, the
+//     waiting list, the removal of the expired request. A decision carries
+//     its whole write (apply), so neither the reconciler nor a test computes
+//     one; each step has rows in decide_table_test.go's TestDecide, and
+//     decide_test.go's simulator drives sequences of them;
 //   - the expiry arithmetic (timing.go);
 //   - the epoch store (epochstore.go), which carries the highest token of a
 //     lease name across delete-then-recreate in ConfigMap shards.

@@ -308,7 +308,13 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	if o.BarrierServers == BarrierServersConfigured {
 		servers = policy.ConfiguredServer(mgr.GetConfig())
 	}
-	if err := mgr.Add(&policy.Installer{Settings: settings, Client: mgr.GetClient()}); err != nil {
+	// Uncached: the installer reads the installed fencing policy's
+	// incarnation, which must be the one the API servers enforce.
+	live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("creating the policy installer's client: %w", err)
+	}
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
 	}
 	return &policy.Tenures{

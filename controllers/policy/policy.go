@@ -10,6 +10,7 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,13 @@ const (
 	TablePolicyName = "kubefence-tenures"
 	// FieldManager is the server-side apply field manager of the policies.
 	FieldManager = "kubefence-operator"
+	// IncarnationAnnotation, on the fencing policy, holds the incarnation
+	// its CEL trusts tenure tables of (Settings.Incarnation).
+	IncarnationAnnotation = "kubefence.io/table-incarnation"
+	// IncarnationKey is the tenure table's data key naming the incarnation
+	// of the fencing policy it was written for. Lease names never start
+	// with "_", so it names no lease.
+	IncarnationKey = "_incarnation"
 )
 
 // Settings are what the generated policies depend on.
@@ -56,6 +64,11 @@ type Settings struct {
 	// RequiredKinds are the resources whose unguarded writes are refused in
 	// namespaces labelled kubefence.io/fencing=required.
 	RequiredKinds []schema.GroupResource
+	// Incarnation is this installation's mark on the tenure tables: the
+	// fencing policy trusts a table only when its IncarnationKey holds it
+	// (Apply keeps the installed policy's, or draws a new one when there is
+	// none; docs/design.md, "Switching modes").
+	Incarnation string
 }
 
 // Validate reports settings the policies cannot be generated from.
@@ -73,6 +86,9 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("an empty group name in the lease admin groups")
 		}
 	}
+	if s.Incarnation != "" && !incarnationPattern.MatchString(s.Incarnation) {
+		return fmt.Errorf("incarnation %q: expected 1 to 64 letters and digits", s.Incarnation)
+	}
 	for _, k := range s.RequiredKinds {
 		if k.Resource == "" || strings.ContainsAny(k.Resource+k.Group, "'\\ ") {
 			return fmt.Errorf("required kind %q: expected <resource>.<group> (plural resource, e.g. widgets.example.kubefence.io, or configmaps for the core group)", k.String())
@@ -80,6 +96,8 @@ func (s Settings) Validate() error {
 	}
 	return nil
 }
+
+var incarnationPattern = regexp.MustCompile(`^[a-zA-Z0-9]{1,64}$`)
 
 // ParseGroupResource reads "<resource>.<group>" ("configmaps" for the core
 // group), the spelling of --required-fencing-kind.
@@ -162,6 +180,10 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
 		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
 			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
+		// A table written for another installation of the fencing policy
+		// (before a switch to webhook mode and back, say) may name tenures
+		// that have ended since: nothing it says is trusted.
+		v("tableCurrent", fmt.Sprintf("params.?data[?%q].orValue('') == %q", IncarnationKey, s.Incarnation)),
 		v("oldScope", "request.namespace + '/' + variables.oldLease"),
 		v("newScope", "request.namespace + '/' + variables.newLease"),
 		v("oldEntry", entry("variables.oldLease")),
@@ -179,6 +201,8 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
     'fencing is required for this kind in namespace ' + request.namespace + ': label the object `+guardLabel+`=<lease name> and annotate it `+tokenAnn+`=<token>' : '') :
 (variables.required && variables.metadataWrite && variables.guardedOld && !variables.guardedNew) ?
     'fencing is required for this kind in namespace ' + request.namespace + ': the guard label `+guardLabel+` cannot be removed' :
+!variables.tableCurrent ?
+    'the tenure table `+TableName+` of namespace ' + request.namespace + ' was not written for the installed fencing policy (it is left from an earlier installation of policy mode, or the policy was reinstalled): no guarded write is accepted until the kubefence controller has rewritten it from the leases' :
 (variables.guardedOld && (!variables.metadataWrite || !variables.guardedNew || variables.newLease != variables.oldLease)) ?
     ((variables.holderOld != '' || !variables.metadataWrite || !variables.guardedNew) ? variables.holderOld : variables.tokenNew) :
 (variables.guardedOld && variables.hasOldTok && variables.hasNewTok && variables.oldTok == variables.newTok) ?
@@ -226,9 +250,11 @@ size(variables.newEntry) < 4 ?
 ''`
 }
 
-// FencingPolicy is the ValidatingAdmissionPolicy for guarded objects.
+// FencingPolicy is the ValidatingAdmissionPolicy for guarded objects. It
+// trusts the tenure tables marked with s.Incarnation only, and names it in
+// its IncarnationAnnotation.
 func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	return newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
 		MatchConstraints: &admissionregistrationv1.MatchResources{
 			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
@@ -246,6 +272,8 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})
+	p.Annotations = map[string]string{IncarnationAnnotation: s.Incarnation}
+	return p
 }
 
 func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {

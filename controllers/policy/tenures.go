@@ -40,18 +40,29 @@ type Tenures struct {
 
 	mu    sync.Mutex
 	known map[types.UID]Entry
+	// resets is Table.Resets() when known was last valid: a table emptied
+	// since (written for another incarnation) invalidates everything known.
+	resets int64
 }
 
 func (t *Tenures) remembered(uid types.UID) (Entry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forgetAfterReset()
 	e, ok := t.known[uid]
 	return e, ok
+}
+
+func (t *Tenures) forgetAfterReset() {
+	if r := t.Table.Resets(); r != t.resets {
+		t.known, t.resets = nil, r
+	}
 }
 
 func (t *Tenures) remember(uid types.UID, e *Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forgetAfterReset()
 	if t.known == nil {
 		t.known = map[types.UID]Entry{}
 	}
@@ -106,6 +117,13 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, TableName, ahead.Token, lease.Name, want.Token)
 	}
 	t.remember(lease.UID, nil)
+	if prev == nil && lease.Status.FencingToken > 0 {
+		// No entry before (a table emptied as another incarnation's, or
+		// written before a switch from webhook mode): the lease's last
+		// token is the one to be refused.
+		p := lease.Status.FencingToken
+		prev = &p
+	}
 	if !slices.Contains(t.Excluded, lease.Namespace) {
 		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
 			return nil, err

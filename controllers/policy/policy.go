@@ -11,6 +11,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // Names of the objects policy mode installs.
@@ -317,12 +319,33 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 				Resources: []string{k.Resource, k.Resource + "/status"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 		}})
 	}
-	return s.binding(RequiredBindingName, &admissionregistrationv1.MatchResources{
+	match := &admissionregistrationv1.MatchResources{
 		ResourceRules: rules,
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: coordv1alpha1.FencingNamespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"required"}},
 			s.namespaceNotExcluded()}},
-	})
+	}
+	if slices.Contains(s.RequiredKinds, schema.GroupResource{Resource: "configmaps"}) {
+		// The operator's own ConfigMaps in lease namespaces carry no guard.
+		// Left out by name here (a binding cannot see the writer, and the
+		// first table of a namespace is the parameter itself, which a
+		// matchCondition would see too late); TablePolicy lets
+		// only the controller write them.
+		match.ExcludeResourceRules = []admissionregistrationv1.NamedRuleWithOperations{{
+			ResourceNames: OperatorConfigMaps(),
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"configmaps"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}}}
+	}
+	return s.binding(RequiredBindingName, match)
+}
+
+// OperatorConfigMaps are the names of the ConfigMaps the operator writes in
+// lease namespaces: the tenure table and the epoch store's shards.
+func OperatorConfigMaps() []string {
+	return append([]string{TableName}, fencedlease.EpochShardNames()...)
 }
 
 // newPolicy is the fail-closed ValidatingAdmissionPolicy name with spec.
@@ -335,13 +358,14 @@ func newPolicy(name string, spec admissionregistrationv1.ValidatingAdmissionPoli
 	}
 }
 
-// TablePolicy refuses writes to the tenure tables from anyone but the
-// controller users; the clean-up users may delete them (with their namespace).
+// TablePolicy refuses writes to the tenure tables and the epoch store's
+// shards (OperatorConfigMaps) from anyone but the controller users; the
+// clean-up users may delete them (with their namespace).
 func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TablePolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: &admissionregistrationv1.MatchResources{
 			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				ResourceNames: []string{TableName},
+				ResourceNames: OperatorConfigMaps(),
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
@@ -351,7 +375,9 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 		Validations: []admissionregistrationv1.Validation{{
 			Expression: fmt.Sprintf("request.userInfo.username in %s || (request.operation == 'DELETE' && request.userInfo.username in %s)",
 				celList(s.ControllerUsers), celList(s.CleanupUsers)),
-			MessageExpression: fmt.Sprintf("'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace + ' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName),
+			MessageExpression: fmt.Sprintf("(request.name == %q ? 'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace : "+
+				"'the epoch store shard ' + request.name + ' holds the highest fencing tokens of deleted leases in namespace ' + request.namespace) + "+
+				"' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName, TableName),
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})

@@ -275,4 +275,3 @@ func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
 		})
 	}
 }
-

@@ -378,7 +378,7 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 			MessageExpression: fmt.Sprintf("(request.name == %q ? 'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace : "+
 				"'the epoch store shard ' + request.name + ' holds the highest fencing tokens of deleted leases in namespace ' + request.namespace) + "+
 				"' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName, TableName),
-			Reason:            ptr.To(metav1.StatusReasonForbidden),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})
 }

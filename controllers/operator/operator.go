@@ -304,9 +304,17 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // returns for the reconciler.
 func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	settings := o.PolicySettings()
-	servers := policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig())
-	if o.BarrierServers == BarrierServersConfigured {
-		servers = policy.ConfiguredServer(mgr.GetConfig())
+	servers := policy.ConfiguredServer(mgr.GetConfig())
+	if o.BarrierServers == BarrierServersEndpoints {
+		// A server that left the endpoints is still waited for until it
+		// is proven gone (docs/design.md, "Absent is not dead"); the
+		// tracker looks at the list in the background too, so that a new
+		// leader knows the servers listed since its replica started.
+		tracker := &policy.Tracker{Reader: mgr.GetAPIReader(), Base: mgr.GetConfig()}
+		if err := mgr.Add(tracker); err != nil {
+			return nil, fmt.Errorf("adding the API server tracker: %w", err)
+		}
+		servers = tracker.APIServers
 	}
 	// Uncached: the installer reads the installed fencing policy's
 	// incarnation, which must be the one the API servers enforce.

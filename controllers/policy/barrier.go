@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
@@ -183,14 +182,4 @@ func ConfiguredServer(base *rest.Config) func(context.Context) ([]APIServer, err
 	}
 	servers := []APIServer{{Host: cfg.Host, Config: cfg}}
 	return func(context.Context) ([]APIServer, error) { return servers, nil }
-}
-
-// ServersFrom is Barrier.Servers for the API servers behind base, read
-// through c by a Tracker: a server that left the kubernetes Service's
-// endpoints is still probed until it refuses connections or the Tracker's
-// grace has passed (a paused server that resumes must not admit the old
-// token unseen).
-func ServersFrom(c client.Reader, base *rest.Config) func(context.Context) ([]APIServer, error) {
-	t := &Tracker{Reader: c, Base: base}
-	return t.APIServers
 }

@@ -332,5 +332,6 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
 		Excluded:  settings.ExcludedNamespaces,
 		CommitLag: o.Timing.CommitLag,
+		Recorder:  mgr.GetEventRecorder(RecorderName),
 	}, nil
 }

@@ -1,16 +1,19 @@
 package policy_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -273,5 +276,69 @@ func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
 				t.Errorf("the dead controller's late status write: %v, want a conflict", err)
 			}
 		})
+	}
+}
+
+// TestBarrierTellsAQuotaFromThePolicy: a barrier probe refused by something
+// other than the fencing policy (here a ResourceQuota on ConfigMaps, which
+// refuses the dry-run create) proves nothing about the tenure table. The
+// grant fails at once with ErrProbeRefusedElsewhere, naming the refusal, and
+// the lease gets a Warning event, instead of the barrier counting it as the
+// policy's refusal and timing out with nothing said. Once the quota is gone
+// the grant passes.
+func TestBarrierTellsAQuotaFromThePolicy(t *testing.T) {
+	g := startGrantEnv(t)
+	ctx := t.Context()
+	l := g.heldLease(t, "job")
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: "configmaps"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/configmaps": resource.MustParse("0")}}}
+	if err := g.c.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	// No quota controller runs here: the status it would write.
+	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{"count/configmaps": resource.MustParse("0")}}
+	if err := g.c.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, GenerateName: "quota-check-"}}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.c.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the quota does not refuse ConfigMaps within 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tn := g.tenures()
+	rec := events.NewFakeRecorder(10)
+	tn.Recorder = rec
+	start := time.Now()
+	_, err := tn.Grant(ctx, l, toBob(l))
+	if !errors.Is(err, policy.ErrProbeRefusedElsewhere) || !strings.Contains(err.Error(), "quota") {
+		t.Fatalf("Grant with the probes refused by a quota: %v, want ErrProbeRefusedElsewhere naming the quota", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Grant took %v to report the quota, want well under the barrier's timeout", took)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "Warning "+policy.EventBarrierBlocked) || !strings.Contains(e, "quota") {
+			t.Errorf("event %q, want a Warning %s naming the quota", e, policy.EventBarrierBlocked)
+		}
+	default:
+		t.Error("no event on the lease")
+	}
+	if err := g.c.Delete(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		_, err := tn.Grant(ctx, l, toBob(l))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Grant after the quota was deleted: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -2,12 +2,15 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -30,6 +33,10 @@ type Tenures struct {
 	Leases client.Reader
 	// Excluded namespaces are not fenced: no barrier there.
 	Excluded []string
+	// Recorder, if set, records a Warning event on a lease whose grant a
+	// barrier probe refused by something other than the fencing policy
+	// (ErrProbeRefusedElsewhere): the grant waits until that is resolved.
+	Recorder events.EventRecorder
 	// CommitLag bounds the time from a write's admission to its commit
 	// (--max-commit-lag). A grant that follows a tenure its holder did not
 	// release itself is written to status no sooner than CommitLag after
@@ -72,6 +79,10 @@ func (t *Tenures) remember(uid types.UID, e *Entry) {
 	}
 	t.known[uid] = *e
 }
+
+// EventBarrierBlocked is the reason of the Warning event a lease gets when
+// a barrier probe is refused by something other than the fencing policy.
+const EventBarrierBlocked = "BarrierBlocked"
 
 // IsGrant tells whether a status write from cur to next grants a tenure.
 func IsGrant(cur, next *coordv1alpha1.FencedLeaseStatus) bool {
@@ -126,6 +137,11 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 	}
 	if !slices.Contains(t.Excluded, lease.Namespace) {
 		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
+			if errors.Is(err, ErrProbeRefusedElsewhere) && t.Recorder != nil {
+				t.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventBarrierBlocked, "Grant",
+					"granting token %d waits: the propagation barrier's dry-run ConfigMap in namespace %s was refused by something other than the fencing policy (a ResourceQuota on ConfigMaps, another admission policy or webhook?): %v",
+					want.Token, lease.Namespace, err)
+			}
 			return nil, err
 		}
 		// Counted from the barrier's end, not the table write: until each

@@ -91,7 +91,18 @@ var ErrEpochShardFull = errors.New("epoch store shard is full")
 func EpochShardName(leaseName string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(leaseName))
-	return fmt.Sprintf("%s-%02x", DefaultEpochStoreName, h.Sum32()%EpochShards)
+	return shardName(h.Sum32() % EpochShards)
+}
+
+func shardName(i uint32) string { return fmt.Sprintf("%s-%02x", DefaultEpochStoreName, i) }
+
+// EpochShardNames are the names of all EpochShards shards.
+func EpochShardNames() []string {
+	names := make([]string, EpochShards)
+	for i := range names {
+		names[i] = shardName(uint32(i))
+	}
+	return names
 }
 
 // EpochKey is leaseName's key in its shard: the name when it has at most 63

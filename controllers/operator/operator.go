@@ -304,11 +304,25 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // returns for the reconciler.
 func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	settings := o.PolicySettings()
-	servers := policy.ServersFrom(mgr.GetAPIReader(), mgr.GetConfig())
-	if o.BarrierServers == BarrierServersConfigured {
-		servers = policy.ConfiguredServer(mgr.GetConfig())
+	servers := policy.ConfiguredServer(mgr.GetConfig())
+	if o.BarrierServers == BarrierServersEndpoints {
+		// A server that left the endpoints is still waited for until it
+		// is proven gone (docs/design.md, "Absent is not dead"); the
+		// tracker looks at the list in the background too, so that a new
+		// leader knows the servers listed since its replica started.
+		tracker := &policy.Tracker{Reader: mgr.GetAPIReader(), Base: mgr.GetConfig()}
+		if err := mgr.Add(tracker); err != nil {
+			return nil, fmt.Errorf("adding the API server tracker: %w", err)
+		}
+		servers = tracker.APIServers
 	}
-	if err := mgr.Add(&policy.Installer{Settings: settings, Client: mgr.GetClient()}); err != nil {
+	// Uncached: the installer reads the installed fencing policy's
+	// incarnation, which must be the one the API servers enforce.
+	live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("creating the policy installer's client: %w", err)
+	}
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
 	}
 	return &policy.Tenures{
@@ -318,5 +332,6 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
 		Excluded:  settings.ExcludedNamespaces,
 		CommitLag: o.Timing.CommitLag,
+		Recorder:  mgr.GetEventRecorder(RecorderName),
 	}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // APIServer is one kube-apiserver of the cluster, addressed directly.
@@ -229,8 +230,10 @@ const departureDialTimeout = time.Second
 // accepts connections (the kernel completes the handshake) and so stays, and
 // a barrier's probes to it time out until it resumes and catches up.
 //
-// A Tracker knows only what it has seen: a new leader's Tracker starts empty.
-// Calls are serialised.
+// A Tracker knows only what it has seen. Started as a manager runnable
+// (Start, on every replica), it looks at the list every RefreshInterval, so
+// a replica that becomes leader already knows every server listed since it
+// started, not only those listed at its first grant. Calls are serialised.
 type Tracker struct {
 	// Reader and Base are APIServers' arguments.
 	Reader client.Reader
@@ -238,12 +241,49 @@ type Tracker struct {
 	// Grace bounds how long a server that left the list is still returned
 	// while its address does not refuse connections; zero means DefaultGrace.
 	Grace time.Duration
+	// RefreshInterval is how often Start looks at the list; zero means
+	// DefaultRefreshInterval.
+	RefreshInterval time.Duration
 	// Clock, if set, replaces the real clock.
 	Clock clock.PassiveClock
 
 	mu    sync.Mutex
 	known map[string]*trackedServer // by Host: every server seen listed and not yet proven gone
 }
+
+// DefaultRefreshInterval is Tracker's RefreshInterval when it is zero: well
+// under a kube-apiserver's master lease (15 s), so that a server listed for
+// one lease period is seen.
+const DefaultRefreshInterval = 5 * time.Second
+
+// Start looks at the servers every RefreshInterval until ctx ends (a
+// manager runnable). An error is logged when it first occurs and when it
+// changes; the barrier's own calls report it with the grant they fail.
+func (t *Tracker) Start(ctx context.Context) error {
+	interval := t.RefreshInterval
+	if interval <= 0 {
+		interval = DefaultRefreshInterval
+	}
+	log := logf.FromContext(ctx).WithName("apiservers")
+	last := ""
+	for {
+		_, err := t.APIServers(ctx)
+		if msg := fmt.Sprint(err); err != nil && msg != last {
+			log.Error(err, "Listing the API servers for the propagation barrier failed; retrying", "every", interval)
+			last = msg
+		} else if err == nil {
+			last = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+// NeedLeaderElection is false: a replica learns the servers before it leads.
+func (t *Tracker) NeedLeaderElection() bool { return false }
 
 type trackedServer struct {
 	server APIServer

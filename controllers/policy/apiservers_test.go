@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -519,25 +520,7 @@ func TestTracker(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	_ = l.Close()
-	slice := func(name, host string) *discoveryv1.EndpointSlice {
-		ip, port, err := net.SplitHostPort(host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: metav1.NamespaceDefault, Name: name,
-				Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"},
-			},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(p))}},
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
-		}
-	}
+	slice := func(name, host string) *discoveryv1.EndpointSlice { return endpointSlice(t, name, host) }
 	const live = "10.0.0.1:6443"
 	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(slice("paused", paused.Addr().String()), slice("dead", dead), slice("live", live)).Build()
@@ -566,4 +549,96 @@ func TestTracker(t *testing.T) {
 	check("just before the grace period ends", paused.Addr().String(), live)
 	clk.SetTime(clk.Now().Add(time.Second))
 	check("when the grace period ends", live)
+}
+
+// listCounter counts the EndpointSlice lists read through it.
+type listCounter struct {
+	client.Reader
+	mu    sync.Mutex
+	lists int
+}
+
+func (l *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*discoveryv1.EndpointSliceList); ok {
+		l.mu.Lock()
+		l.lists++
+		l.mu.Unlock()
+	}
+	return l.Reader.List(ctx, list, opts...)
+}
+
+func (l *listCounter) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lists
+}
+
+// TestTrackerRefreshesInTheBackground: a started Tracker looks at the list
+// by itself, so a server listed only before the barrier's first call (a
+// paused one that left the list before this replica's first grant as
+// leader) is still returned, until it is proven gone. Without the refresh
+// the first call would never have seen it.
+func TestTrackerRefreshesInTheBackground(t *testing.T) {
+	paused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = paused.Close() }()
+	const live = "10.0.0.1:6443"
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
+		WithObjects(endpointSlice(t, "paused", paused.Addr().String()), endpointSlice(t, "live", live)).Build()
+	reader := &listCounter{Reader: c}
+	tracker := &policy.Tracker{Reader: reader, Base: &rest.Config{Host: "https://api.example.com"}, RefreshInterval: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- tracker.Start(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for reader.count() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the started tracker did not list the servers by itself within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := c.Delete(t.Context(), &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "paused"}}); err != nil {
+		t.Fatal(err)
+	}
+	servers, err := tracker.APIServers(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hosts(servers); !equal(got, sortedHosts(paused.Addr().String(), live)...) {
+		t.Errorf("after the paused server left the list, the tracker's first call returns %v, want it and %s", got, live)
+	}
+}
+
+func sortedHosts(h ...string) []string {
+	slices.Sort(h)
+	return h
+}
+
+// endpointSlice is a kubernetes Service EndpointSlice named name listing
+// host (IP:port).
+func endpointSlice(t *testing.T, name, host string) *discoveryv1.EndpointSlice {
+	t.Helper()
+	ip, port, err := net.SplitHostPort(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: metav1.NamespaceDefault, Name: name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(p))}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
@@ -51,6 +51,13 @@ const relistInterval = time.Second
 // ErrNotPropagated is wrapped by Wait's error when an API server did not
 // show the entry in time.
 var ErrNotPropagated = errors.New("the tenure table entry has not reached every API server")
+
+// ErrProbeRefusedElsewhere is wrapped by a probe's error when something other
+// than the fencing policy refused it (a ResourceQuota on ConfigMaps at its
+// limit, another admission policy or webhook, RBAC): the probe proves
+// nothing about the tenure table, so the barrier cannot pass in that
+// namespace until it is let through. Wait returns it at once.
+var ErrProbeRefusedElsewhere = errors.New("a barrier probe was refused by something other than the fencing policy")
 
 // Wait returns when every API server refuses prev (when set) and accepts
 // next for lease ns/name.
@@ -91,6 +98,9 @@ func (b *Barrier) waitOne(ctx context.Context, s APIServer, ns, name string, pre
 		ok, err := b.shows(ctx, s, ns, name, prev, next)
 		if ok {
 			return nil
+		}
+		if errors.Is(err, ErrProbeRefusedElsewhere) {
+			return fmt.Errorf("API server %s, lease %s/%s: %w", s.Host, ns, name, err)
 		}
 		last = err
 		if err != nil && time.Since(listed) >= relistInterval {
@@ -143,15 +153,28 @@ func (p *DryRunProber) Probe(ctx context.Context, s APIServer, ns, name string, 
 		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: name},
 		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: strconv.FormatInt(token, 10)}}}
 	_, err = c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return probeAnswer(err)
+}
+
+// probeAnswer reads a probe's outcome: admitted, refused by the fencing
+// policy (its refusals, and its missing-parameter refusal, carry the API
+// server's prefix naming it), or an error; a refusal by anything else wraps
+// ErrProbeRefusedElsewhere with the refusal's message.
+func probeAnswer(err error) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+	case (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), policyRefusal):
 		return false, nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		return false, fmt.Errorf("%w: %v", ErrProbeRefusedElsewhere, err)
 	default:
 		return false, err
 	}
 }
+
+// policyRefusal starts the message of every refusal by the fencing policy.
+const policyRefusal = "ValidatingAdmissionPolicy '" + FencingPolicyName + "' with binding "
 
 func (p *DryRunProber) client(s APIServer) (kubernetes.Interface, error) {
 	p.mu.Lock()
@@ -183,14 +206,4 @@ func ConfiguredServer(base *rest.Config) func(context.Context) ([]APIServer, err
 	}
 	servers := []APIServer{{Host: cfg.Host, Config: cfg}}
 	return func(context.Context) ([]APIServer, error) { return servers, nil }
-}
-
-// ServersFrom is Barrier.Servers for the API servers behind base, read
-// through c by a Tracker: a server that left the kubernetes Service's
-// endpoints is still probed until it refuses connections or the Tracker's
-// grace has passed (a paused server that resumes must not admit the old
-// token unseen).
-func ServersFrom(c client.Reader, base *rest.Config) func(context.Context) ([]APIServer, error) {
-	t := &Tracker{Reader: c, Base: base}
-	return t.APIServers
 }

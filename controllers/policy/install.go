@@ -2,9 +2,13 @@ package policy
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,6 +16,7 @@ import (
 )
 
 // Objects are the policies and bindings of s, in the order they are applied.
+// s.Incarnation must be set (Apply sets it).
 func (s Settings) Objects() []client.Object {
 	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(), s.FencingPolicy(), s.GuardedBinding()}
 	if b := s.RequiredBinding(); b != nil {
@@ -22,9 +27,23 @@ func (s Settings) Objects() []client.Object {
 
 // Apply creates or updates the policies and bindings of s with server-side
 // apply (field manager FieldManager, taking ownership of every field it sets).
+// Unless s.Incarnation is set, the fencing policy keeps the incarnation of
+// the installed one, or gets a new random one when none is installed (or the
+// installed one has none): tenure tables written for another incarnation
+// are not trusted (docs/design.md, "Switching modes").
 func (s Settings) Apply(ctx context.Context, c client.Client) error {
 	if err := s.Validate(); err != nil {
 		return err
+	}
+	if s.Incarnation == "" {
+		inc, err := InstalledIncarnation(ctx, c)
+		if err != nil && !errors.Is(err, ErrNoIncarnation) {
+			return err
+		}
+		if inc == "" {
+			inc = rand.Text()
+		}
+		s.Incarnation = inc
 	}
 	for _, o := range s.Objects() {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
@@ -39,6 +58,28 @@ func (s Settings) Apply(ctx context.Context, c client.Client) error {
 		}
 	}
 	return nil
+}
+
+// ErrNoIncarnation is wrapped by InstalledIncarnation's error when the
+// fencing policy is not installed or names no incarnation.
+var ErrNoIncarnation = errors.New("the fencing policy names no tenure table incarnation")
+
+// InstalledIncarnation is the incarnation the installed fencing policy
+// trusts tenure tables of, read through r (read it live: a table is written
+// for the policy the API servers enforce).
+func InstalledIncarnation(ctx context.Context, r client.Reader) (string, error) {
+	var p admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := r.Get(ctx, client.ObjectKey{Name: FencingPolicyName}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("%w: ValidatingAdmissionPolicy %s is not installed", ErrNoIncarnation, FencingPolicyName)
+		}
+		return "", fmt.Errorf("reading ValidatingAdmissionPolicy %s: %w", FencingPolicyName, err)
+	}
+	inc := p.Annotations[IncarnationAnnotation]
+	if inc == "" {
+		return "", fmt.Errorf("%w: ValidatingAdmissionPolicy %s has no annotation %s (installed by an earlier version)", ErrNoIncarnation, FencingPolicyName, IncarnationAnnotation)
+	}
+	return inc, nil
 }
 
 // Installer applies the policies at the operator's start, retrying every

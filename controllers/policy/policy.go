@@ -10,6 +10,8 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // Names of the objects policy mode installs.
@@ -37,6 +40,13 @@ const (
 	TablePolicyName = "kubefence-tenures"
 	// FieldManager is the server-side apply field manager of the policies.
 	FieldManager = "kubefence-operator"
+	// IncarnationAnnotation, on the fencing policy, holds the incarnation
+	// its CEL trusts tenure tables of (Settings.Incarnation).
+	IncarnationAnnotation = "kubefence.io/table-incarnation"
+	// IncarnationKey is the tenure table's data key naming the incarnation
+	// of the fencing policy it was written for. Lease names never start
+	// with "_", so it names no lease.
+	IncarnationKey = "_incarnation"
 )
 
 // Settings are what the generated policies depend on.
@@ -56,6 +66,11 @@ type Settings struct {
 	// RequiredKinds are the resources whose unguarded writes are refused in
 	// namespaces labelled kubefence.io/fencing=required.
 	RequiredKinds []schema.GroupResource
+	// Incarnation is this installation's mark on the tenure tables: the
+	// fencing policy trusts a table only when its IncarnationKey holds it
+	// (Apply keeps the installed policy's, or draws a new one when there is
+	// none; docs/design.md, "Switching modes").
+	Incarnation string
 }
 
 // Validate reports settings the policies cannot be generated from.
@@ -73,6 +88,9 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("an empty group name in the lease admin groups")
 		}
 	}
+	if s.Incarnation != "" && !incarnationPattern.MatchString(s.Incarnation) {
+		return fmt.Errorf("incarnation %q: expected 1 to 64 letters and digits", s.Incarnation)
+	}
 	for _, k := range s.RequiredKinds {
 		if k.Resource == "" || strings.ContainsAny(k.Resource+k.Group, "'\\ ") {
 			return fmt.Errorf("required kind %q: expected <resource>.<group> (plural resource, e.g. widgets.example.kubefence.io, or configmaps for the core group)", k.String())
@@ -80,6 +98,8 @@ func (s Settings) Validate() error {
 	}
 	return nil
 }
+
+var incarnationPattern = regexp.MustCompile(`^[a-zA-Z0-9]{1,64}$`)
 
 // ParseGroupResource reads "<resource>.<group>" ("configmaps" for the core
 // group), the spelling of --required-fencing-kind.
@@ -162,6 +182,10 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
 		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
 			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
+		// A table written for another installation of the fencing policy
+		// (before a switch to webhook mode and back, say) may name tenures
+		// that have ended since: nothing it says is trusted.
+		v("tableCurrent", fmt.Sprintf("params.?data[?%q].orValue('') == %q", IncarnationKey, s.Incarnation)),
 		v("oldScope", "request.namespace + '/' + variables.oldLease"),
 		v("newScope", "request.namespace + '/' + variables.newLease"),
 		v("oldEntry", entry("variables.oldLease")),
@@ -179,6 +203,8 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
     'fencing is required for this kind in namespace ' + request.namespace + ': label the object `+guardLabel+`=<lease name> and annotate it `+tokenAnn+`=<token>' : '') :
 (variables.required && variables.metadataWrite && variables.guardedOld && !variables.guardedNew) ?
     'fencing is required for this kind in namespace ' + request.namespace + ': the guard label `+guardLabel+` cannot be removed' :
+!variables.tableCurrent ?
+    'the tenure table `+TableName+` of namespace ' + request.namespace + ' was not written for the installed fencing policy (it is left from an earlier installation of policy mode, or the policy was reinstalled): no guarded write is accepted until the kubefence controller has rewritten it from the leases' :
 (variables.guardedOld && (!variables.metadataWrite || !variables.guardedNew || variables.newLease != variables.oldLease)) ?
     ((variables.holderOld != '' || !variables.metadataWrite || !variables.guardedNew) ? variables.holderOld : variables.tokenNew) :
 (variables.guardedOld && variables.hasOldTok && variables.hasNewTok && variables.oldTok == variables.newTok) ?
@@ -226,9 +252,11 @@ size(variables.newEntry) < 4 ?
 ''`
 }
 
-// FencingPolicy is the ValidatingAdmissionPolicy for guarded objects.
+// FencingPolicy is the ValidatingAdmissionPolicy for guarded objects. It
+// trusts the tenure tables marked with s.Incarnation only, and names it in
+// its IncarnationAnnotation.
 func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	return newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
 		MatchConstraints: &admissionregistrationv1.MatchResources{
 			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
@@ -246,6 +274,8 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})
+	p.Annotations = map[string]string{IncarnationAnnotation: s.Incarnation}
+	return p
 }
 
 func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
@@ -289,12 +319,33 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 				Resources: []string{k.Resource, k.Resource + "/status"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 		}})
 	}
-	return s.binding(RequiredBindingName, &admissionregistrationv1.MatchResources{
+	match := &admissionregistrationv1.MatchResources{
 		ResourceRules: rules,
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: coordv1alpha1.FencingNamespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"required"}},
 			s.namespaceNotExcluded()}},
-	})
+	}
+	if slices.Contains(s.RequiredKinds, schema.GroupResource{Resource: "configmaps"}) {
+		// The operator's own ConfigMaps in lease namespaces carry no guard.
+		// Left out by name here (a binding cannot see the writer, and the
+		// first table of a namespace is the parameter itself, which a
+		// matchCondition would see too late); TablePolicy lets
+		// only the controller write them.
+		match.ExcludeResourceRules = []admissionregistrationv1.NamedRuleWithOperations{{
+			ResourceNames: OperatorConfigMaps(),
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"configmaps"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}}}
+	}
+	return s.binding(RequiredBindingName, match)
+}
+
+// OperatorConfigMaps are the names of the ConfigMaps the operator writes in
+// lease namespaces: the tenure table and the epoch store's shards.
+func OperatorConfigMaps() []string {
+	return append([]string{TableName}, fencedlease.EpochShardNames()...)
 }
 
 // newPolicy is the fail-closed ValidatingAdmissionPolicy name with spec.
@@ -307,13 +358,14 @@ func newPolicy(name string, spec admissionregistrationv1.ValidatingAdmissionPoli
 	}
 }
 
-// TablePolicy refuses writes to the tenure tables from anyone but the
-// controller users; the clean-up users may delete them (with their namespace).
+// TablePolicy refuses writes to the tenure tables and the epoch store's
+// shards (OperatorConfigMaps) from anyone but the controller users; the
+// clean-up users may delete them (with their namespace).
 func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TablePolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: &admissionregistrationv1.MatchResources{
 			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				ResourceNames: []string{TableName},
+				ResourceNames: OperatorConfigMaps(),
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
@@ -323,8 +375,10 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 		Validations: []admissionregistrationv1.Validation{{
 			Expression: fmt.Sprintf("request.userInfo.username in %s || (request.operation == 'DELETE' && request.userInfo.username in %s)",
 				celList(s.ControllerUsers), celList(s.CleanupUsers)),
-			MessageExpression: fmt.Sprintf("'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace + ' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName),
-			Reason:            ptr.To(metav1.StatusReasonForbidden),
+			MessageExpression: fmt.Sprintf("(request.name == %q ? 'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace : "+
+				"'the epoch store shard ' + request.name + ' holds the highest fencing tokens of deleted leases in namespace ' + request.namespace) + "+
+				"' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName, TableName),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,10 +107,22 @@ func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseSta
 // could miss an entry written a moment ago). Every write is
 // compare-and-swap: it reads the table, decides from what it read and writes
 // with that resourceVersion.
+//
+// Every write also reads the installed fencing policy's incarnation
+// (InstalledIncarnation) and marks the table with it (IncarnationKey): a
+// table marked otherwise (or not at all) was written for another
+// installation, which the policy does not trust, so the write drops all its
+// entries first and each lease's entry is written anew from the lease.
 type Table struct {
 	Reader client.Reader
 	Writer client.Client
+
+	resets atomic.Int64
 }
+
+// Resets counts the tables this Table found written for another
+// incarnation and emptied: every entry remembered from before is gone.
+func (t *Table) Resets() int64 { return t.resets.Load() }
 
 // Get returns the entry of lease ns/name (found false when there is none),
 // with the table's resourceVersion.
@@ -142,11 +155,20 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 	var wrote bool
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wrote = false
+		inc, err := InstalledIncarnation(ctx, t.Reader)
+		if err != nil {
+			return err
+		}
 		var cm corev1.ConfigMap
-		err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
+		err = t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
 		create := apierrors.IsNotFound(err)
 		if err != nil && !create {
 			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)
+		}
+		reset := !create && cm.Data[IncarnationKey] != inc
+		if reset {
+			// Written for another incarnation: none of it is trusted.
+			cm.Data = nil
 		}
 		cur, found, err := lookup(&cm, name)
 		if err != nil {
@@ -160,6 +182,7 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
+		cm.Data[IncarnationKey] = inc
 		cm.Data[name] = next.encode()
 		if create {
 			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
@@ -173,6 +196,9 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		}
 		if err != nil {
 			return err
+		}
+		if reset {
+			t.resets.Add(1)
 		}
 		out, wrote = next, true
 		return nil

@@ -2,12 +2,15 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -30,6 +33,10 @@ type Tenures struct {
 	Leases client.Reader
 	// Excluded namespaces are not fenced: no barrier there.
 	Excluded []string
+	// Recorder, if set, records a Warning event on a lease whose grant a
+	// barrier probe refused by something other than the fencing policy
+	// (ErrProbeRefusedElsewhere): the grant waits until that is resolved.
+	Recorder events.EventRecorder
 	// CommitLag bounds the time from a write's admission to its commit
 	// (--max-commit-lag). A grant that follows a tenure its holder did not
 	// release itself is written to status no sooner than CommitLag after
@@ -40,18 +47,29 @@ type Tenures struct {
 
 	mu    sync.Mutex
 	known map[types.UID]Entry
+	// resets is Table.Resets() when known was last valid: a table emptied
+	// since (written for another incarnation) invalidates everything known.
+	resets int64
 }
 
 func (t *Tenures) remembered(uid types.UID) (Entry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forgetAfterReset()
 	e, ok := t.known[uid]
 	return e, ok
+}
+
+func (t *Tenures) forgetAfterReset() {
+	if r := t.Table.Resets(); r != t.resets {
+		t.known, t.resets = nil, r
+	}
 }
 
 func (t *Tenures) remember(uid types.UID, e *Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forgetAfterReset()
 	if t.known == nil {
 		t.known = map[types.UID]Entry{}
 	}
@@ -61,6 +79,10 @@ func (t *Tenures) remember(uid types.UID, e *Entry) {
 	}
 	t.known[uid] = *e
 }
+
+// EventBarrierBlocked is the reason of the Warning event a lease gets when
+// a barrier probe is refused by something other than the fencing policy.
+const EventBarrierBlocked = "BarrierBlocked"
 
 // IsGrant tells whether a status write from cur to next grants a tenure.
 func IsGrant(cur, next *coordv1alpha1.FencedLeaseStatus) bool {
@@ -106,8 +128,20 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, TableName, ahead.Token, lease.Name, want.Token)
 	}
 	t.remember(lease.UID, nil)
+	if prev == nil && lease.Status.FencingToken > 0 {
+		// No entry before (a table emptied as another incarnation's, or
+		// written before a switch from webhook mode): the lease's last
+		// token is the one to be refused.
+		p := lease.Status.FencingToken
+		prev = &p
+	}
 	if !slices.Contains(t.Excluded, lease.Namespace) {
 		if err := t.Barrier.Wait(ctx, lease.Namespace, lease.Name, prev, want.Token); err != nil {
+			if errors.Is(err, ErrProbeRefusedElsewhere) && t.Recorder != nil {
+				t.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventBarrierBlocked, "Grant",
+					"granting token %d waits: the propagation barrier's dry-run ConfigMap in namespace %s was refused by something other than the fencing policy (a ResourceQuota on ConfigMaps, another admission policy or webhook?): %v",
+					want.Token, lease.Namespace, err)
+			}
 			return nil, err
 		}
 		// Counted from the barrier's end, not the table write: until each

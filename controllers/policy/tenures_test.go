@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -45,12 +46,13 @@ func (p *lateProber) Probe(_ context.Context, _ APIServer, _, _ string, token in
 // the table write would not wait at all.
 func TestGrantWaitsTheCommitLagAfterTheBarrier(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
 	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: TableName},
-		Data: map[string]string{"job": Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(table).Build()
+		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(installed, table).Build()
 
 	const lag = 200 * time.Millisecond
 	p := &lateProber{caughtUp: time.Now().Add(3 * lag), old: 5, new: 6}

@@ -331,7 +331,7 @@ func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
 	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
 		return err
 	}
-	cm.Data = map[string]string{lease: cm.Data[lease]}
+	cm.Data = map[string]string{lease: cm.Data[lease], policy.IncarnationKey: cm.Data[policy.IncarnationKey]}
 	return b.admin.Update(ctx, &cm)
 }
 

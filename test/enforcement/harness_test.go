@@ -62,6 +62,8 @@ type harness struct {
 	ns       atomic.Int32
 	// stopOperator stops the operator's manager (reconciler and webhooks).
 	stopOperator func()
+	// adminUser is the test's admin, a controller user of the operator.
+	adminUser string
 }
 
 func start(t *testing.T, mode string) *harness {
@@ -121,13 +123,32 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 		h.users[name] = h.user(t, name)
 	}
 
-	o := testenv.Operator(operatorNamespace, adminUser)
-	o.Enforcement = mode
+	h.adminUser = adminUser
+	h.runOperator(t, h.options())
 	if mode == operator.EnforcementPolicy {
+		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
+			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
+		})
+	}
+	return h
+}
+
+// options are the operator's options in the harness's mode.
+func (h *harness) options() operator.Options {
+	o := testenv.Operator(operatorNamespace, h.adminUser)
+	o.Enforcement = h.mode
+	if h.mode == operator.EnforcementPolicy {
 		o.RequiredKinds = requiredKinds
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, h.scheme))
+	return o
+}
+
+// runOperator starts an operator process (a manager: reconciler and
+// webhooks) with o; h.stopOperator stops it.
+func (h *harness) runOperator(t *testing.T, o operator.Options) {
+	t.Helper()
+	mgrCtx, stopMgr := context.WithCancel(h.ctx)
+	mgr, err := ctrl.NewManager(h.cfg, testenv.WebhookManagerOptions(h.env, h.scheme))
 	must(t, err)
 	must(t, operator.Setup(mgr, o))
 	done := make(chan struct{})
@@ -140,12 +161,6 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 	h.stopOperator = func() { stopMgr(); <-done }
 	t.Cleanup(h.stopOperator)
 	h.eventually(t, 20*time.Second, "the webhook server starts", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
-	if mode == operator.EnforcementPolicy {
-		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
-			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
-		})
-	}
-	return h
 }
 
 func zapLevel() zapcore.Level {

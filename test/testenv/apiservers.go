@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,19 +349,32 @@ func (p *APIServerProcess) Start(ctx context.Context, admin *rest.Config) error 
 	cmd := exec.Command(p.path, p.args...)
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
-	// If the test binary dies, the kernel kills the server too.
+	// If the test binary dies, the kernel kills the server too. Pdeathsig
+	// fires when the *thread* that forked the server exits, and the Go runtime
+	// ends a thread when a goroutine locked to it returns (as the history
+	// test's process waiters do): so the server is forked on a thread locked
+	// to the goroutine that waits for it, which lives exactly as long as the
+	// server. Forked from any thread, it was killed when a locked goroutine
+	// that later ran on that thread returned.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("starting the kube-apiserver at %s: %w", p.Host, err)
-	}
 	done := make(chan struct{})
-	p.pid, p.cmd, p.done, p.out = cmd.Process.Pid, cmd, done, out
-	p.mu.Unlock()
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("starting the kube-apiserver at %s: %w", p.Host, err)
+	}
+	p.pid, p.cmd, p.done, p.out = cmd.Process.Pid, cmd, done, out
+	p.mu.Unlock()
 	if err := p.waitReady(ctx, admin, done); err != nil {
 		_ = p.Kill()
 		return err

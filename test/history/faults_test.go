@@ -316,11 +316,11 @@ func (in *injector) plan(kind string) func() {
 		delay := in.between(500*time.Millisecond, 3*time.Second)
 		d := in.between(3*time.Second, 8*time.Second)
 		configMapsOnly := in.rnd.Intn(3) != 0
-		if !in.claim("apiserver/second") {
+		if !in.claim("apiserver/etcd") {
 			return nil
 		}
 		return func() {
-			defer in.release("apiserver/second")
+			defer in.release("apiserver/etcd")
 			scope := "every connection"
 			if configMapsOnly {
 				scope = "the ConfigMap storage's connection"
@@ -337,7 +337,9 @@ func (in *injector) plan(kind string) func() {
 			in.cluster.etcdProxy.Heal(false)
 		}
 	case faultAPIServerStop:
-		// Shorter than its master lease (15 s): the server stays listed.
+		// Shorter than its master lease (15 s): the server stays listed. It
+		// may fall during a lag (another target: in a short run every kind
+		// has its turn).
 		d := in.between(500*time.Millisecond, 4*time.Second)
 		if !in.claim("apiserver/second") {
 			return nil

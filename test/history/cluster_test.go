@@ -42,12 +42,21 @@ const (
 
 // cluster is etcd and kube-apiserver (envtest), with the kubefence operator
 // as a separate process (bin/manager built from cmd/), so that kill -9 and a
-// restart are real.
+// restart are real. In policy mode it is two kube-apiservers on one etcd
+// (testenv.StartTwo), the second reaching etcd through etcdProxy so that its
+// caches can be made to lag.
 type cluster struct {
-	env    *envtest.Environment
-	cfg    *rest.Config
-	scheme *runtime.Scheme
-	admin  client.Client
+	env *envtest.Environment
+	// two, etcdProxy and connect are policy mode's: the two kube-apiservers,
+	// the second's proxy to etcd (marking the ConfigMap storage's
+	// connection), and the operator's HTTPS_PROXY to the servers' advertised
+	// addresses, which its barrier probes.
+	two       *testenv.TwoAPIServers
+	etcdProxy *faultProxy
+	connect   *connectProxy
+	cfg       *rest.Config
+	scheme    *runtime.Scheme
+	admin     client.Client
 	// adminUser is the envtest admin's username: the operator runs as it and
 	// the FencedLease webhook trusts it as the controller.
 	adminUser       string
@@ -88,23 +97,51 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32, enforcement string) (*cluster, error) {
 	scheme := testenv.NewScheme()
 	var configErr error
-	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
+	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
 		env.ControlPlaneStartTimeout = 90 * time.Second
 		env.ControlPlaneStopTimeout = 30 * time.Second
 		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
 		if enforcement == operator.EnforcementPolicy {
 			configErr = testenv.PolicyModeWebhooks(root, env)
-			testenv.ListenOnEveryAddress(env)
 		}
-	}})
+	}}
+	var (
+		env       *envtest.Environment
+		cfg       *rest.Config
+		two       *testenv.TwoAPIServers
+		etcdProxy *faultProxy
+		err       error
+	)
+	if enforcement == operator.EnforcementPolicy {
+		two, err = testenv.StartTwo(in, testenv.SecondEtcdVia(func(etcd string) (string, error) {
+			p, err := newMarkingProxy(etcd, []byte(configMapsKey))
+			if err != nil {
+				return "", err
+			}
+			etcdProxy = p
+			return p.Addr(), nil
+		}))
+		if err == nil {
+			env, cfg = two.Env, two.Config
+		}
+	} else {
+		env, cfg, err = testenv.Start(in)
+	}
 	if err == nil && configErr != nil {
-		_ = env.Stop()
 		err = configErr
+		if two != nil {
+			_ = two.Stop()
+		} else {
+			_ = env.Stop()
+		}
 	}
 	if err != nil {
+		if etcdProxy != nil {
+			etcdProxy.Close()
+		}
 		return nil, err
 	}
-	c := &cluster{env: env, cfg: cfg, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
+	c := &cluster{env: env, cfg: cfg, two: two, etcdProxy: etcdProxy, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
 	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return c, err
 	}
@@ -138,6 +175,11 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 	if err := clientcmd.WriteToFile(*kc, c.operatorKubeconfig); err != nil {
 		return c, err
 	}
+	if two != nil {
+		if c.connect, err = newConnectProxy(two.Config.Dial, two.First.Host, two.Second.Host); err != nil {
+			return c, err
+		}
+	}
 	return c, c.setUp(ctx)
 }
 
@@ -168,8 +210,14 @@ func (c *cluster) startOperator(ctx context.Context) error {
 		"--health-probe-bind-address=0",
 		"--enforcement=" + c.enforcement,
 	}
+	env := []string{"KUBECONFIG=" + c.operatorKubeconfig}
+	if c.connect != nil {
+		// The barrier's probes go to the advertised addresses (never to a
+		// loopback address, which Go does not proxy) through the proxy.
+		env = append(env, "HTTPS_PROXY="+c.connect.URL(), "NO_PROXY=")
+	}
 	fmt.Fprintf(c.operatorLog, "=== history: starting operator (start %d) at %s\n", c.restarts+1, time.Now().Format(time.RFC3339Nano))
-	p, err := startProc("operator", c.managerBin, args, []string{"KUBECONFIG=" + c.operatorKubeconfig}, c.operatorLog, c.operatorLog)
+	p, err := startProc("operator", c.managerBin, args, env, c.operatorLog, c.operatorLog)
 	if err != nil {
 		return err
 	}
@@ -224,8 +272,13 @@ func (c *cluster) killOperator() {
 
 // stop stops the operator, then kube-apiserver and etcd.
 func (c *cluster) stop() error {
-	if c.operatorProxy != nil {
-		defer c.operatorProxy.Close()
+	for _, p := range []*faultProxy{c.operatorProxy, c.etcdProxy} {
+		if p != nil {
+			defer p.Close()
+		}
+	}
+	if c.connect != nil {
+		defer c.connect.Close()
 	}
 	c.mu.Lock()
 	p := c.operator
@@ -235,6 +288,9 @@ func (c *cluster) stop() error {
 	}
 	if c.operatorLog != nil {
 		_ = c.operatorLog.Close()
+	}
+	if c.two != nil {
+		return c.two.Stop()
 	}
 	return c.env.Stop()
 }
@@ -303,13 +359,22 @@ func (c *cluster) workerKubeconfig(name, proxyAddr, path string) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// apiServerAddr is host:port of kube-apiserver.
+// apiServerAddr is host:port of (the first) kube-apiserver.
 func (c *cluster) apiServerAddr() (string, error) {
 	u, err := url.Parse(c.cfg.Host)
 	if err != nil {
 		return "", err
 	}
 	return u.Host, nil
+}
+
+// apiServerAddrs are host:port of every kube-apiserver, the first first.
+func (c *cluster) apiServerAddrs() ([]string, error) {
+	if c.two != nil {
+		return []string{c.two.First.Bind, c.two.Second.Bind}, nil
+	}
+	addr, err := c.apiServerAddr()
+	return []string{addr}, err
 }
 
 // revoke is an operator's kubectl fence release (or, with handover, hand-over

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -27,6 +28,8 @@ const (
 	faultLoseResponses = "net-lose-answers"   // hold only the API server's answers, then heal
 	faultOperatorDelay = "operator-net-delay" // delay the operator's traffic: its lease reads (webhook) and writes (controller)
 	faultRevoke        = "revoke"             // an operator revokes a held lease (kubectl fence release / handover), writes in flight
+	faultAPIServerLag  = "apiserver-lag"      // delay what etcd sends the second kube-apiserver: its caches (the policy's parameters) lag
+	faultAPIServerStop = "apiserver-pause"    // SIGSTOP the second kube-apiserver, then SIGCONT: what queued runs on a stale cache
 	faultHealReset     = "reset"              // heal by resetting the connections
 	faultHealLate      = "late"               // heal by delivering what was held
 )
@@ -34,11 +37,25 @@ const (
 var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,
 	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke}
 
+// twoServerFaults are the faults of a control plane of two kube-apiservers
+// (policy mode's): they act on the second.
+var twoServerFaults = []string{faultAPIServerLag, faultAPIServerStop}
+
+// kindsFor are the fault kinds of a cluster.
+func kindsFor(c *cluster) []string {
+	kinds := slices.Clone(faultKinds)
+	if c.two != nil {
+		kinds = append(kinds, twoServerFaults...)
+	}
+	return kinds
+}
+
 // injector injects faults at random (seeded) until stopped: a new fault
 // every gap, on a target not already under a fault. The first faults go
 // through every kind in a shuffled order, round after round, so that even a
 // short run has each kind.
 type injector struct {
+	kinds   []string // kindsFor the cluster
 	rnd     *rand.Rand
 	cluster *cluster
 	workers *workerSet
@@ -134,7 +151,7 @@ func (in *injector) Counts() map[string]int {
 
 func (in *injector) nextKind() string {
 	if len(in.round) == 0 {
-		in.round = append([]string(nil), faultKinds...)
+		in.round = slices.Clone(in.kinds)
 		in.rnd.Shuffle(len(in.round), func(i, j int) { in.round[i], in.round[j] = in.round[j], in.round[i] })
 	}
 	k := in.round[0]
@@ -168,7 +185,7 @@ func (in *injector) run(ctx context.Context) {
 				}()
 				break
 			}
-			kind = faultKinds[in.rnd.Intn(len(faultKinds))] // its target was busy: something else
+			kind = in.kinds[in.rnd.Intn(len(in.kinds))] // its target was busy: something else
 		}
 	}
 }
@@ -286,6 +303,56 @@ func (in *injector) plan(kind string) func() {
 				in.logf("%s: %s has no holder to revoke", kind, lease)
 			default:
 				in.logf("%s: revoked %s's tenure of %s (hand-over to the next waiting: %v)", kind, holder, lease, handover)
+			}
+		}
+	case faultAPIServerLag:
+		// What etcd sends the second server arrives D late, in order; its
+		// requests to etcd are not delayed, so what it admits commits at
+		// once (the commit lag C is not what this fault breaks). Mostly on
+		// the ConfigMap storage's connection only: that resource's watch
+		// cache, and so the policy's parameters, fall behind while the
+		// server serves everything else at full speed; else on every
+		// connection (each of its reads waits D too).
+		delay := in.between(500*time.Millisecond, 3*time.Second)
+		d := in.between(3*time.Second, 8*time.Second)
+		configMapsOnly := in.rnd.Intn(3) != 0
+		if !in.claim("apiserver/etcd") {
+			return nil
+		}
+		return func() {
+			defer in.release("apiserver/etcd")
+			scope := "every connection"
+			if configMapsOnly {
+				scope = "the ConfigMap storage's connection"
+			}
+			marked := in.cluster.etcdProxy.Marked()
+			if configMapsOnly && marked == 0 {
+				in.fail(fmt.Errorf("no connection of the second kube-apiserver to etcd has carried %s: the lag would delay nothing", configMapsKey))
+				return
+			}
+			in.logf("%s: delay what etcd sends the second kube-apiserver by %v for %v, on %s (%d of its connections marked so far)",
+				kind, delay.Round(time.Millisecond), d.Round(time.Millisecond), scope, marked)
+			in.cluster.etcdProxy.SetDownDelay(delay, configMapsOnly)
+			time.Sleep(d)
+			in.cluster.etcdProxy.Heal(false)
+		}
+	case faultAPIServerStop:
+		// Shorter than its master lease (15 s): the server stays listed. It
+		// may fall during a lag (another target: in a short run every kind
+		// has its turn).
+		d := in.between(500*time.Millisecond, 4*time.Second)
+		if !in.claim("apiserver/second") {
+			return nil
+		}
+		return func() {
+			defer in.release("apiserver/second")
+			in.logf("%s: SIGSTOP the second kube-apiserver for %v", kind, d.Round(time.Millisecond))
+			if err := in.cluster.two.Second.Pause(); err != nil {
+				in.fail(err)
+			}
+			time.Sleep(d)
+			if err := in.cluster.two.Second.Resume(); err != nil {
+				in.fail(err)
 			}
 		}
 	case faultNetPartition, faultLoseResponses:

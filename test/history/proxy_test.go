@@ -15,26 +15,45 @@ import (
 // reset every connection. Held bytes are delivered when the partition heals,
 // unless the connections are reset: a request held past its client's timeout
 // may still reach the API server, late, which is what a lossy network does.
+//
+// Between a kube-apiserver and etcd it can also delay only what etcd sends
+// (SetDownDelay), and only on the connections whose requests name a key
+// prefix: kube-apiserver keeps one etcd client, so one connection, per
+// resource, and a delay there makes that resource's watch cache, and every
+// informer fed from it, lag while the server goes on serving.
 type faultProxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	delay   time.Duration
-	holdUp  bool          // client to server held
-	holdDn  bool          // server to client held
-	healed  chan struct{} // closed when a hold is lifted
-	conns   map[net.Conn]struct{}
-	closed  bool
-	counter struct{ conns, resets int }
+	mu    sync.Mutex
+	delay time.Duration
+	// mark is set before the first connection (newMarkingProxy): a
+	// connection whose bytes to the target contain it is marked.
+	mark []byte
+	// downDelay delays bytes from the target, on the marked connections only
+	// if downMarkedOnly.
+	downDelay      time.Duration
+	downMarkedOnly bool
+	holdUp         bool          // client to server held
+	holdDn         bool          // server to client held
+	healed         chan struct{} // closed when a hold is lifted
+	conns          map[net.Conn]struct{}
+	closed         bool
+	counter        struct{ conns, resets, marked int }
 }
 
 func newFaultProxy(target string) (*faultProxy, error) {
+	return newMarkingProxy(target, nil)
+}
+
+// newMarkingProxy is a faultProxy that marks the connections whose bytes to
+// the target contain mark, so that SetDownDelay can delay those only.
+func newMarkingProxy(target string, mark []byte) (*faultProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &faultProxy{ln: ln, target: target, healed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &faultProxy{ln: ln, target: target, mark: mark, healed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	go p.serve()
 	return p, nil
 }
@@ -56,8 +75,9 @@ func (p *faultProxy) serve() {
 		if !p.track(c, s) {
 			return
 		}
-		go p.pipe(c, s, true)
-		go p.pipe(s, c, false)
+		m := &marker{}
+		go p.pipe(c, s, true, m)
+		go p.pipe(s, c, false, m)
 	}
 }
 
@@ -82,9 +102,47 @@ type chunk struct {
 	at   time.Time
 }
 
+// marker tells whether one connection's bytes to the target have contained
+// the proxy's mark, across reads.
+type marker struct {
+	mu     sync.Mutex
+	marked bool
+	tail   []byte // the last bytes read, for a mark split across reads
+}
+
+// observe scans b, the connection's next bytes to the target, for mark, and
+// tells whether that marked the connection.
+func (m *marker) observe(b, mark []byte) bool {
+	if len(mark) == 0 {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.marked {
+		return false
+	}
+	buf := append(m.tail, b...)
+	if bytes.Contains(buf, mark) {
+		m.marked, m.tail = true, nil
+		return true
+	}
+	if keep := len(mark) - 1; len(buf) > keep {
+		buf = buf[len(buf)-keep:]
+	}
+	m.tail = append([]byte(nil), buf...)
+	return false
+}
+
+func (m *marker) isMarked() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.marked
+}
+
 // pipe copies src to dst: a reader queues chunks with their arrival time, a
-// writer delivers each after the delay in force, and not while held.
-func (p *faultProxy) pipe(src, dst net.Conn, up bool) {
+// writer delivers each after the delay in force, and not while held. m is the
+// connection's marker: the reader of bytes going up feeds it.
+func (p *faultProxy) pipe(src, dst net.Conn, up bool, m *marker) {
 	queue := make(chan chunk, 256)
 	go func() {
 		defer close(queue)
@@ -92,6 +150,11 @@ func (p *faultProxy) pipe(src, dst net.Conn, up bool) {
 			buf := make([]byte, 32*1024)
 			n, err := src.Read(buf)
 			if n > 0 {
+				if up && m.observe(buf[:n], p.mark) {
+					p.mu.Lock()
+					p.counter.marked++
+					p.mu.Unlock()
+				}
 				queue <- chunk{data: buf[:n], at: time.Now()}
 			}
 			if err != nil {
@@ -115,7 +178,11 @@ func (p *faultProxy) pipe(src, dst net.Conn, up bool) {
 		for {
 			p.mu.Lock()
 			delay, held, healed := p.delay, (up && p.holdUp) || (!up && p.holdDn), p.healed
+			downDelay, markedOnly := p.downDelay, p.downMarkedOnly
 			p.mu.Unlock()
+			if !up && downDelay > delay && (!markedOnly || m.isMarked()) {
+				delay = downDelay
+			}
 			if held {
 				<-healed
 				continue
@@ -139,6 +206,22 @@ func (p *faultProxy) SetDelay(d time.Duration) {
 	p.delay = d
 }
 
+// SetDownDelay delays every byte from the target by d, keeping their order:
+// with markedOnly on the marked connections only (newMarkingProxy), else on
+// all. Heal ends it.
+func (p *faultProxy) SetDownDelay(d time.Duration, markedOnly bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.downDelay, p.downMarkedOnly = d, markedOnly
+}
+
+// Marked is the number of connections marked so far.
+func (p *faultProxy) Marked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counter.marked
+}
+
 // Hold holds bytes going up (to the API server) and/or down (to the worker).
 func (p *faultProxy) Hold(up, down bool) {
 	p.mu.Lock()
@@ -154,7 +237,7 @@ func (p *faultProxy) Heal(reset bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.delay, p.holdUp, p.holdDn = 0, false, false
+	p.delay, p.downDelay, p.holdUp, p.holdDn = 0, 0, false, false
 	close(p.healed)
 	p.healed = make(chan struct{})
 }
@@ -247,5 +330,49 @@ func TestFaultProxy(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
 	if _, err := c.Read(buf); err == nil {
 		t.Fatal("the connection survived a reset")
+	}
+
+	// A down delay on marked connections only: one whose bytes up carried the
+	// mark (split across two writes) is delayed one way, another is not.
+	mp, err := newMarkingProxy(echo.Addr().String(), []byte("/registry/configmaps/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	marked, err := net.Dial("tcp", mp.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marked.Close()
+	plain, err := net.Dial("tcp", mp.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	c = marked
+	for _, part := range []string{"watch /registry/config", "maps/history"} {
+		if _, err := roundTrip(part, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := mp.Marked(); n != 1 {
+		t.Fatalf("%d connections marked, want 1", n)
+	}
+	mp.SetDownDelay(300*time.Millisecond, true)
+	if d, err := roundTrip("lagging", 2*time.Second); err != nil || d < 300*time.Millisecond || d > 550*time.Millisecond {
+		t.Fatalf("marked connection under a 300ms down delay: %v, %v", d, err)
+	}
+	c = plain
+	if d, err := roundTrip("/registry/widgets/", time.Second); err != nil || d > 200*time.Millisecond {
+		t.Fatalf("unmarked connection under a down delay of the marked ones: %v, %v", d, err)
+	}
+	mp.SetDownDelay(300*time.Millisecond, false)
+	if d, err := roundTrip("every", 2*time.Second); err != nil || d < 300*time.Millisecond {
+		t.Fatalf("unmarked connection under a down delay of every connection: %v, %v", d, err)
+	}
+	mp.Heal(false)
+	c = marked
+	if d, err := roundTrip("healed", time.Second); err != nil || d > 200*time.Millisecond {
+		t.Fatalf("marked connection after healing: %v, %v", d, err)
 	}
 }

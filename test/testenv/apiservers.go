@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,12 +120,30 @@ func (t *tail) String() string {
 	return string(t.buf)
 }
 
+// TwoOption changes how StartTwo starts the second kube-apiserver.
+type TwoOption func(*twoOptions)
+
+type twoOptions struct {
+	secondEtcd func(etcd string) (string, error)
+}
+
+// SecondEtcdVia makes the second kube-apiserver reach etcd at the address
+// (host:port) via returns for etcd's own, for instance a proxy's that can
+// delay what etcd sends it, so that its caches fall behind the first's.
+func SecondEtcdVia(via func(etcd string) (string, error)) TwoOption {
+	return func(o *twoOptions) { o.secondEtcd = via }
+}
+
 // StartTwo starts the control plane of in (as Start does) with its
 // kube-apiserver on FirstAPIServerIP advertising FirstAdvertisedIP, then a
 // second kube-apiserver on SecondAPIServerIP advertising SecondAdvertisedIP,
 // and waits until both serve and both are listed in the endpoints of the
 // kubernetes Service.
-func StartTwo(in Input) (*TwoAPIServers, error) {
+func StartTwo(in Input, opts ...TwoOption) (*TwoAPIServers, error) {
+	var o twoOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -145,7 +165,7 @@ func StartTwo(in Input) (*TwoAPIServers, error) {
 		return nil, err
 	}
 	two := &TwoAPIServers{Env: env, Config: cfg}
-	if err := two.startSecond(); err != nil {
+	if err := two.startSecond(o); err != nil {
 		_ = two.Stop()
 		return nil, err
 	}
@@ -170,7 +190,7 @@ func freePort() (string, error) {
 	return "", fmt.Errorf("no port free on both %s and %s after 10 tries", FirstAPIServerIP, SecondAPIServerIP)
 }
 
-func (two *TwoAPIServers) startSecond() error {
+func (two *TwoAPIServers) startSecond(o twoOptions) error {
 	api := two.Env.ControlPlane.APIServer
 	if api.SecureServing.Address != FirstAPIServerIP {
 		return fmt.Errorf("envtest's kube-apiserver listens on %s, not on %s", api.SecureServing.Address, FirstAPIServerIP)
@@ -191,6 +211,11 @@ func (two *TwoAPIServers) startSecond() error {
 		return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=")
 	})
 	second = append(second, "--bind-address="+SecondAPIServerIP, "--advertise-address="+SecondAdvertisedIP)
+	if o.secondEtcd != nil {
+		if second, err = viaEtcd(second, o.secondEtcd); err != nil {
+			return err
+		}
+	}
 	two.Second = &APIServerProcess{
 		Host: net.JoinHostPort(SecondAdvertisedIP, port), Bind: net.JoinHostPort(SecondAPIServerIP, port),
 		owned: true, path: api.Path, args: second,
@@ -202,6 +227,28 @@ func (two *TwoAPIServers) startSecond() error {
 		return err
 	}
 	return two.WaitListed(ctx, two.First.Host, two.Second.Host)
+}
+
+// viaEtcd replaces the etcd address of --etcd-servers=http://<host:port> in
+// args with the one via returns for it.
+func viaEtcd(args []string, via func(etcd string) (string, error)) ([]string, error) {
+	const flag = "--etcd-servers="
+	i := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, flag) })
+	if i < 0 {
+		return nil, fmt.Errorf("envtest's kube-apiserver has no %s flag", strings.TrimSuffix(flag, "="))
+	}
+	u, err := url.Parse(strings.TrimPrefix(args[i], flag))
+	if err != nil || u.Host == "" || strings.Contains(args[i], ",") {
+		return nil, fmt.Errorf("envtest's kube-apiserver has %s: expected one etcd URL", args[i])
+	}
+	host, err := via(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("the second kube-apiserver's way to etcd: %w", err)
+	}
+	u.Host = host
+	args = slices.Clone(args)
+	args[i] = flag + u.String()
+	return args, nil
 }
 
 // dial dials the advertised address of either server at its bound address,
@@ -302,19 +349,32 @@ func (p *APIServerProcess) Start(ctx context.Context, admin *rest.Config) error 
 	cmd := exec.Command(p.path, p.args...)
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
-	// If the test binary dies, the kernel kills the server too.
+	// If the test binary dies, the kernel kills the server too. Pdeathsig
+	// fires when the *thread* that forked the server exits, and the Go runtime
+	// ends a thread when a goroutine locked to it returns (as the history
+	// test's process waiters do): so the server is forked on a thread locked
+	// to the goroutine that waits for it, which lives exactly as long as the
+	// server. Forked from any thread, it was killed when a locked goroutine
+	// that later ran on that thread returned.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("starting the kube-apiserver at %s: %w", p.Host, err)
-	}
 	done := make(chan struct{})
-	p.pid, p.cmd, p.done, p.out = cmd.Process.Pid, cmd, done, out
-	p.mu.Unlock()
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("starting the kube-apiserver at %s: %w", p.Host, err)
+	}
+	p.pid, p.cmd, p.done, p.out = cmd.Process.Pid, cmd, done, out
+	p.mu.Unlock()
 	if err := p.waitReady(ctx, admin, done); err != nil {
 		_ = p.Kill()
 		return err

@@ -26,8 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
@@ -67,7 +65,7 @@ func run(m *testing.M) int {
 	if os.Getenv("FAULTS_LOG") != "" {
 		logOut = os.Stderr
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	testenv.Log(logOut)
 	var cancel context.CancelFunc
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	defer cancel()
@@ -119,10 +117,10 @@ func setup() error {
 		return err
 	}
 	k8sClient = cluster.Admin
-	if err := grantClientRole(); err != nil {
-		return err
-	}
-	if users, userConfigs, err = cluster.Users(clientsGroup, "alice", "bob", "carol"); err != nil {
+	// clientsGroup gets what config/rbac's editor role gives a lease client:
+	// read and update FencedLeases, nothing on status; and full rights on
+	// Widgets, so that only fencing refuses.
+	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", clientsGroup, testenv.ClientRules, "alice", "bob", "carol"); err != nil {
 		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that
@@ -145,13 +143,6 @@ func teardown() {
 			_ = os.RemoveAll(d)
 		}
 	}
-}
-
-// grantClientRole gives clientsGroup what config/rbac's editor role gives a
-// lease client: read and update FencedLeases, nothing on status; and full
-// rights on Widgets, so that only fencing refuses.
-func grantClientRole() error {
-	return testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", clientsGroup, testenv.ClientRules...)
 }
 
 // kill cancels the manager's context, without releasing its leader-election

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ type Cluster struct {
 	Scheme    *runtime.Scheme
 	Admin     client.WithWatch
 	AdminUser string
+
+	mu       sync.Mutex
+	managers []*Manager // started by ServeOperator and Start, stopped by Stop
 }
 
 // StartCluster starts the control plane of in (Start), builds the admin's
@@ -112,12 +116,41 @@ func (c *Cluster) ServeOperator(ctx context.Context, o operator.Options, configu
 	if err := operator.Setup(mgr, o); err != nil {
 		return nil, err
 	}
-	m := StartManager(ctx, mgr)
+	m := c.Start(ctx, mgr)
 	if err := WaitForWebhookServer(mgr, 30*time.Second); err != nil {
 		m.cancel()
 		return nil, errors.Join(err, m.Err())
 	}
 	return m, nil
+}
+
+// Start starts mgr until ctx ends (StartManager); Stop stops it.
+func (c *Cluster) Start(ctx context.Context, mgr ctrl.Manager) *Manager {
+	m := StartManager(ctx, mgr)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.managers = append(c.managers, m)
+	return m
+}
+
+// Stop stops the managers ServeOperator and Start started, each within 30 s,
+// then the control plane; it returns what went wrong: a manager that did not
+// stop or whose Start returned an error, a control plane that did not stop.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	managers := c.managers
+	c.managers = nil
+	c.mu.Unlock()
+	var errs []error
+	for _, m := range managers {
+		if err := m.Stop(30 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("manager: %w", err))
+		}
+	}
+	if err := c.Env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // Manager is a controller-runtime manager running in a goroutine of its own

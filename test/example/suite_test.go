@@ -17,6 +17,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const (
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestExample(t *testing.T) {
-	testenv.RunSpecs(t, "Fenced controller example (real kube-apiserver + etcd)", 0)
+	specs.Run(t, "Fenced controller example (real kube-apiserver + etcd)", 0)
 }
 
 // setup gives clientsGroup what a fenced controller needs: FencedLease

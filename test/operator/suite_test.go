@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 // The controller works in real time on a real API server; on a loaded CI
 // machine a reconcile can take longer than Gomega's default second.
 func TestControllers(t *testing.T) {
-	testenv.RunSpecs(t, "FencedLease controller suite (real kube-apiserver + etcd)", 10*time.Second)
+	specs.Run(t, "FencedLease controller suite (real kube-apiserver + etcd)", 10*time.Second)
 }
 
 // setup gives group kubefence:clients what config/rbac's editor role gives a

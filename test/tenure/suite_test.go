@@ -31,6 +31,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 
 func TestTenure(t *testing.T) {
 	defer freeze.set(false) // the webhook manager's watch must end with the suite
-	testenv.RunSpecs(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)", 15*time.Second)
+	specs.Run(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)", 15*time.Second)
 }
 
 // setup gives group kubefence:clients what fencedlease-candidate-role gives

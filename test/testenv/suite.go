@@ -3,11 +3,7 @@ package testenv
 import (
 	"context"
 	"io"
-	"testing"
-	"time"
 
-	"github.com/onsi/ginkgo/v2"
-	"github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,21 +15,6 @@ import (
 // in development mode, as the suites log; io.Discard silences it.
 func Log(w io.Writer) {
 	logf.SetLogger(zap.New(zap.WriteTo(w), zap.UseDevMode(true)))
-}
-
-// RunSpecs is the entry point of a Ginkgo suite whose control plane TestMain
-// started (RunCluster): it skips under -short (SkipIfShort), registers
-// Gomega's fail handler, sets Eventually's default timeout to eventually
-// (polling every 20 ms) unless it is zero, and runs the specs.
-func RunSpecs(t *testing.T, description string, eventually time.Duration) {
-	t.Helper()
-	SkipIfShort(t)
-	gomega.RegisterFailHandler(ginkgo.Fail)
-	if eventually > 0 {
-		gomega.SetDefaultEventuallyTimeout(eventually)
-		gomega.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	}
-	ginkgo.RunSpecs(t, description)
 }
 
 // Clients are a suite's lease clients: users of group, granted rules by the

@@ -11,10 +11,14 @@
 // options) rather than asserting anything, so that a caller can change
 // fields before use and report errors its own way.
 //
-// A suite's set-up is StartCluster (or RunCluster for a TestMain): the
-// control plane, the admin's client and username, the operator's namespace;
-// then Cluster.Users, Cluster.ServeOperator (a Manager running the operator
-// or its webhooks), Cluster.Namespace per test (cluster.go).
+// A suite's set-up is RunCluster in its TestMain (StartCluster elsewhere):
+// the control plane, the admin's client and username, the operator's
+// namespace; then Log, Cluster.Clients (a group of lease clients and their
+// role) or Cluster.Users, Cluster.ServeOperator and Cluster.Start (Managers
+// running the operator or its webhooks, stopped and checked by Cluster.Stop
+// when the suite ends), Cluster.Namespace per test (cluster.go, suite.go). A
+// Ginkgo suite's TestX calls specs.Run (test/testenv/specs), which keeps
+// Ginkgo out of the programs that import testenv.
 //
 // It also holds the helpers the suites share: NewScheme, StartManager and
 // Serve (cluster.go), GrantClusterRole and the client rules (rbac.go),

@@ -2,7 +2,6 @@ package example_test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -92,32 +91,17 @@ func queued(ns, name string) []string {
 }
 
 // pauser stalls every write (any method but GET) of the clients whose
-// transport it wraps, as a stalled process or network path would. A stalled
-// request is sent once resumed, unless its context ends first.
+// transport it wraps, as a stalled process or network path would
+// (testenv.Gate.StallWrites).
 type pauser struct{ gate testenv.Gate }
 
 func (p *pauser) pause()  { p.gate.Close() }
 func (p *pauser) resume() { p.gate.Open() }
 
-func (p *pauser) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet {
-			if err := p.gate.Wait(req.Context()); err != nil {
-				return nil, err
-			}
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
 // pausableConfig returns user's rest config with writes going through p.
 func pausableConfig(user string, p *pauser) *rest.Config {
 	c := rest.CopyConfig(users[user])
-	c.Wrap(p.wrap)
+	c.Wrap(p.gate.StallWrites)
 	return c
 }
 

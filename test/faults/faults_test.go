@@ -32,25 +32,15 @@ import (
 // granted after the controller's expiry; a write the holder had in flight
 // lands after the takeover and is refused.
 func TestFault1HolderPausedPastExpiry(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	startController(t, controllerOptions{})
+	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
-	newLease(g, ns, "job", 2)
-	mon := startMonitor(t, ns)
-
 	j := &testenv.Journal{}
-	paused := &gate{}
+	paused := &testenv.Gate{}
 	aliceCl := gatedClient(t, "alice", paused)
-	startElector(t, aliceCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
-	g.Expect(createWidget(aliceCl, ns, "w", "job", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-	waitQueued(g, ns, "job", "bob")
-	t.Cleanup(paused.open)
+	_, tokA := holdWithBobQueued(t, g, ns, "job", aliceCl, aliceCl, j)
+	t.Cleanup(paused.Open)
 
-	paused.close()
+	paused.Close()
 	pausedAt := time.Now()
 	// A write alice prepared with her token just as she stalled.
 	late := make(chan error, 1)
@@ -60,17 +50,11 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 		late <- writeWidget(ctx, aliceCl, ns, "w", "job", tokA, "alice-late")
 	}()
 
-	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.Snapshot()
-	g.Expect(gs[1].Identity).To(Equal("bob"))
-	t.Logf("takeover %v after the pause (bound %v)", gs[1].Start.Sub(pausedAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].Start.Sub(pausedAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	expectIncreasing(g, j)
+	gs := bobGranted(t, g, j, "the pause", pausedAt, recoveryBound(l, 1500*time.Millisecond), "takeover slower than L + allowance + slack")
 	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 
-	paused.open()
+	paused.Open()
 	var lateErr error
 	g.Eventually(late, 15*time.Second).Should(Receive(&lateErr))
 	expectStale(g, lateErr, "alice's write stalled through the takeover")
@@ -131,24 +115,14 @@ func (w *writer) halt() []writeAttempt {
 // stops it locally at the deadline; a holder that ignores its deadline and
 // keeps writing with its old token is refused from the takeover on.
 func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	startController(t, controllerOptions{})
+	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
-	newLease(g, ns, "job", 2)
-	mon := startMonitor(t, ns)
-
 	j := &testenv.Journal{}
-	partition := &gate{}
+	partition := &testenv.Gate{}
 	leaseCl := gatedClient(t, "alice", partition) // lease traffic: will be cut
 	writeCl := users["alice"]                     // the guarded resource's path: stays up
-	a := startElector(t, leaseCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
-	g.Expect(createWidget(writeCl, ns, "w", "job", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-	waitQueued(g, ns, "job", "bob")
-	t.Cleanup(partition.open)
+	a, tokA := holdWithBobQueued(t, g, ns, "job", leaseCl, writeCl, j)
+	t.Cleanup(partition.Open)
 
 	// An honest writer stamps the elector's token (and sends nothing once the
 	// helper says it no longer leads); a stubborn one keeps its old token.
@@ -161,15 +135,9 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 
-	partition.close()
+	partition.Close()
 	cutAt := time.Now()
-	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.Snapshot()
-	g.Expect(gs[1].Identity).To(Equal("bob"))
-	t.Logf("takeover %v after the partition (bound %v)", gs[1].Start.Sub(cutAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].Start.Sub(cutAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	expectIncreasing(g, j)
+	gs := bobGranted(t, g, j, "the partition", cutAt, recoveryBound(l, 1500*time.Millisecond), "takeover slower than L + allowance + slack")
 	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 	time.Sleep(500 * time.Millisecond)
@@ -202,7 +170,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	g.Expect(tok).To(Equal(tokB))
 
 	// The partition heals: alice's helper learns it lost and queues again.
-	partition.open()
+	partition.Open()
 	g.Eventually(func() []string { return queued(ns, "job") }, 10*time.Second, 50*time.Millisecond).Should(ContainElement("alice"))
 	h, tok := holderOf(ns, "job")
 	g.Expect(h).To(Equal("bob"))
@@ -248,7 +216,7 @@ func newCrashingTransport(ns, name string, point crashPoint) *crashingTransport 
 }
 
 func (c *crashingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if c.dead.Load() {
 			return nil, errInjected
 		}
@@ -398,18 +366,13 @@ func TestFault4OperatorFailover(t *testing.T) {
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
 			j := &testenv.Journal{}
-			silent := &gate{}
-			a := startElector(t, gatedClient(t, "alice", silent), "alice", ns, "job", "alice", j)
-			t.Cleanup(silent.open)
-			g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-			tokA := j.Snapshot()[0].Token
-			g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
-			startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-			waitQueued(g, ns, "job", "bob")
+			silent := &testenv.Gate{}
+			a, tokA := holdWithBobQueued(t, g, ns, "job", gatedClient(t, "alice", silent), users["alice"], j)
+			t.Cleanup(silent.Open)
 
 			var bound time.Duration
 			if tc.takeover {
-				silent.close() // alice stops renewing ...
+				silent.Close() // alice stops renewing ...
 			}
 			kill(t, leader) // ... and the operator's leader dies with it
 			killedAt := time.Now()
@@ -422,12 +385,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 				bound = leLeaseDuration + leRetryPeriod + 2*time.Second
 			}
 			g.Eventually(standby.Elected(), leLeaseDuration+leRetryPeriod+3*time.Second).Should(BeClosed(), "the standby was never elected")
-			g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-			gs := j.Snapshot()
-			g.Expect(gs[1].Identity).To(Equal("bob"))
-			t.Logf("bob granted %v after the leader died (bound %v)", gs[1].Start.Sub(killedAt).Round(time.Millisecond), bound)
-			g.Expect(gs[1].Start.Sub(killedAt)).To(BeNumerically("<=", bound), "fail-over slower than the leader-election lease + L + allowance + slack")
-			expectIncreasing(g, j)
+			gs := bobGranted(t, g, j, "the leader died", killedAt, bound, "fail-over slower than the leader-election lease + L + allowance + slack")
 			lease := getLease(g, ns, "job")
 			g.Expect(lease.Status.HolderIdentity).To(Equal("bob"))
 			if tc.takeover {
@@ -475,8 +433,8 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	leases := []string{"dead", "either", "long"}
 	journals := map[string]*testenv.Journal{}
 	tokens := map[string]int64{}
-	stall := &gate{}
-	t.Cleanup(stall.open)
+	stall := &testenv.Gate{}
+	t.Cleanup(stall.Open)
 	for _, name := range leases {
 		newLease(g, ns, name, map[bool]int32{true: 30, false: 2}[name == "long"])
 		journals[name] = &testenv.Journal{}
@@ -498,7 +456,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	seqLong := holderRenewSequence(getLease(g, ns, "long"))
 
 	stoppedAt := time.Now()
-	stall.close()
+	stall.Close()
 	g.Expect(stop()).To(Succeed(), "stopping %s", what)
 	stopTook := time.Since(stoppedAt)
 	time.Sleep(time.Until(stoppedAt.Add(3 * time.Second)))
@@ -635,13 +593,8 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	mon := startMonitor(t, ns)
 
 	j := &testenv.Journal{}
-	startElector(t, users["alice"], "alice", ns, "phoenix", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
+	_, tokA := holdWithBobQueued(t, g, ns, "phoenix", users["alice"], users["alice"], j)
 	g.Expect(tokA).To(BeNumerically(">", 10))
-	g.Expect(createWidget(users["alice"], ns, "w", "phoenix", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "phoenix", "bob", j)
-	waitQueued(g, ns, "phoenix", "bob")
 	highest := getLease(g, ns, "phoenix").Status.FencingToken
 
 	g.Expect(k8sClient.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
@@ -793,7 +746,7 @@ type delayingTransport struct {
 }
 
 func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if d.armed.Load() && req.Method == http.MethodPut && req.URL.Path == d.statusPath && d.fired.CompareAndSwap(false, true) {
 			time.Sleep(d.delay)
 			d.sentAt <- time.Now()
@@ -805,7 +758,7 @@ func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
 // slowWrites delays every write a client sends: a slower network path.
 func slowWrites(d time.Duration) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method != http.MethodGet {
 				time.Sleep(d)
 			}

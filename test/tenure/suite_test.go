@@ -138,7 +138,7 @@ func (f *watchFreezer) gate() <-chan struct{} {
 }
 
 func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err == nil && req.URL.Query().Get("watch") == "true" && strings.Contains(req.URL.Path, "/fencedleases") {
 			resp.Body = &frozenBody{ReadCloser: resp.Body, f: f}
@@ -146,10 +146,6 @@ func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
 		return resp, err
 	})
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type frozenBody struct {
 	io.ReadCloser

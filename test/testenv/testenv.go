@@ -22,7 +22,9 @@
 //
 // It also holds the helpers the suites share: NewScheme, StartManager and
 // Serve (cluster.go), GrantClusterRole and the client rules (rbac.go),
-// UserClient and Kubeconfig (users.go), Gate (gate.go), WidgetGVK, Widget,
+// UserClient and Kubeconfig (users.go), Gate and its fault transports
+// (gate.go, transport.go), Journal (journal.go), Record (record.go), Proc, a
+// child process that dies with the test (proc.go), WidgetGVK, Widget,
 // GuardedWidget and FixedToken (kinds.go), ModuleRoot (root.go),
 // WaitForWebhookServer.
 //

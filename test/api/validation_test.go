@@ -72,21 +72,7 @@ var _ = Describe("FencedLease schema validation on create", func() {
 		Entry("requests: holderIdentity 129 characters",
 			map[string]any{"requests": []any{request(strings.Repeat("a", 129), "alice", 0)}},
 			"spec.requests[0].holderIdentity", "may not be more than 128"),
-		Entry("requests: holderIdentity with uppercase",
-			map[string]any{"requests": []any{request("Worker-A", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity with a space",
-			map[string]any{"requests": []any{request("worker a", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity starting with '-'",
-			map[string]any{"requests": []any{request("-worker", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity ending with '.'",
-			map[string]any{"requests": []any{request("worker.", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity with '/'",
-			map[string]any{"requests": []any{request("jobs/worker", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
+		badHolderIdentities(),
 		Entry("requests: user empty",
 			map[string]any{"requests": []any{request("worker-a", "", 0)}},
 			"spec.requests[0].user", "should be at least 1 chars long"),
@@ -110,6 +96,24 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			"spec.requests[1]", "Duplicate value"),
 	)
 })
+
+// badHolderIdentities are one entry per way a request's holderIdentity can
+// fail the DNS-subdomain pattern.
+func badHolderIdentities() []TableEntry {
+	var entries []TableEntry
+	for _, c := range []struct{ how, id string }{
+		{"with uppercase", "Worker-A"},
+		{"with a space", "worker a"},
+		{"starting with '-'", "-worker"},
+		{"ending with '.'", "worker."},
+		{"with '/'", "jobs/worker"},
+	} {
+		entries = append(entries, Entry("requests: holderIdentity "+c.how,
+			map[string]any{"requests": []any{request(c.id, "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern))
+	}
+	return entries
+}
 
 // manyRequests returns n valid, distinct requests.
 func manyRequests(n int) []any {

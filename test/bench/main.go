@@ -42,14 +42,11 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -374,12 +371,7 @@ func stopManager(what string, cancel context.CancelFunc, done <-chan struct{}) {
 func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:                 b.scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}

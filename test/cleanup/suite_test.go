@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -126,15 +125,12 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctrlMgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: cluster.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	ctrlMgr, err := c.StartController(ctx, operatorNamespace, nil)
 	if err != nil {
 		return err
 	}
-	if err := testenv.SetupReconciler(ctrlMgr, operatorNamespace); err != nil {
-		return err
-	}
 	exitOnError("webhook manager", whMgr)
-	exitOnError("controller manager", c.Start(ctx, ctrlMgr))
+	exitOnError("controller manager", ctrlMgr)
 	return nil
 }
 

@@ -20,11 +20,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
 	"github.com/kubefence/kubefence/test/testenv/specs"
@@ -76,19 +74,12 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 // FencedLease reconciler), which tests stop and start; with leaderElection it
 // competes for the manager lease like the deployed operator's replicas do.
 func startController(leaderElection bool) *controllerProcess {
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
-		Scheme:                        cluster.Scheme,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                leaderElection,
-		LeaderElectionID:              "controller.coordination.kubefence.io",
-		LeaderElectionNamespace:       operatorNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+	m, err := cluster.StartController(suiteCtx, operatorNamespace, func(_ *rest.Config, opts *ctrl.Options) {
+		opts.LeaderElection = leaderElection
+		opts.LeaderElectionReleaseOnCancel = true
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.SetupReconciler(mgr, operatorNamespace)).To(Succeed())
-	return &controllerProcess{testenv.StartManager(suiteCtx, mgr)}
+	return &controllerProcess{m}
 }
 
 // controllerProcess is one running kubefence controller.

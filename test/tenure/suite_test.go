@@ -26,7 +26,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -98,15 +97,8 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 		return err
 	}
 
-	ctrlMgr, err := ctrl.NewManager(c.Config, ctrl.Options{Scheme: c.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		return err
-	}
-	if err := testenv.SetupReconciler(ctrlMgr, operatorNamespace); err != nil {
-		return err
-	}
-	c.Start(ctx, ctrlMgr)
-	return nil
+	_, err = c.StartController(ctx, operatorNamespace, nil)
+	return err
 }
 
 // watchFreezer holds the bodies of FencedLease watch responses while frozen.

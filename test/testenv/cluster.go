@@ -124,6 +124,26 @@ func (c *Cluster) ServeOperator(ctx context.Context, o operator.Options, configu
 	return m, nil
 }
 
+// StartController starts a controller process until ctx ends: a manager
+// running the FencedLease reconciler alone (SetupReconciler, its epoch store
+// in namespace). Its options are ControllerManagerOptions and its rest config
+// a copy of Config; configure, if not nil, changes them first (leader
+// election, a fault transport). Stop stops it.
+func (c *Cluster) StartController(ctx context.Context, namespace string, configure func(*rest.Config, *ctrl.Options)) (*Manager, error) {
+	cfg, opts := rest.CopyConfig(c.Config), ControllerManagerOptions(c.Scheme, namespace)
+	if configure != nil {
+		configure(cfg, &opts)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := SetupReconciler(mgr, namespace); err != nil {
+		return nil, fmt.Errorf("setting up the reconciler: %w", err)
+	}
+	return c.Start(ctx, mgr), nil
+}
+
 // Start starts mgr until ctx ends (StartManager); Stop stops it.
 func (c *Cluster) Start(ctx context.Context, mgr ctrl.Manager) *Manager {
 	m := StartManager(ctx, mgr)

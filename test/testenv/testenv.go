@@ -79,6 +79,17 @@ func AdminUser(ctx context.Context, c client.Client) (string, error) {
 	return user, nil
 }
 
+// managerOptions are what every manager of a suite starts from: scheme, no
+// metrics server, and controller names that may repeat across the managers of
+// one process.
+func managerOptions(scheme *runtime.Scheme) ctrl.Options {
+	return ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
 // WebhookManagerOptions are the options of a manager that serves the webhooks
 // env installs: its webhook server listens where env.WebhookInstallOptions
 // (prepared by Start) points the API server, with their certificates; no
@@ -86,14 +97,28 @@ func AdminUser(ctx context.Context, c client.Client) (string, error) {
 // process. Callers may change fields afterwards.
 func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctrl.Options {
 	wopts := env.WebhookInstallOptions
-	return ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	}
+	o := managerOptions(scheme)
+	o.WebhookServer = webhook.NewServer(webhook.Options{
+		Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+	})
+	return o
+}
+
+// LeaderElectionID is the deployed operator's leader-election Lease
+// (cmd/main.go's LeaderElectionID).
+const LeaderElectionID = "controller.coordination.kubefence.io"
+
+// ControllerManagerOptions are the options of a manager that runs the
+// operator's controller in a test: no metrics or probe servers, controller
+// names that may repeat across the managers of one process, and, should the
+// caller turn leader election on, the deployed operator's Lease
+// (LeaderElectionID in namespace). Callers may change fields afterwards.
+func ControllerManagerOptions(scheme *runtime.Scheme, namespace string) ctrl.Options {
+	o := managerOptions(scheme)
+	o.HealthProbeBindAddress = "0"
+	o.LeaderElectionID = LeaderElectionID
+	o.LeaderElectionNamespace = namespace
+	return o
 }
 
 // Operator are the options of the operator the suites run: the deployed

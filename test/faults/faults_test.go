@@ -5,20 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -36,7 +33,7 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
 	paused := &testenv.Gate{}
-	aliceCl := gatedClient(t, "alice", paused)
+	aliceCl := wrappedClient(t, "alice", paused.Stall)
 	_, tokA := holdWithBobQueued(t, g, ns, "job", aliceCl, aliceCl, j)
 	t.Cleanup(paused.Open)
 
@@ -119,8 +116,8 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
 	partition := &testenv.Gate{}
-	leaseCl := gatedClient(t, "alice", partition) // lease traffic: will be cut
-	writeCl := users["alice"]                     // the guarded resource's path: stays up
+	leaseCl := wrappedClient(t, "alice", partition.Stall) // lease traffic: will be cut
+	writeCl := users["alice"]                             // the guarded resource's path: stays up
 	a, tokA := holdWithBobQueued(t, g, ns, "job", leaseCl, writeCl, j)
 	t.Cleanup(partition.Open)
 
@@ -176,75 +173,6 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	g.Expect(h).To(Equal("bob"))
 	g.Expect(tok).To(Equal(tokB))
 	mon.check(g)
-}
-
-// crashPoint says which write of the expiry-and-grant sequence a crashing
-// controller loses.
-type crashPoint int
-
-const (
-	// grantRequestLost: the status write that expires the holder and grants the
-	// waiter, after the spec write that removed the expired request, never
-	// reaches the API server.
-	grantRequestLost crashPoint = iota
-	// grantResponseLost: that status write is committed, but the controller
-	// dies before it learns so.
-	grantResponseLost
-	// removalLost: the status write (expiry and grant) is committed, and the
-	// spec write that removes the expired request afterwards is lost.
-	removalLost
-)
-
-// crashingTransport makes a controller die at a crash point: once armed, the
-// write at the crash point and everything after it fail (a dead process sends
-// nothing more).
-type crashingTransport struct {
-	leasePath string
-	point     crashPoint
-	armed     atomic.Bool
-	triggered atomic.Bool
-	dead      atomic.Bool
-	died      chan struct{}
-}
-
-func newCrashingTransport(ns, name string, point crashPoint) *crashingTransport {
-	return &crashingTransport{
-		leasePath: "/apis/coordination.kubefence.io/v1alpha1/namespaces/" + ns + "/fencedleases/" + name,
-		point:     point,
-		died:      make(chan struct{}),
-	}
-}
-
-func (c *crashingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if c.dead.Load() {
-			return nil, errInjected
-		}
-		if !c.armed.Load() || req.Method != http.MethodPut {
-			return rt.RoundTrip(req)
-		}
-		spec, status := req.URL.Path == c.leasePath, req.URL.Path == c.leasePath+"/status"
-		trigger, target := spec, status
-		if c.point == removalLost {
-			trigger, target = status, spec
-		}
-		if target && c.triggered.Load() {
-			c.dead.Store(true)
-			defer close(c.died)
-			if c.point == grantResponseLost {
-				if resp, err := rt.RoundTrip(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-			}
-			return nil, errInjected
-		}
-		resp, err := rt.RoundTrip(req)
-		if trigger && err == nil && resp.StatusCode < 300 {
-			c.triggered.Store(true)
-		}
-		return resp, err
-	})
 }
 
 // Fault 3: the operator crashes in the middle of an expiry-and-grant: between
@@ -367,7 +295,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 			mon := startMonitor(t, ns)
 			j := &testenv.Journal{}
 			silent := &testenv.Gate{}
-			a, tokA := holdWithBobQueued(t, g, ns, "job", gatedClient(t, "alice", silent), users["alice"], j)
+			a, tokA := holdWithBobQueued(t, g, ns, "job", wrappedClient(t, "alice", silent.Stall), users["alice"], j)
 			t.Cleanup(silent.Open)
 
 			var bound time.Duration
@@ -440,7 +368,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 		journals[name] = &testenv.Journal{}
 		cl := users["alice"]
 		if name == "dead" {
-			cl = gatedClient(t, "alice", stall)
+			cl = wrappedClient(t, "alice", stall.Stall)
 		}
 		startElector(t, cl, "alice", ns, name, "alice", journals[name])
 	}
@@ -734,39 +662,6 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	g.Expect(tok).To(Equal(recovered))
 }
 
-// delayingTransport holds back, once armed, the controller's next status
-// write of one lease for a while before sending it: a slow API server or etcd
-// commits the write late.
-type delayingTransport struct {
-	statusPath string
-	delay      time.Duration
-	armed      atomic.Bool
-	fired      atomic.Bool
-	sentAt     chan time.Time
-}
-
-func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if d.armed.Load() && req.Method == http.MethodPut && req.URL.Path == d.statusPath && d.fired.CompareAndSwap(false, true) {
-			time.Sleep(d.delay)
-			d.sentAt <- time.Now()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-// slowWrites delays every write a client sends: a slower network path.
-func slowWrites(d time.Duration) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet {
-				time.Sleep(d)
-			}
-			return rt.RoundTrip(req)
-		})
-	}
-}
-
 // Fault 9 (found by faults 5 and 6, here made deterministic): the API server
 // commits the status write that expires a silent holder and grants the waiter
 // later than the lease duration (etcd or the API server is slow, or just back).
@@ -788,11 +683,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 	tokA := getLease(g, ns, "job").Status.FencingToken
 	g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
 	j := &testenv.Journal{}
-	bobCfg := rest.CopyConfig(userConfigs["bob"])
-	bobCfg.Wrap(slowWrites(200 * time.Millisecond))
-	bobCl, err := client.NewWithWatch(bobCfg, client.Options{Scheme: cluster.Scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	startElector(t, bobCl, "bob", ns, "job", "bob", j)
+	startElector(t, wrappedClient(t, "bob", slowWrites(200*time.Millisecond)), "bob", ns, "job", "bob", j)
 	g.Eventually(func() []coordv1alpha1.WaitingRequest { return getLease(g, ns, "job").Status.Waiting }, 10*time.Second, 10*time.Millisecond).
 		Should(ContainElement(HaveField("HolderIdentity", "bob")))
 	slow.armed.Store(true) // the next status write is alice's expiry and bob's grant

@@ -2,8 +2,8 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -191,12 +191,12 @@ func (r *runningElector) stop() {
 	}
 }
 
-// gatedClient is a client acting as user whose traffic stalls while g is
-// closed (testenv.Gate.Stall).
-func gatedClient(t *testing.T, user string, g *testenv.Gate) client.WithWatch {
+// wrappedClient is a client acting as user whose transport wrap wraps: a
+// fault transport (a testenv.Gate's Stall, slowWrites).
+func wrappedClient(t *testing.T, user string, wrap func(http.RoundTripper) http.RoundTripper) client.WithWatch {
 	t.Helper()
 	c := rest.CopyConfig(userConfigs[user])
-	c.Wrap(g.Stall)
+	c.Wrap(wrap)
 	cl, err := client.NewWithWatch(c, client.Options{Scheme: cluster.Scheme})
 	if err != nil {
 		t.Fatalf("client for %s: %v", user, err)
@@ -332,5 +332,3 @@ func (m *monitor) check(g Gomega) {
 
 // isNotFound is apierrors.IsNotFound for Eventually.
 func isNotFound(err error) bool { return err != nil && apierrors.IsNotFound(err) }
-
-var errInjected = errors.New("connection reset by peer (injected fault)")

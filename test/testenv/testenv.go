@@ -14,9 +14,10 @@
 // A suite's set-up is RunCluster in its TestMain (StartCluster elsewhere):
 // the control plane, the admin's client and username, the operator's
 // namespace; then Log, Cluster.Clients (a group of lease clients and their
-// role) or Cluster.Users, Cluster.ServeOperator and Cluster.Start (Managers
-// running the operator or its webhooks, stopped and checked by Cluster.Stop
-// when the suite ends), Cluster.Namespace per test (cluster.go, suite.go). A
+// role) or Cluster.Users, Cluster.ServeOperator, Cluster.StartController and
+// Cluster.Start (Managers running the operator, its webhooks or its
+// controller, stopped and checked by Cluster.Stop when the suite ends),
+// Cluster.Namespace per test (cluster.go, suite.go). A
 // Ginkgo suite's TestX calls specs.Run (test/testenv/specs), which keeps
 // Ginkgo out of the programs that import testenv.
 //

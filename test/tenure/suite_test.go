@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -77,7 +76,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	}
 	// An operator: a lease admin (system:masters is the default admin group),
 	// not a controller user.
-	if users["operator"], _, err = testenv.UserClient(c.Env, c.Scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}}); err != nil {
+	if users["operator"], _, err = c.User("operator", "system:masters"); err != nil {
 		return err
 	}
 

@@ -82,13 +82,19 @@ func (c *Cluster) bootstrap(ctx context.Context, namespace string) error {
 	return nil
 }
 
-// Users adds a user of group for each name (UserClient) and returns their
-// clients and rest configs by name.
+// User adds user name, in groups, (UserClient) and returns its client and
+// rest config.
+func (c *Cluster) User(name string, groups ...string) (client.WithWatch, *rest.Config, error) {
+	return UserClient(c.Env, c.Scheme, envtest.User{Name: name, Groups: groups})
+}
+
+// Users adds a user of group for each name (User) and returns their clients
+// and rest configs by name.
 func (c *Cluster) Users(group string, names ...string) (map[string]client.WithWatch, map[string]*rest.Config, error) {
 	clients, configs := map[string]client.WithWatch{}, map[string]*rest.Config{}
 	for _, name := range names {
 		var err error
-		if clients[name], configs[name], err = UserClient(c.Env, c.Scheme, envtest.User{Name: name, Groups: []string{group}}); err != nil {
+		if clients[name], configs[name], err = c.User(name, group); err != nil {
 			return nil, nil, err
 		}
 	}

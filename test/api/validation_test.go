@@ -26,15 +26,10 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "want NotFound, got %v", err)
 		},
 
-		Entry("leaseDurationSeconds 0",
-			map[string]any{"leaseDurationSeconds": int64(0)},
-			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
+		bounds("leaseDurationSeconds", 1, 3600),
 		Entry("leaseDurationSeconds -1",
 			map[string]any{"leaseDurationSeconds": int64(-1)},
 			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
-		Entry("leaseDurationSeconds 3601",
-			map[string]any{"leaseDurationSeconds": int64(3601)},
-			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
 		Entry("leaseDurationSeconds 99999999999 (overflows int32)",
 			map[string]any{"leaseDurationSeconds": int64(99999999999)},
 			"spec.leaseDurationSeconds", "should be less than or equal to 3600", "must be of type integer with format int32"),
@@ -42,12 +37,7 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			map[string]any{"leaseDurationSeconds": "15s"},
 			"spec.leaseDurationSeconds", `must be of type integer`),
 
-		Entry("lockDelaySeconds -1",
-			map[string]any{"lockDelaySeconds": int64(-1)},
-			"spec.lockDelaySeconds", "should be greater than or equal to 0"),
-		Entry("lockDelaySeconds 3601",
-			map[string]any{"lockDelaySeconds": int64(3601)},
-			"spec.lockDelaySeconds", "should be less than or equal to 3600"),
+		bounds("lockDelaySeconds", 0, 3600),
 
 		Entry("identityBinding Bogus",
 			map[string]any{"identityBinding": "Bogus"},
@@ -56,12 +46,8 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			map[string]any{"identityBinding": "pod"},
 			"spec.identityBinding", `Unsupported value: "pod"`),
 
-		Entry("minFencingToken -1",
-			map[string]any{"minFencingToken": int64(-1)},
-			"spec.minFencingToken", "should be greater than or equal to 0"),
-		Entry("minFencingToken above 2^62 (tokens could overflow int64)",
-			map[string]any{"minFencingToken": int64(4611686018427387905)},
-			"spec.minFencingToken", "should be less than or equal to 4611686018427387904"),
+		// At most 2^62: tokens above it could overflow int64.
+		bounds("minFencingToken", 0, 4611686018427387904),
 
 		Entry("requests: holderIdentity empty",
 			map[string]any{"requests": []any{request("", "alice", 0)}},
@@ -96,6 +82,17 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			"spec.requests[1]", "Duplicate value"),
 	)
 })
+
+// bounds are the entries of an integer field's range [min, max]: min-1 and
+// max+1, each refused naming the field and the bound it breaks.
+func bounds(field string, minimum, maximum int64) []TableEntry {
+	return []TableEntry{
+		Entry(fmt.Sprintf("%s %d", field, minimum-1), map[string]any{field: minimum - 1},
+			"spec."+field, fmt.Sprintf("should be greater than or equal to %d", minimum)),
+		Entry(fmt.Sprintf("%s %d", field, maximum+1), map[string]any{field: maximum + 1},
+			"spec."+field, fmt.Sprintf("should be less than or equal to %d", maximum)),
+	}
+}
 
 // badHolderIdentities are one entry per way a request's holderIdentity can
 // fail the DNS-subdomain pattern.

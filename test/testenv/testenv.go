@@ -17,17 +17,17 @@
 // role) or Cluster.Users, Cluster.ServeOperator, Cluster.StartController and
 // Cluster.Start (Managers running the operator, its webhooks or its
 // controller, stopped and checked by Cluster.Stop when the suite ends),
-// Cluster.Namespace per test (cluster.go, suite.go). A
+// Cluster.Namespace per test (cluster.go, manager.go, suite.go). A
 // Ginkgo suite's TestX calls specs.Run (test/testenv/specs), which keeps
 // Ginkgo out of the programs that import testenv.
 //
-// It also holds the helpers the suites share: NewScheme, StartManager and
-// Serve (cluster.go), GrantClusterRole and the client rules (rbac.go),
-// UserClient and Kubeconfig (users.go), Gate and its fault transports
-// (gate.go, transport.go), Journal (journal.go), Record (record.go), Proc, a
-// child process that dies with the test (proc.go), WidgetGVK, Widget,
-// GuardedWidget and FixedToken (kinds.go), ModuleRoot (root.go),
-// WaitForWebhookServer.
+// It also holds the helpers the suites share: NewScheme (cluster.go),
+// StartManager and Serve (manager.go), GrantClusterRole and the client rules
+// (rbac.go), UserClient and Kubeconfig (users.go), Gate and its fault
+// transports (gate.go, transport.go), Journal (journal.go), Record
+// (record.go), Proc, a child process that dies with the test (proc.go),
+// WidgetGVK, Widget, GuardedWidget and FixedToken (kinds.go), ModuleRoot
+// (root.go), WaitForWebhookServer.
 //
 // It imports production packages (controllers/operator for the wiring) and
 // never the reverse: no production package may import testenv.

@@ -26,15 +26,10 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "want NotFound, got %v", err)
 		},
 
-		Entry("leaseDurationSeconds 0",
-			map[string]any{"leaseDurationSeconds": int64(0)},
-			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
+		bounds("leaseDurationSeconds", 1, 3600),
 		Entry("leaseDurationSeconds -1",
 			map[string]any{"leaseDurationSeconds": int64(-1)},
 			"spec.leaseDurationSeconds", "should be greater than or equal to 1"),
-		Entry("leaseDurationSeconds 3601",
-			map[string]any{"leaseDurationSeconds": int64(3601)},
-			"spec.leaseDurationSeconds", "should be less than or equal to 3600"),
 		Entry("leaseDurationSeconds 99999999999 (overflows int32)",
 			map[string]any{"leaseDurationSeconds": int64(99999999999)},
 			"spec.leaseDurationSeconds", "should be less than or equal to 3600", "must be of type integer with format int32"),
@@ -42,12 +37,7 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			map[string]any{"leaseDurationSeconds": "15s"},
 			"spec.leaseDurationSeconds", `must be of type integer`),
 
-		Entry("lockDelaySeconds -1",
-			map[string]any{"lockDelaySeconds": int64(-1)},
-			"spec.lockDelaySeconds", "should be greater than or equal to 0"),
-		Entry("lockDelaySeconds 3601",
-			map[string]any{"lockDelaySeconds": int64(3601)},
-			"spec.lockDelaySeconds", "should be less than or equal to 3600"),
+		bounds("lockDelaySeconds", 0, 3600),
 
 		Entry("identityBinding Bogus",
 			map[string]any{"identityBinding": "Bogus"},
@@ -56,12 +46,8 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			map[string]any{"identityBinding": "pod"},
 			"spec.identityBinding", `Unsupported value: "pod"`),
 
-		Entry("minFencingToken -1",
-			map[string]any{"minFencingToken": int64(-1)},
-			"spec.minFencingToken", "should be greater than or equal to 0"),
-		Entry("minFencingToken above 2^62 (tokens could overflow int64)",
-			map[string]any{"minFencingToken": int64(4611686018427387905)},
-			"spec.minFencingToken", "should be less than or equal to 4611686018427387904"),
+		// At most 2^62: tokens above it could overflow int64.
+		bounds("minFencingToken", 0, 4611686018427387904),
 
 		Entry("requests: holderIdentity empty",
 			map[string]any{"requests": []any{request("", "alice", 0)}},
@@ -72,21 +58,7 @@ var _ = Describe("FencedLease schema validation on create", func() {
 		Entry("requests: holderIdentity 129 characters",
 			map[string]any{"requests": []any{request(strings.Repeat("a", 129), "alice", 0)}},
 			"spec.requests[0].holderIdentity", "may not be more than 128"),
-		Entry("requests: holderIdentity with uppercase",
-			map[string]any{"requests": []any{request("Worker-A", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity with a space",
-			map[string]any{"requests": []any{request("worker a", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity starting with '-'",
-			map[string]any{"requests": []any{request("-worker", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity ending with '.'",
-			map[string]any{"requests": []any{request("worker.", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
-		Entry("requests: holderIdentity with '/'",
-			map[string]any{"requests": []any{request("jobs/worker", "alice", 0)}},
-			"spec.requests[0].holderIdentity", holderPattern),
+		badHolderIdentities(),
 		Entry("requests: user empty",
 			map[string]any{"requests": []any{request("worker-a", "", 0)}},
 			"spec.requests[0].user", "should be at least 1 chars long"),
@@ -110,6 +82,35 @@ var _ = Describe("FencedLease schema validation on create", func() {
 			"spec.requests[1]", "Duplicate value"),
 	)
 })
+
+// bounds are the entries of an integer field's range [min, max]: min-1 and
+// max+1, each refused naming the field and the bound it breaks.
+func bounds(field string, minimum, maximum int64) []TableEntry {
+	return []TableEntry{
+		Entry(fmt.Sprintf("%s %d", field, minimum-1), map[string]any{field: minimum - 1},
+			"spec."+field, fmt.Sprintf("should be greater than or equal to %d", minimum)),
+		Entry(fmt.Sprintf("%s %d", field, maximum+1), map[string]any{field: maximum + 1},
+			"spec."+field, fmt.Sprintf("should be less than or equal to %d", maximum)),
+	}
+}
+
+// badHolderIdentities are one entry per way a request's holderIdentity can
+// fail the DNS-subdomain pattern.
+func badHolderIdentities() []TableEntry {
+	var entries []TableEntry
+	for _, c := range []struct{ how, id string }{
+		{"with uppercase", "Worker-A"},
+		{"with a space", "worker a"},
+		{"starting with '-'", "-worker"},
+		{"ending with '.'", "worker."},
+		{"with '/'", "jobs/worker"},
+	} {
+		entries = append(entries, Entry("requests: holderIdentity "+c.how,
+			map[string]any{"requests": []any{request(c.id, "alice", 0)}},
+			"spec.requests[0].holderIdentity", holderPattern))
+	}
+	return entries
+}
 
 // manyRequests returns n valid, distinct requests.
 func manyRequests(n int) []any {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -35,26 +33,15 @@ func clientGoTiming(l, retryOverride time.Duration) (lease, renewDeadline, retry
 	return l, l * 3 / 4, retry
 }
 
-// cgCandidate is one client-go LeaderElector (LeaseLock) with its own API
+// startCG starts one client-go LeaderElector (LeaseLock) with its own API
 // connection. ReleaseOnCancel is on.
-type cgCandidate struct {
-	id string
-	*leadership
-	tr     *holderTransport
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (b *bench) startCG(ctx context.Context, ns, name, id string) (*cgCandidate, error) {
-	tr := newHolderTransport()
-	cfg := rest.CopyConfig(b.cfg)
-	cfg.WrapTransport = tr.wrap
+func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, error) {
+	c, cfg := b.newCandidate(id, "client-go elector")
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	lease, renewDeadline, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
-	c := &cgCandidate{id: id, leadership: newLeadership(), tr: tr, done: make(chan struct{})}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -74,29 +61,13 @@ func (b *bench) startCG(ctx context.Context, ns, name, id string) (*cgCandidate,
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	c.cancel = cancel
-	go func() {
-		defer close(c.done)
-		le.Run(runCtx)
-	}()
+	c.run(ctx, le.Run)
 	return c, nil
-}
-
-// stop cancels Run (which releases a held lease unless the client is frozen)
-// and waits for it to return.
-func (c *cgCandidate) stop() {
-	c.cancel()
-	select {
-	case <-c.done:
-	case <-time.After(15 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: client-go elector %s did not stop within 15s\n", c.id)
-	}
 }
 
 // waitTried waits until the candidate has read the Lease at least once, so
 // that it is polling for it.
-func (c *cgCandidate) waitTried(ctx context.Context) error {
+func waitTried(ctx context.Context, c *candidate) error {
 	return waitFor(ctx, 15*time.Second, 5*time.Millisecond, "the candidate's first attempt", func(context.Context) (bool, error) {
 		return c.tr.counts().reads > 0, nil
 	})
@@ -109,19 +80,17 @@ func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return res, err
 	}
-	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
-	for i := range b.opts.takeovers {
-		if err := b.cgTakeoverOnce(ctx, ns, name, i, retry, &res); err != nil {
-			if err := tolerate(ctx, &res.failures, b.opts.takeovers, "client-go takeover", i, err); err != nil {
-				return res, err
-			}
-		}
-	}
-	return res, nil
+	err := b.takeovers(ctx, &res, "client-go takeover", func(i int) error {
+		return b.cgTakeoverOnce(ctx, ns, name, i, &res)
+	})
+	return res, err
 }
 
-func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, retry time.Duration, res *takeoverResult) error {
-	var started []*cgCandidate
+// cgTakeoverOnce freezes the holder at a random point of the waiter's retry
+// period.
+func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, res *takeoverResult) error {
+	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
+	var started []*candidate
 	defer func() {
 		// The waiter releases (ReleaseOnCancel); the frozen holder cannot.
 		for _, c := range started {
@@ -143,25 +112,14 @@ func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, retr
 		return err
 	}
 	started = append(started, w)
-	if err := w.waitTried(ctx); err != nil {
+	if err := waitTried(ctx, w); err != nil {
 		return err
 	}
 	if err := sleep(ctx, rand.N(retry)); err != nil {
 		return err
 	}
-	a.tr.freeze()
-	start, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
-	if err != nil {
-		return fmt.Errorf("waiter: %w", err)
-	}
-	t0 := a.tr.lastWriteSent()
-	res.beyond = append(res.beyond, start.Sub(t0)-b.lease)
-	if stop := a.stoppedAt(); !stop.IsZero() {
-		res.gap = append(res.gap, start.Sub(stop))
-	} else {
-		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
-	}
-	return nil
+	_, _, err = b.takeOver(ctx, a, w, res)
+	return err
 }
 
 // cgHandover: the holder's context is cancelled (ReleaseOnCancel), the waiter
@@ -173,13 +131,13 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		return res, err
 	}
 	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
-	var all []*cgCandidate
+	var all []*candidate
 	defer func() {
 		for _, c := range all {
 			c.stop()
 		}
 	}()
-	start := func(id string) (*cgCandidate, error) {
+	start := func(id string) (*candidate, error) {
 		c, err := b.startCG(ctx, ns, name, id)
 		if err == nil {
 			all = append(all, c)
@@ -199,7 +157,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		if err != nil {
 			return res, err
 		}
-		if err := w.waitTried(ctx); err != nil {
+		if err := waitTried(ctx, w); err != nil {
 			return res, err
 		}
 		// The waiter retries every RetryPeriod to 2.2 RetryPeriods (jitter
@@ -240,67 +198,41 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 // cgSteady: one holder; count its writes, and its renewals from a watch on the
 // Lease (each renewal is one new renewTime).
 func (b *bench) cgSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name = "cg-steady", "steady"
-	var res steadyResult
+	const ns, name, holder = "cg-steady", "steady", "a"
 	if err := b.createNamespace(ctx, ns); err != nil {
-		return res, err
-	}
-	a, err := b.startCG(ctx, ns, name, "a")
-	if err != nil {
-		return res, err
-	}
-	defer a.stop()
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return res, err
-	}
-	if err := sleep(ctx, time.Second); err != nil {
-		return res, err
+		return steadyResult{}, err
 	}
 	cs, err := kubernetes.NewForConfig(b.cfg)
 	if err != nil {
-		return res, err
+		return steadyResult{}, err
 	}
 	leases := cs.CoordinationV1().Leases(ns)
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	begin := time.Now()
-	l0, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return res, err
-	}
-	c0 := a.tr.counts()
+	var l0, l1 *coordinationv1.Lease
+	var w watch.Interface
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := leases.Watch(wctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-		ResourceVersion: l0.ResourceVersion,
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
+	return b.steadyHolder(ctx, ns, func() (*candidate, error) { return b.startCG(ctx, ns, name, holder) }, renewalCounter{
+		begin: func() (err error) {
+			if l0, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			w, err = leases.Watch(wctx, metav1.ListOptions{
+				FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+				ResourceVersion: l0.ResourceVersion,
+			})
+			return err
+		},
+		end: func() (err error) {
+			l1, err = leases.Get(ctx, name, metav1.GetOptions{})
+			return err
+		},
+		count: func() (int, error) { return countRenewals(ctx, w, holder, l0, l1.ResourceVersion) },
 	})
-	if err != nil {
-		return res, err
-	}
-	defer w.Stop()
-	if err := sleep(ctx, b.opts.steady); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	c1 := a.tr.counts()
-	l1, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return res, err
-	}
-	res.window = time.Since(begin)
-	n, err := countRenewals(ctx, w, a.id, l0, l1.ResourceVersion)
-	if err != nil {
-		return res, err
-	}
-	res.renewals = n
-	res.writes = c1.writes - c0.writes
-	res.reads = c1.reads - c0.reads
-	res.writeRTT = a.tr.writeLatencies(c0.completed, c1.completed)
-	return res, nil
 }
 
 // countRenewals reads watch events up to resource version last and counts the

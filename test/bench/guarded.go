@@ -165,12 +165,17 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		return fc.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"spec":{"writer":"g-%06d"}}`, i)))
 	}
-	unguardedPatch := func(ctx context.Context, i int) error {
-		// The same metadata the fenced client adds to the guarded patch.
-		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
-				unguardedAnnotation, tok, unguardedLabel, name, i)))
+	// plainPatch writes Widget obj with the admin's client, with the same
+	// metadata the fenced client adds to the guarded patch; the writer is
+	// prefix and the write's number.
+	plainPatch := func(obj, prefix string) func(context.Context, int) error {
+		return func(ctx context.Context, i int) error {
+			return cl.Patch(ctx, widget(ns, obj), client.RawPatch(types.MergePatchType,
+				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"%s-%06d"}}`,
+					unguardedAnnotation, tok, unguardedLabel, name, prefix, i)))
+		}
 	}
+	unguardedPatch := plainPatch("unguarded", "u")
 
 	fmt.Fprintf(os.Stderr, "bench: guarded writes, lease read from the cache: %d + %d warm-up pairs\n", b.opts.guardedWrites, guardedWarmup)
 	if res.cached, err = b.guardedPass(ctx, ws, b.opts.guardedWrites, guardedPatch, unguardedPatch); err != nil {
@@ -180,11 +185,7 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		if err := b.installAllowAll(ctx, ws, ns, name, tok); err != nil {
 			return res, err
 		}
-		allowAllPatch := func(ctx context.Context, i int) error {
-			return cl.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType,
-				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"a-%06d"}}`,
-					unguardedAnnotation, tok, unguardedLabel, name, i)))
-		}
+		allowAllPatch := plainPatch("allow-all", "a")
 		fmt.Fprintf(os.Stderr, "bench: baseline, a webhook that allows every write: %d + %d warm-up pairs\n", b.opts.allowAllWrites, guardedWarmup)
 		if res.allowAll, err = b.guardedPass(ctx, ws, b.opts.allowAllWrites, allowAllPatch, unguardedPatch); err != nil {
 			return res, err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,21 +130,8 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 			ws.allowed.Add(1)
 			return admission.Allowed("")
 		})})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: webhook manager:", err)
-		}
-	}()
-	ws.stop = func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "bench: webhook manager did not stop within 30s")
-		}
-	}
+	done := startManager(mgrCtx, "webhook manager", mgr)
+	ws.stop = func() { stopManager("webhook manager", cancel, done) }
 	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
 		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
 	}); err != nil {

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -19,75 +17,19 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
-// leadership records the tenures of one candidate, whichever system it uses.
-type leadership struct {
-	started chan time.Time // one send per tenure, when OnStartedLeading runs
-
-	mu       sync.Mutex
-	lastStop time.Time // when the last tenure's context was cancelled
-}
-
-func newLeadership() *leadership { return &leadership{started: make(chan time.Time, 256)} }
-
-// lead is the body of OnStartedLeading: note the start, wait for the end.
-func (l *leadership) lead(ctx context.Context) {
-	l.started <- time.Now()
-	<-ctx.Done()
-	l.mu.Lock()
-	l.lastStop = time.Now()
-	l.mu.Unlock()
-}
-
-func (l *leadership) stoppedAt() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastStop
-}
-
-// drain forgets tenures started so far.
-func (l *leadership) drain() {
-	for {
-		select {
-		case <-l.started:
-		default:
-			return
-		}
-	}
-}
-
-// waitStart returns when the next tenure started.
-func (l *leadership) waitStart(ctx context.Context, timeout time.Duration) (time.Time, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case s := <-l.started:
-		return s, nil
-	case <-t.C:
-		return time.Time{}, fmt.Errorf("no tenure started within %v", timeout)
-	case <-ctx.Done():
-		return time.Time{}, ctx.Err()
-	}
-}
-
 // kfCandidate is one fence.Elector with its own API connection.
 type kfCandidate struct {
-	id string
-	*leadership
-	tr     *holderTransport
-	el     *fence.Elector
-	cancel context.CancelFunc
-	done   chan struct{}
+	*candidate
+	el *fence.Elector
 }
 
 func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate, error) {
-	tr := newHolderTransport()
-	cfg := rest.CopyConfig(b.cfg)
-	cfg.WrapTransport = tr.wrap
+	cand, cfg := b.newCandidate(id, "elector")
 	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: b.scheme})
 	if err != nil {
 		return nil, err
 	}
-	c := &kfCandidate{id: id, leadership: newLeadership(), tr: tr, done: make(chan struct{})}
+	c := &kfCandidate{candidate: cand}
 	c.el, err = fence.New(fence.Config{
 		Client: cl, Namespace: ns, Name: name, Identity: id, User: b.adminUser,
 		Callbacks: fence.Callbacks{
@@ -97,26 +39,12 @@ func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate,
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	c.cancel = cancel
-	go func() {
-		defer close(c.done)
-		if err := c.el.Run(runCtx); err != nil && b.opts.verbose {
+	c.run(ctx, func(ctx context.Context) {
+		if err := c.el.Run(ctx); err != nil && b.opts.verbose {
 			fmt.Fprintf(os.Stderr, "bench: elector %s: %v\n", id, err)
 		}
-	}()
+	})
 	return c, nil
-}
-
-// stop cancels Run (which withdraws the request unless the client is frozen)
-// and waits for it to return.
-func (c *kfCandidate) stop() {
-	c.cancel()
-	select {
-	case <-c.done:
-	case <-time.After(15 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: elector %s did not stop within 15s\n", c.id)
-	}
 }
 
 func (b *bench) createFencedLease(ctx context.Context, ns, name string) error {
@@ -226,14 +154,10 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 		return res, err
 	}
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
-	for i := range b.opts.takeovers {
-		if err := b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res); err != nil {
-			if err := tolerate(ctx, &res.failures, b.opts.takeovers, "kubefence takeover", i, err); err != nil {
-				return res, err
-			}
-		}
-	}
-	return res, nil
+	err := b.takeovers(ctx, &res, "kubefence takeover", func(i int) error {
+		return b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res)
+	})
+	return res, err
 }
 
 func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, renewEvery time.Duration, res *takeoverResult) error {
@@ -270,17 +194,9 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 		return err
 	}
 	before := b.ctrlRT.snapshot(ns)
-	a.tr.freeze()
-	start, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
+	start, t0, err := b.takeOver(ctx, a.candidate, w.candidate, res)
 	if err != nil {
-		return fmt.Errorf("waiter: %w", err)
-	}
-	t0 := a.tr.lastWriteSent()
-	res.beyond = append(res.beyond, start.Sub(t0)-b.lease)
-	if stop := a.stoppedAt(); !stop.IsZero() {
-		res.gap = append(res.gap, start.Sub(stop))
-	} else {
-		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
+		return err
 	}
 	// Let the controller record the new holder's first renewal and its events;
 	// the new holder's next periodic renewal is a third of a lease away.
@@ -441,77 +357,36 @@ type steadyResult struct {
 	writeRTT []time.Duration
 }
 
-// alignToWrite waits until the candidate's next write succeeded, plus a
-// settling pause, so that a window boundary never cuts a renewal in two.
-func alignToWrite(ctx context.Context, tr *holderTransport, timeout time.Duration) error {
-	ch := tr.nextWrite()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		return fmt.Errorf("no write within %v", timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return sleep(ctx, 150*time.Millisecond)
-}
-
 // kfSteady: one holder, nobody waiting; count its writes and the controller's
 // over the window, and its renewals from the lease's renewSequence.
 func (b *bench) kfSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name = "kf-steady", "steady"
-	var res steadyResult
+	const ns, name, holder = "kf-steady", "steady", "a"
 	if err := b.createFencedLease(ctx, ns, name); err != nil {
-		return res, err
-	}
-	a, err := b.startKF(ctx, ns, name, "a")
-	if err != nil {
-		return res, err
-	}
-	defer a.stop()
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return res, err
-	}
-	if err := sleep(ctx, time.Second); err != nil {
-		return res, err
+		return steadyResult{}, err
 	}
 	seq := func() (int64, error) {
 		l, err := b.getFencedLease(ctx, ns, name)
 		if err != nil {
 			return 0, err
 		}
-		r, ok := requestOf(l, a.id)
-		if !ok || l.Status.HolderIdentity != a.id {
+		r, ok := requestOf(l, holder)
+		if !ok || l.Status.HolderIdentity != holder {
 			return 0, errors.New("the holder lost the lease during the steady window")
 		}
 		return r.RenewSequence, nil
 	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	start := time.Now()
-	seq0, err := seq()
-	if err != nil {
-		return res, err
-	}
-	c0, ctrl0 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	if err := sleep(ctx, b.opts.steady); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	c1, ctrl1 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	seq1, err := seq()
-	if err != nil {
-		return res, err
-	}
-	res.window = time.Since(start)
-	res.renewals = int(seq1 - seq0)
-	res.writes = c1.writes - c0.writes
-	res.reads = c1.reads - c0.reads
-	res.ctrl = ctrl1.sub(ctrl0)
-	res.writeRTT = a.tr.writeLatencies(c0.completed, c1.completed)
-	return res, nil
+	var seq0, seq1 int64
+	return b.steadyHolder(ctx, ns, func() (*candidate, error) {
+		a, err := b.startKF(ctx, ns, name, holder)
+		if err != nil {
+			return nil, err
+		}
+		return a.candidate, nil
+	}, renewalCounter{
+		begin: func() (err error) { seq0, err = seq(); return err },
+		end:   func() (err error) { seq1, err = seq(); return err },
+		count: func() (int, error) { return int(seq1 - seq0), nil },
+	})
 }
 
 // traceHandover prints what the candidates and the controller sent during one

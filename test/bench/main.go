@@ -42,14 +42,11 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -235,26 +232,24 @@ func run(o options) error {
 func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 	o := b.opts
 	rep.leases = true
-	fmt.Fprintf(os.Stderr, "bench: phase 1/3: takeover after the holder stops renewing (%d iterations each)\n", o.takeovers)
-	if err := b.both(ctx,
-		func(ctx context.Context) (err error) { rep.kfTakeover, err = b.kfTakeover(ctx); return },
-		func(ctx context.Context) (err error) { rep.cgTakeover, err = b.cgTakeover(ctx); return },
-	); err != nil {
-		return fmt.Errorf("takeover phase: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "bench: phase 2/3: hand-over after a voluntary release (%d iterations each)\n", o.handovers)
-	if err := b.both(ctx,
-		func(ctx context.Context) (err error) { rep.kfHandover, err = b.kfHandover(ctx); return },
-		func(ctx context.Context) (err error) { rep.cgHandover, err = b.cgHandover(ctx); return },
-	); err != nil {
-		return fmt.Errorf("hand-over phase: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "bench: phase 3/3: writes per renewal over %v\n", o.steady)
-	if err := b.both(ctx,
-		func(ctx context.Context) (err error) { rep.kfSteady, err = b.kfSteady(ctx); return },
-		func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return },
-	); err != nil {
-		return fmt.Errorf("steady phase: %w", err)
+	for _, p := range []struct {
+		name, says string
+		kf, cg     func(context.Context) error
+	}{
+		{"takeover", fmt.Sprintf("phase 1/3: takeover after the holder stops renewing (%d iterations each)", o.takeovers),
+			func(ctx context.Context) (err error) { rep.kfTakeover, err = b.kfTakeover(ctx); return },
+			func(ctx context.Context) (err error) { rep.cgTakeover, err = b.cgTakeover(ctx); return }},
+		{"hand-over", fmt.Sprintf("phase 2/3: hand-over after a voluntary release (%d iterations each)", o.handovers),
+			func(ctx context.Context) (err error) { rep.kfHandover, err = b.kfHandover(ctx); return },
+			func(ctx context.Context) (err error) { rep.cgHandover, err = b.cgHandover(ctx); return }},
+		{"steady", fmt.Sprintf("phase 3/3: writes per renewal over %v", o.steady),
+			func(ctx context.Context) (err error) { rep.kfSteady, err = b.kfSteady(ctx); return },
+			func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return }},
+	} {
+		fmt.Fprintln(os.Stderr, "bench:", p.says)
+		if err := b.both(ctx, p.kf, p.cg); err != nil {
+			return fmt.Errorf("%s phase: %w", p.name, err)
+		}
 	}
 	return nil
 }
@@ -343,15 +338,32 @@ func (b *bench) runController(ctx context.Context, enforcement string) error {
 		stopMgr()
 		return err
 	}
-	b.stopController = func() {
-		stopMgr()
-		select {
-		case <-mgrDone:
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "bench: controller manager did not stop within 30s")
-		}
-	}
+	b.stopController = func() { stopManager("controller manager", stopMgr, mgrDone) }
 	return nil
+}
+
+// startManager runs mgr until ctx ends; the channel is closed once it ended.
+// An error it ends with is printed (what names it).
+func startManager(ctx context.Context, what string, mgr ctrl.Manager) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
+		}
+	}()
+	return done
+}
+
+// stopManager cancels the context of a manager startManager started and
+// waits up to 30 s for it to end.
+func stopManager(what string, cancel context.CancelFunc, done <-chan struct{}) {
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
+	}
 }
 
 // startController runs the kubefence controller manager, as the admin, with a
@@ -359,12 +371,7 @@ func (b *bench) runController(ctx context.Context, enforcement string) error {
 func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:                 b.scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
@@ -384,13 +391,7 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: controller manager:", err)
-		}
-	}()
+	done := startManager(ctx, "controller manager", mgr)
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {

@@ -188,16 +188,23 @@ func waitForGarbageCollector(t *testing.T, k *kcm) {
 	t.Logf("garbage collector acting after %v", time.Since(start).Round(time.Millisecond))
 }
 
+// heldLease is a new namespace with lease "job" held by user; it returns
+// the namespace and user's fenced client.
+func heldLease(t *testing.T, prefix, user string) (string, *fence.FencedClient) {
+	t.Helper()
+	ns := newNamespace(t, prefix)
+	newLease(t, ns, "job")
+	e := startElector(t, user, ns, "job")
+	e.leading(t)
+	return ns, e.el.Client(users[user])
+}
+
 // guardedNamespace is a namespace with lease "job" held by alice and guarded
 // Widgets and ConfigMaps written by her.
 func guardedNamespace(t *testing.T, prefix string) string {
 	t.Helper()
 	g := NewWithT(t)
-	ns := newNamespace(t, prefix)
-	newLease(t, ns, "job")
-	alice := startElector(t, "alice", ns, "job")
-	alice.leading(t)
-	fa := alice.el.Client(users["alice"])
+	ns, fa := heldLease(t, prefix, "alice")
 	for _, name := range []string{"a", "b"} {
 		g.Expect(fa.Create(suiteCtx, widget(ns, name))).To(Succeed())
 		g.Expect(fa.Create(suiteCtx, configMap(ns, name))).To(Succeed())
@@ -252,11 +259,7 @@ func namespaceStuckUntilConfigured(t *testing.T) {
 func cascade(t *testing.T, prefix string) (fb *fence.FencedClient, owner *unstructured.Unstructured, deps []client.Object) {
 	t.Helper()
 	g := NewWithT(t)
-	ns := newNamespace(t, prefix)
-	newLease(t, ns, "job")
-	bob := startElector(t, "bob", ns, "job")
-	bob.leading(t)
-	fb = bob.el.Client(users["bob"])
+	ns, fb := heldLease(t, prefix, "bob")
 	owner = widget(ns, "owner")
 	g.Expect(fb.Create(suiteCtx, owner)).To(Succeed())
 	owner.SetGroupVersionKind(testenv.WidgetGVK)

@@ -7,17 +7,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // kcm is a running kube-controller-manager with only the garbage collector
 // and the namespace controller.
 type kcm struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
+	*testenv.Proc
+	log *syncBuffer
 }
 
 // startKCM starts kube-controller-manager ($KUBEBUILDER_ASSETS, built by
@@ -37,8 +37,8 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	if err := os.WriteFile(kubeconfig, kcmKubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := &kcm{log: &syncBuffer{}, done: make(chan error, 1)}
-	k.cmd = exec.Command(bin,
+	log := &syncBuffer{}
+	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
 		"--controllers=garbagecollector,namespace",
 		"--leader-elect=false",
@@ -49,22 +49,15 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 		"--service-account-private-key-file="+filepath.Join(cluster.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
 		"--v=2",
 	)
-	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := k.cmd.Start(); err != nil {
-		t.Fatalf("starting kube-controller-manager: %v", err)
+	cmd.Stdout, cmd.Stderr = log, log
+	p, err := testenv.StartProc("kube-controller-manager", cmd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() { k.done <- k.cmd.Wait() }()
+	k := &kcm{Proc: p, log: log}
 	t.Cleanup(func() {
-		_ = k.cmd.Process.Signal(syscall.SIGTERM)
-		var err error
-		select {
-		case err = <-k.done:
-		case <-time.After(10 * time.Second):
-			_ = k.cmd.Process.Kill()
-			err = <-k.done
-		}
-		t.Logf("kube-controller-manager stopped: %v", err)
+		k.Stop(10 * time.Second)
+		t.Logf("kube-controller-manager stopped: %v", k.Err())
 		if t.Failed() {
 			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.tail(8<<10))
 		}
@@ -75,11 +68,8 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 // running fails t if kube-controller-manager is no longer running.
 func (k *kcm) running(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-k.done:
-		k.done <- err
-		t.Fatalf("kube-controller-manager exited: %v\n%s", err, k.log.tail(8<<10))
-	default:
+	if k.Exited() {
+		t.Fatalf("kube-controller-manager exited: %v\n%s", k.Err(), k.log.tail(8<<10))
 	}
 }
 

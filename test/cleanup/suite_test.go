@@ -24,9 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -76,13 +73,24 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 		}
 		logOut = f
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	testenv.Log(logOut)
 	suiteCtx, cluster, admin = ctx, c, c.Admin
-	if err := grantRoles(); err != nil {
+	var err error
+	if users, userConfigs, err = c.Clients(ctx, "cleanup-client", "kubefence:clients", []rbacv1.PolicyRule{
+		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+			Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
+		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+	}, "alice", "bob"); err != nil {
 		return err
 	}
-	var err error
-	if users, userConfigs, err = cluster.Users("kubefence:clients", "alice", "bob"); err != nil {
+	// kube-controller-manager's own identity is cluster-admin (what it needs
+	// without --use-service-account-credentials: its controllers act as it).
+	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
+	}); err != nil {
 		return err
 	}
 	kcm, err := cluster.Env.AddUser(envtest.User{Name: kcmUser}, nil)
@@ -117,15 +125,12 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctrlMgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: cluster.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	ctrlMgr, err := c.StartController(ctx, operatorNamespace, nil)
 	if err != nil {
 		return err
 	}
-	if err := testenv.SetupReconciler(ctrlMgr, operatorNamespace); err != nil {
-		return err
-	}
 	exitOnError("webhook manager", whMgr)
-	exitOnError("controller manager", testenv.StartManager(suiteCtx, ctrlMgr))
+	exitOnError("controller manager", ctrlMgr)
 	return nil
 }
 
@@ -138,26 +143,6 @@ func exitOnError(name string, m *testenv.Manager) {
 			os.Exit(1)
 		}
 	}()
-}
-
-// grantRoles gives group kubefence:clients what a lease client needs plus full
-// rights on the objects of the tests (so that only fencing refuses), and
-// kube-controller-manager's own identity cluster-admin (what it needs without
-// --use-service-account-credentials: its controllers act as it).
-func grantRoles() error {
-	if err := testenv.GrantClusterRole(suiteCtx, admin, "cleanup-client", "kubefence:clients",
-		rbacv1.PolicyRule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-			Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
-		rbacv1.PolicyRule{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
-	); err != nil {
-		return err
-	}
-	return admin.Create(suiteCtx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
-	})
 }
 
 // cleanupSwitch serves each webhook path with the handler of the current

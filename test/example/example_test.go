@@ -10,8 +10,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -108,28 +108,16 @@ func widgetOf(ns, name string) func() widgetView {
 func recordWidgets(ns string) func() []widgetView {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(example.WidgetGVK.GroupVersion().WithKind("WidgetList"))
-	w, err := k8sClient.Watch(suiteCtx, list, client.InNamespace(ns))
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(w.Stop)
-	var mu sync.Mutex
-	var seen []widgetView
-	go func() {
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			if u, ok := ev.Object.(*unstructured.Unstructured); ok {
-				mu.Lock()
-				seen = append(seen, viewOf(u))
-				mu.Unlock()
-			}
+	seen, stop, err := testenv.Record(suiteCtx, k8sClient, list, func(o runtime.Object) (widgetView, bool) {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return widgetView{}, false
 		}
-	}()
-	return func() []widgetView {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]widgetView(nil), seen...)
-	}
+		return viewOf(u), true
+	}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(stop)
+	return seen
 }
 
 var _ = Describe("A controller fenced with one option (pkg/fence/manager)", func() {

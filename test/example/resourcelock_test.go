@@ -2,7 +2,6 @@ package example_test
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,47 +10,12 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence/resourcelock"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
-// tenure is one OnStartedLeading as a client-go candidate saw it.
-type tenure struct {
-	identity    string
-	token       int64
-	hasToken    bool
-	start, stop time.Time
-}
-
-type tenures struct {
-	mu  sync.Mutex
-	all []tenure
-}
-
-func (t *tenures) started(id string, token int64, ok bool) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.all = append(t.all, tenure{identity: id, token: token, hasToken: ok, start: time.Now()})
-	return len(t.all) - 1
-}
-
-func (t *tenures) stopped(i int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.all[i].stop = time.Now()
-}
-
-func (t *tenures) snapshot() []tenure {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([]tenure(nil), t.all...)
-}
-
-func (t *tenures) identities() []string {
-	var ids []string
-	for _, x := range t.snapshot() {
-		ids = append(ids, x.identity)
-	}
-	return ids
-}
+// noToken is the token a tenure is recorded with when the lock had none
+// when OnStartedLeading ran.
+const noToken = -1
 
 // candidate is one leaderelection.RunOrDie over a FencedLease lock.
 type candidate struct {
@@ -64,7 +28,7 @@ type candidate struct {
 // runCandidate runs user's candidate. With releaseOnCancel, note that client-go
 // cancels the OnStartedLeading context only after its release attempt, which
 // can take another RenewDeadline when the API server does not answer.
-func runCandidate(user, ns, lease string, t *tenures, releaseOnCancel bool) *candidate {
+func runCandidate(user, ns, lease string, t *testenv.Journal, releaseOnCancel bool) *candidate {
 	p := &pauser{}
 	lock, err := resourcelock.New(resourcelock.Config{Client: userClient(user, p), Namespace: ns, Name: lease, Identity: user})
 	Expect(err).NotTo(HaveOccurred())
@@ -84,9 +48,12 @@ func runCandidate(user, ns, lease string, t *tenures, releaseOnCancel bool) *can
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
 					tok, ok := lock.Token()
-					i := t.started(user, tok, ok)
+					if !ok {
+						tok = noToken
+					}
+					i := t.Started(user, tok)
 					<-ctx.Done()
-					t.stopped(i)
+					t.Stopped(i)
 				},
 				OnStoppedLeading: func() {},
 			},
@@ -104,20 +71,20 @@ var _ = Describe("client-go leader election over a FencedLease (pkg/fence/resour
 	It("runs OnStartedLeading only for the granted candidate, and takes over with a larger token", func() {
 		ns := newNamespace()
 		newLease(ns, "clientgo", 3)
-		t := &tenures{}
+		t := &testenv.Journal{}
 		a := runCandidate("alice", ns, "clientgo", t, false)
-		eventually(t.identities, 15*time.Second).Should(Equal([]string{"alice"}))
-		first := t.snapshot()[0]
-		Expect(first.hasToken).To(BeTrue(), "the token is there when OnStartedLeading runs")
+		eventually(t.Identities, 15*time.Second).Should(Equal([]string{"alice"}))
+		first := t.Snapshot()[0]
+		Expect(first.Token).NotTo(Equal(int64(noToken)), "the token is there when OnStartedLeading runs")
 		h, tok := holderOf(ns, "clientgo")
 		Expect(h).To(Equal("alice"))
-		Expect(first.token).To(Equal(tok), "the token is the server's")
+		Expect(first.Token).To(Equal(tok), "the token is the server's")
 
 		b := runCandidate("bob", ns, "clientgo", t, true)
-		Consistently(t.identities, 3*time.Second, 50*time.Millisecond).Should(Equal([]string{"alice"}),
+		Consistently(t.Identities, 3*time.Second, 50*time.Millisecond).Should(Equal([]string{"alice"}),
 			"bob's OnStartedLeading does not run while alice holds the lease")
 		_, tok = holderOf(ns, "clientgo")
-		Expect(tok).To(Equal(first.token), "renewals keep the token")
+		Expect(tok).To(Equal(first.Token), "renewals keep the token")
 		_, bobLeads := b.lock.Token()
 		Expect(bobLeads).To(BeFalse())
 
@@ -131,17 +98,17 @@ var _ = Describe("client-go leader election over a FencedLease (pkg/fence/resour
 
 		By("alice stalls: her renewals hang")
 		a.pauser.pause()
-		eventually(t.identities, 20*time.Second).Should(Equal([]string{"alice", "bob"}))
-		g := t.snapshot()
-		Expect(g[1].hasToken).To(BeTrue())
-		Expect(g[1].token).To(BeNumerically(">", g[0].token), "the takeover has a larger token")
-		Expect(g[0].stop).NotTo(BeZero(), "alice's elector gave up")
-		Expect(g[0].stop.Before(g[1].start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].stop, g[1].start)
+		eventually(t.Identities, 20*time.Second).Should(Equal([]string{"alice", "bob"}))
+		g := t.Snapshot()
+		Expect(g[1].Token).NotTo(Equal(int64(noToken)))
+		Expect(g[1].Token).To(BeNumerically(">", g[0].Token), "the takeover has a larger token")
+		Expect(g[0].Stop).NotTo(BeZero(), "alice's elector gave up")
+		Expect(g[0].Stop.Before(g[1].Start)).To(BeTrue(), "alice stopped (%v) before bob started (%v)", g[0].Stop, g[1].Start)
 		_, aliceLeads := a.lock.Token()
 		Expect(aliceLeads).To(BeFalse())
 		l = getLease(ns, "clientgo")
 		Expect(l.Status.HolderIdentity).To(Equal("bob"))
-		Expect(l.Status.FencingToken).To(Equal(g[1].token))
+		Expect(l.Status.FencingToken).To(Equal(g[1].Token))
 
 		By("bob's elector releases on cancel: the request is withdrawn")
 		cancelAt := time.Now()
@@ -150,7 +117,7 @@ var _ = Describe("client-go leader election over a FencedLease (pkg/fence/resour
 		eventually(func() string { h, _ := holderOf(ns, "clientgo"); return h }, 10*time.Second).Should(BeEmpty())
 		eventually(func() int { return len(getLease(ns, "clientgo").Spec.Requests) }, 10*time.Second).Should(BeZero(), "bob's request is withdrawn")
 		end := getLease(ns, "clientgo").Status.PreviousHolder
-		if bobStop := t.snapshot()[1].stop; !bobStop.IsZero() && bobStop.Before(cancelAt) {
+		if bobStop := t.Snapshot()[1].Stop; !bobStop.IsZero() && bobStop.Before(cancelAt) {
 			// On a starved machine bob's renewals (a 3 s lease) can lapse
 			// before the cancel: his elector gave up first, and the
 			// controller expired the tenure; there was nothing to release.

@@ -2,7 +2,7 @@ package example_test
 
 import (
 	"context"
-	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,11 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const (
@@ -30,52 +29,31 @@ var (
 	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
 	suiteCtx  context.Context
-	cancel    context.CancelFunc
 	// users are the rest configs of users in clientsGroup, by name.
 	users map[string]*rest.Config
-	// operatorMgr runs the kubefence controller and its webhooks.
-	operatorMgr *testenv.Manager
 )
 
-func TestExample(t *testing.T) {
-	testenv.SkipIfShort(t)
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Fenced controller example (real kube-apiserver + etcd)")
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunCluster(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true}, operatorNamespace, setup))
 }
 
-// BeforeSuite runs the kubefence controller and its webhooks in-process, as
-// test/operator/suite_test.go does: the examples are their clients.
-var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	suiteCtx, cancel = context.WithCancel(context.Background())
+func TestExample(t *testing.T) {
+	specs.Run(t, "Fenced controller example (real kube-apiserver + etcd)", 0)
+}
 
-	// The admin identity the kubefence controller runs as is trusted as "the controller".
+// setup gives clientsGroup what a fenced controller needs: FencedLease
+// requests (no status), and full rights on Widgets so that only fencing
+// refuses; and runs the kubefence controller and its webhooks in-process, the
+// admin trusted as "the controller": the examples are their clients.
+func setup(ctx context.Context, c *testenv.Cluster) error {
+	testenv.Log(GinkgoWriter)
+	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	var err error
-	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true}, operatorNamespace)
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient = cluster.Admin
-	grantClientRole()
-	_, users, err = cluster.Users(clientsGroup, "replica-a", "replica-b", "alice", "bob")
-	Expect(err).NotTo(HaveOccurred())
-
-	operatorMgr, err = cluster.ServeOperator(suiteCtx, testenv.Operator(operatorNamespace, cluster.AdminUser), nil)
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	if operatorMgr != nil {
-		Expect(operatorMgr.Stop(30 * time.Second)).To(Succeed())
+	if _, users, err = c.Clients(ctx, "fenced-example", clientsGroup, testenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
+		return err
 	}
-	cancel()
-	if cluster != nil {
-		Expect(cluster.Env.Stop()).To(Succeed())
-	}
-})
-
-// grantClientRole gives clientsGroup what a fenced controller needs: FencedLease
-// requests (no status), and full rights on Widgets so that only fencing refuses.
-func grantClientRole() {
-	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fenced-example", clientsGroup, testenv.ClientRules...)).To(Succeed())
+	_, err = c.ServeOperator(ctx, testenv.Operator(operatorNamespace, c.AdminUser), nil)
+	return err
 }
 
 func newNamespace() string {
@@ -113,32 +91,17 @@ func queued(ns, name string) []string {
 }
 
 // pauser stalls every write (any method but GET) of the clients whose
-// transport it wraps, as a stalled process or network path would. A stalled
-// request is sent once resumed, unless its context ends first.
+// transport it wraps, as a stalled process or network path would
+// (testenv.Gate.StallWrites).
 type pauser struct{ gate testenv.Gate }
 
 func (p *pauser) pause()  { p.gate.Close() }
 func (p *pauser) resume() { p.gate.Open() }
 
-func (p *pauser) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet {
-			if err := p.gate.Wait(req.Context()); err != nil {
-				return nil, err
-			}
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
 // pausableConfig returns user's rest config with writes going through p.
 func pausableConfig(user string, p *pauser) *rest.Config {
 	c := rest.CopyConfig(users[user])
-	c.Wrap(p.wrap)
+	c.Wrap(p.gate.StallWrites)
 	return c
 }
 

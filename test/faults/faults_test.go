@@ -5,20 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -32,25 +29,15 @@ import (
 // granted after the controller's expiry; a write the holder had in flight
 // lands after the takeover and is refused.
 func TestFault1HolderPausedPastExpiry(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	startController(t, controllerOptions{})
+	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
-	newLease(g, ns, "job", 2)
-	mon := startMonitor(t, ns)
-
 	j := &testenv.Journal{}
-	paused := &gate{}
-	aliceCl := gatedClient(t, "alice", paused)
-	startElector(t, aliceCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
-	g.Expect(createWidget(aliceCl, ns, "w", "job", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-	waitQueued(g, ns, "job", "bob")
-	t.Cleanup(paused.open)
+	paused := &testenv.Gate{}
+	aliceCl := wrappedClient(t, "alice", paused.Stall)
+	_, tokA := holdWithBobQueued(t, g, ns, "job", aliceCl, aliceCl, j)
+	t.Cleanup(paused.Open)
 
-	paused.close()
+	paused.Close()
 	pausedAt := time.Now()
 	// A write alice prepared with her token just as she stalled.
 	late := make(chan error, 1)
@@ -60,17 +47,11 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 		late <- writeWidget(ctx, aliceCl, ns, "w", "job", tokA, "alice-late")
 	}()
 
-	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.Snapshot()
-	g.Expect(gs[1].Identity).To(Equal("bob"))
-	t.Logf("takeover %v after the pause (bound %v)", gs[1].Start.Sub(pausedAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].Start.Sub(pausedAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	expectIncreasing(g, j)
+	gs := bobGranted(t, g, j, "the pause", pausedAt, recoveryBound(l, 1500*time.Millisecond), "takeover slower than L + allowance + slack")
 	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 
-	paused.open()
+	paused.Open()
 	var lateErr error
 	g.Eventually(late, 15*time.Second).Should(Receive(&lateErr))
 	expectStale(g, lateErr, "alice's write stalled through the takeover")
@@ -131,24 +112,14 @@ func (w *writer) halt() []writeAttempt {
 // stops it locally at the deadline; a holder that ignores its deadline and
 // keeps writing with its old token is refused from the takeover on.
 func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	startController(t, controllerOptions{})
+	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
-	newLease(g, ns, "job", 2)
-	mon := startMonitor(t, ns)
-
 	j := &testenv.Journal{}
-	partition := &gate{}
-	leaseCl := gatedClient(t, "alice", partition) // lease traffic: will be cut
-	writeCl := users["alice"]                     // the guarded resource's path: stays up
-	a := startElector(t, leaseCl, "alice", ns, "job", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
-	g.Expect(createWidget(writeCl, ns, "w", "job", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-	waitQueued(g, ns, "job", "bob")
-	t.Cleanup(partition.open)
+	partition := &testenv.Gate{}
+	leaseCl := wrappedClient(t, "alice", partition.Stall) // lease traffic: will be cut
+	writeCl := users["alice"]                             // the guarded resource's path: stays up
+	a, tokA := holdWithBobQueued(t, g, ns, "job", leaseCl, writeCl, j)
+	t.Cleanup(partition.Open)
 
 	// An honest writer stamps the elector's token (and sends nothing once the
 	// helper says it no longer leads); a stubborn one keeps its old token.
@@ -161,15 +132,9 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 
-	partition.close()
+	partition.Close()
 	cutAt := time.Now()
-	bound := recoveryBound(l, 1500*time.Millisecond)
-	g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-	gs := j.Snapshot()
-	g.Expect(gs[1].Identity).To(Equal("bob"))
-	t.Logf("takeover %v after the partition (bound %v)", gs[1].Start.Sub(cutAt).Round(time.Millisecond), bound)
-	g.Expect(gs[1].Start.Sub(cutAt)).To(BeNumerically("<=", bound), "takeover slower than L + allowance + slack")
-	expectIncreasing(g, j)
+	gs := bobGranted(t, g, j, "the partition", cutAt, recoveryBound(l, 1500*time.Millisecond), "takeover slower than L + allowance + slack")
 	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
 	time.Sleep(500 * time.Millisecond)
@@ -202,81 +167,12 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	g.Expect(tok).To(Equal(tokB))
 
 	// The partition heals: alice's helper learns it lost and queues again.
-	partition.open()
+	partition.Open()
 	g.Eventually(func() []string { return queued(ns, "job") }, 10*time.Second, 50*time.Millisecond).Should(ContainElement("alice"))
 	h, tok := holderOf(ns, "job")
 	g.Expect(h).To(Equal("bob"))
 	g.Expect(tok).To(Equal(tokB))
 	mon.check(g)
-}
-
-// crashPoint says which write of the expiry-and-grant sequence a crashing
-// controller loses.
-type crashPoint int
-
-const (
-	// grantRequestLost: the status write that expires the holder and grants the
-	// waiter, after the spec write that removed the expired request, never
-	// reaches the API server.
-	grantRequestLost crashPoint = iota
-	// grantResponseLost: that status write is committed, but the controller
-	// dies before it learns so.
-	grantResponseLost
-	// removalLost: the status write (expiry and grant) is committed, and the
-	// spec write that removes the expired request afterwards is lost.
-	removalLost
-)
-
-// crashingTransport makes a controller die at a crash point: once armed, the
-// write at the crash point and everything after it fail (a dead process sends
-// nothing more).
-type crashingTransport struct {
-	leasePath string
-	point     crashPoint
-	armed     atomic.Bool
-	triggered atomic.Bool
-	dead      atomic.Bool
-	died      chan struct{}
-}
-
-func newCrashingTransport(ns, name string, point crashPoint) *crashingTransport {
-	return &crashingTransport{
-		leasePath: "/apis/coordination.kubefence.io/v1alpha1/namespaces/" + ns + "/fencedleases/" + name,
-		point:     point,
-		died:      make(chan struct{}),
-	}
-}
-
-func (c *crashingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if c.dead.Load() {
-			return nil, errInjected
-		}
-		if !c.armed.Load() || req.Method != http.MethodPut {
-			return rt.RoundTrip(req)
-		}
-		spec, status := req.URL.Path == c.leasePath, req.URL.Path == c.leasePath+"/status"
-		trigger, target := spec, status
-		if c.point == removalLost {
-			trigger, target = status, spec
-		}
-		if target && c.triggered.Load() {
-			c.dead.Store(true)
-			defer close(c.died)
-			if c.point == grantResponseLost {
-				if resp, err := rt.RoundTrip(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-			}
-			return nil, errInjected
-		}
-		resp, err := rt.RoundTrip(req)
-		if trigger && err == nil && resp.StatusCode < 300 {
-			c.triggered.Store(true)
-		}
-		return resp, err
-	})
 }
 
 // Fault 3: the operator crashes in the middle of an expiry-and-grant: between
@@ -398,18 +294,13 @@ func TestFault4OperatorFailover(t *testing.T) {
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
 			j := &testenv.Journal{}
-			silent := &gate{}
-			a := startElector(t, gatedClient(t, "alice", silent), "alice", ns, "job", "alice", j)
-			t.Cleanup(silent.open)
-			g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-			tokA := j.Snapshot()[0].Token
-			g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
-			startElector(t, users["bob"], "bob", ns, "job", "bob", j)
-			waitQueued(g, ns, "job", "bob")
+			silent := &testenv.Gate{}
+			a, tokA := holdWithBobQueued(t, g, ns, "job", wrappedClient(t, "alice", silent.Stall), users["alice"], j)
+			t.Cleanup(silent.Open)
 
 			var bound time.Duration
 			if tc.takeover {
-				silent.close() // alice stops renewing ...
+				silent.Close() // alice stops renewing ...
 			}
 			kill(t, leader) // ... and the operator's leader dies with it
 			killedAt := time.Now()
@@ -422,12 +313,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 				bound = leLeaseDuration + leRetryPeriod + 2*time.Second
 			}
 			g.Eventually(standby.Elected(), leLeaseDuration+leRetryPeriod+3*time.Second).Should(BeClosed(), "the standby was never elected")
-			g.Eventually(j.Len, bound+5*time.Second, 10*time.Millisecond).Should(Equal(2), "bob was never granted")
-			gs := j.Snapshot()
-			g.Expect(gs[1].Identity).To(Equal("bob"))
-			t.Logf("bob granted %v after the leader died (bound %v)", gs[1].Start.Sub(killedAt).Round(time.Millisecond), bound)
-			g.Expect(gs[1].Start.Sub(killedAt)).To(BeNumerically("<=", bound), "fail-over slower than the leader-election lease + L + allowance + slack")
-			expectIncreasing(g, j)
+			gs := bobGranted(t, g, j, "the leader died", killedAt, bound, "fail-over slower than the leader-election lease + L + allowance + slack")
 			lease := getLease(g, ns, "job")
 			g.Expect(lease.Status.HolderIdentity).To(Equal("bob"))
 			if tc.takeover {
@@ -475,14 +361,14 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	leases := []string{"dead", "either", "long"}
 	journals := map[string]*testenv.Journal{}
 	tokens := map[string]int64{}
-	stall := &gate{}
-	t.Cleanup(stall.open)
+	stall := &testenv.Gate{}
+	t.Cleanup(stall.Open)
 	for _, name := range leases {
 		newLease(g, ns, name, map[bool]int32{true: 30, false: 2}[name == "long"])
 		journals[name] = &testenv.Journal{}
 		cl := users["alice"]
 		if name == "dead" {
-			cl = gatedClient(t, "alice", stall)
+			cl = wrappedClient(t, "alice", stall.Stall)
 		}
 		startElector(t, cl, "alice", ns, name, "alice", journals[name])
 	}
@@ -498,7 +384,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	seqLong := holderRenewSequence(getLease(g, ns, "long"))
 
 	stoppedAt := time.Now()
-	stall.close()
+	stall.Close()
 	g.Expect(stop()).To(Succeed(), "stopping %s", what)
 	stopTook := time.Since(stoppedAt)
 	time.Sleep(time.Until(stoppedAt.Add(3 * time.Second)))
@@ -635,13 +521,8 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	mon := startMonitor(t, ns)
 
 	j := &testenv.Journal{}
-	startElector(t, users["alice"], "alice", ns, "phoenix", "alice", j)
-	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
-	tokA := j.Snapshot()[0].Token
+	_, tokA := holdWithBobQueued(t, g, ns, "phoenix", users["alice"], users["alice"], j)
 	g.Expect(tokA).To(BeNumerically(">", 10))
-	g.Expect(createWidget(users["alice"], ns, "w", "phoenix", tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, "phoenix", "bob", j)
-	waitQueued(g, ns, "phoenix", "bob")
 	highest := getLease(g, ns, "phoenix").Status.FencingToken
 
 	g.Expect(k8sClient.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
@@ -781,39 +662,6 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	g.Expect(tok).To(Equal(recovered))
 }
 
-// delayingTransport holds back, once armed, the controller's next status
-// write of one lease for a while before sending it: a slow API server or etcd
-// commits the write late.
-type delayingTransport struct {
-	statusPath string
-	delay      time.Duration
-	armed      atomic.Bool
-	fired      atomic.Bool
-	sentAt     chan time.Time
-}
-
-func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if d.armed.Load() && req.Method == http.MethodPut && req.URL.Path == d.statusPath && d.fired.CompareAndSwap(false, true) {
-			time.Sleep(d.delay)
-			d.sentAt <- time.Now()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-// slowWrites delays every write a client sends: a slower network path.
-func slowWrites(d time.Duration) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet {
-				time.Sleep(d)
-			}
-			return rt.RoundTrip(req)
-		})
-	}
-}
-
 // Fault 9 (found by faults 5 and 6, here made deterministic): the API server
 // commits the status write that expires a silent holder and grants the waiter
 // later than the lease duration (etcd or the API server is slow, or just back).
@@ -835,11 +683,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 	tokA := getLease(g, ns, "job").Status.FencingToken
 	g.Expect(createWidget(users["alice"], ns, "w", "job", tokA, "alice")).To(Succeed())
 	j := &testenv.Journal{}
-	bobCfg := rest.CopyConfig(userConfigs["bob"])
-	bobCfg.Wrap(slowWrites(200 * time.Millisecond))
-	bobCl, err := client.NewWithWatch(bobCfg, client.Options{Scheme: cluster.Scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	startElector(t, bobCl, "bob", ns, "job", "bob", j)
+	startElector(t, wrappedClient(t, "bob", slowWrites(200*time.Millisecond)), "bob", ns, "job", "bob", j)
 	g.Eventually(func() []coordv1alpha1.WaitingRequest { return getLease(g, ns, "job").Status.Waiting }, 10*time.Second, 10*time.Millisecond).
 		Should(ContainElement(HaveField("HolderIdentity", "bob")))
 	slow.armed.Store(true) // the next status write is alice's expiry and bob's grant

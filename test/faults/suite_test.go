@@ -24,21 +24,14 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
 	operatorNamespace = "kubefence-system"
-	// leaderElectionID is the operator's own leader-election Lease, as in
-	// test/operator/suite_test.go and cmd/main.go.
-	leaderElectionID = "controller.coordination.kubefence.io"
-	clientsGroup     = "kubefence:clients"
+	clientsGroup      = "kubefence:clients"
 )
 
 var (
@@ -67,7 +60,7 @@ func run(m *testing.M) int {
 	if os.Getenv("FAULTS_LOG") != "" {
 		logOut = os.Stderr
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	testenv.Log(logOut)
 	var cancel context.CancelFunc
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	defer cancel()
@@ -119,10 +112,10 @@ func setup() error {
 		return err
 	}
 	k8sClient = cluster.Admin
-	if err := grantClientRole(); err != nil {
-		return err
-	}
-	if users, userConfigs, err = cluster.Users(clientsGroup, "alice", "bob", "carol"); err != nil {
+	// clientsGroup gets what config/rbac's editor role gives a lease client:
+	// read and update FencedLeases, nothing on status; and full rights on
+	// Widgets, so that only fencing refuses.
+	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", clientsGroup, testenv.ClientRules, "alice", "bob", "carol"); err != nil {
 		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that
@@ -145,13 +138,6 @@ func teardown() {
 			_ = os.RemoveAll(d)
 		}
 	}
-}
-
-// grantClientRole gives clientsGroup what config/rbac's editor role gives a
-// lease client: read and update FencedLeases, nothing on status; and full
-// rights on Widgets, so that only fencing refuses.
-func grantClientRole() error {
-	return testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", clientsGroup, testenv.ClientRules...)
 }
 
 // kill cancels the manager's context, without releasing its leader-election
@@ -185,32 +171,20 @@ const (
 // in a manager of its own). The test's cleanup kills it if it still runs.
 func startController(t *testing.T, o controllerOptions) *testenv.Manager {
 	t.Helper()
-	c := rest.CopyConfig(cluster.Config)
-	if o.wrap != nil {
-		c.Wrap(o.wrap)
-	}
-	opts := ctrl.Options{
-		Scheme:                  cluster.Scheme,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          o.leaderElection,
-		LeaderElectionID:        leaderElectionID,
-		LeaderElectionNamespace: operatorNamespace,
-		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
-	}
-	if o.leaderElection {
-		opts.LeaseDuration = ptr.To(leLeaseDuration)
-		opts.RenewDeadline = ptr.To(leRenewDeadline)
-		opts.RetryPeriod = ptr.To(leRetryPeriod)
-	}
-	mgr, err := ctrl.NewManager(c, opts)
+	p, err := cluster.StartController(suiteCtx, operatorNamespace, func(c *rest.Config, opts *ctrl.Options) {
+		if o.wrap != nil {
+			c.Wrap(o.wrap)
+		}
+		if o.leaderElection {
+			opts.LeaderElection = true
+			opts.LeaseDuration = ptr.To(leLeaseDuration)
+			opts.RenewDeadline = ptr.To(leRenewDeadline)
+			opts.RetryPeriod = ptr.To(leRetryPeriod)
+		}
+	})
 	if err != nil {
-		t.Fatalf("creating controller manager: %v", err)
+		t.Fatal(err)
 	}
-	if err := testenv.SetupReconciler(mgr, operatorNamespace); err != nil {
-		t.Fatalf("setting up the reconciler: %v", err)
-	}
-	p := testenv.StartManager(suiteCtx, mgr)
 	t.Cleanup(func() {
 		if err := p.Stop(30 * time.Second); errors.Is(err, testenv.ErrStillRunning) {
 			t.Errorf("controller manager: %v", err)

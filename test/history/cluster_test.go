@@ -231,8 +231,8 @@ func (c *cluster) startOperator(ctx context.Context) error {
 			_ = conn.Close()
 			break
 		}
-		if p.exited() {
-			return fmt.Errorf("the operator exited while starting (%v); see %s", p.err, c.operatorLog.Name())
+		if p.Exited() {
+			return fmt.Errorf("the operator exited while starting (%v); see %s", p.Err(), c.operatorLog.Name())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("the operator's webhook did not serve on %s within 60s: %v", addr, err)
@@ -249,8 +249,8 @@ func (c *cluster) startOperator(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if p.exited() {
-			return fmt.Errorf("the operator exited while applying its policies (%v); see %s", p.err, c.operatorLog.Name())
+		if p.Exited() {
+			return fmt.Errorf("the operator exited while applying its policies (%v); see %s", p.Err(), c.operatorLog.Name())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("the operator did not apply its policies within 60s: %v", err)
@@ -265,7 +265,7 @@ func (c *cluster) killOperator() {
 	p := c.operator
 	c.mu.Unlock()
 	if p != nil {
-		p.kill()
+		p.Kill()
 		fmt.Fprintf(c.operatorLog, "=== history: operator killed (SIGKILL) at %s\n", time.Now().Format(time.RFC3339Nano))
 	}
 }
@@ -284,7 +284,7 @@ func (c *cluster) stop() error {
 	p := c.operator
 	c.mu.Unlock()
 	if p != nil {
-		p.stop(10 * time.Second)
+		p.Stop(10 * time.Second)
 	}
 	if c.operatorLog != nil {
 		_ = c.operatorLog.Close()

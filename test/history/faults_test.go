@@ -100,12 +100,12 @@ func (in *injector) deadWorker() error {
 		in.mu.Lock()
 		busy := in.busy[w.name]
 		in.mu.Unlock()
-		if p := w.proc(); !busy && p != nil && p.exited() {
+		if p := w.proc(); !busy && p != nil && p.Exited() {
 			tail, _ := os.ReadFile(w.errPath)
 			if len(tail) > 2000 {
 				tail = tail[len(tail)-2000:]
 			}
-			return fmt.Errorf("worker %s exited on its own (%v); its log ends with:\n%s", w.name, p.err, tail)
+			return fmt.Errorf("worker %s exited on its own (%v); its log ends with:\n%s", w.name, p.Err(), tail)
 		}
 	}
 	return nil
@@ -223,7 +223,7 @@ func (in *injector) plan(kind string) func() {
 			defer in.release(w.name)
 			in.logf("%s: kill -9 %s, restart after %v", kind, w.name, d.Round(time.Millisecond))
 			if p := w.proc(); p != nil {
-				p.kill()
+				p.Kill()
 			}
 			time.Sleep(d)
 			if err := in.workers.start(w); err != nil {

@@ -276,7 +276,7 @@ func runHistory(t *testing.T, prof profile) {
 	for _, w := range ws.workers {
 		w.proxy.Heal(true)
 		_ = w.signal(syscall.SIGCONT)
-		if p := w.proc(); p == nil || p.exited() {
+		if p := w.proc(); p == nil || p.Exited() {
 			if err := ws.start(w); err != nil {
 				t.Fatal(err)
 			}

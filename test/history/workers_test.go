@@ -74,7 +74,7 @@ func (w *worker) proc() *proc {
 
 func (w *worker) signal(sig syscall.Signal) error {
 	if p := w.proc(); p != nil {
-		return p.signal(sig)
+		return p.Signal(sig)
 	}
 	return nil
 }
@@ -85,7 +85,7 @@ func (s *workerSet) stopAll(grace time.Duration) {
 	for _, w := range s.workers {
 		if p := w.proc(); p != nil {
 			wg.Add(1)
-			go func() { defer wg.Done(); p.stop(grace) }()
+			go func() { defer wg.Done(); p.Stop(grace) }()
 		}
 	}
 	wg.Wait()

@@ -76,13 +76,27 @@ func leading(t *testing.T, e elector) int64 {
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("example.kubefence.io/v1")
-	u.SetKind("Widget")
-	u.SetNamespace(ns)
-	u.SetName(name)
+	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, "init", "spec", "writer")
 	return u
+}
+
+// newLease creates FencedLease ns/name of the given duration.
+func newLease(t *testing.T, ns, name string, seconds int32) {
+	t.Helper()
+	if err := k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: seconds}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waiting waits until the second candidate, who, queued on ns/lease.
+func waiting(t *testing.T, ns, lease, who string) {
+	t.Helper()
+	eventually(t, who+" waits", func() bool {
+		l := &coordv1alpha1.FencedLease{}
+		return k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: lease}, l) == nil && len(l.Spec.Requests) == 2
+	})
 }
 
 // driveTraffic grants a lease, renews it, hands it over, and has the old
@@ -95,10 +109,7 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 	if err := k8sClient.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
-		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 5}}); err != nil {
-		t.Fatal(err)
-	}
+	newLease(t, ns, "job", 5)
 	alice := startElector(t, ns, "job", "alice", clientMetrics)
 	na := leading(t, alice)
 	if err := alice.el.Client(k8sClient).Create(suiteCtx, widget(ns, "w")); err != nil {
@@ -108,10 +119,7 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 	time.Sleep(time.Second)
 
 	bob := startElector(t, ns, "job", "bob", nil)
-	eventually(t, "bob waits", func() bool {
-		l := &coordv1alpha1.FencedLease{}
-		return k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "job"}, l) == nil && len(l.Spec.Requests) == 2
-	})
+	waiting(t, ns, "job", "bob")
 	if err := alice.el.Release(suiteCtx); err != nil {
 		t.Fatal(err)
 	}
@@ -131,17 +139,11 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 
 	// A holder that crashes (no release): its 1 s lease expires and the
 	// waiting candidate takes over.
-	if err := k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crash"},
-		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	newLease(t, ns, "crash", 1)
 	carol := startElector(t, ns, "crash", "carol", nil)
 	nc := leading(t, carol)
 	dave := startElector(t, ns, "crash", "dave", nil)
-	eventually(t, "dave waits", func() bool {
-		l := &coordv1alpha1.FencedLease{}
-		return k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "crash"}, l) == nil && len(l.Spec.Requests) == 2
-	})
+	waiting(t, ns, "crash", "dave")
 	carol.stop()
 	if nd := leading(t, dave); nd <= nc {
 		t.Fatalf("dave's token %d after the takeover is not above carol's %d", nd, nc)
@@ -446,7 +448,7 @@ func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
 	var operator []*dto.MetricFamily
 	eventually(t, "leader_election_master_status says the manager leads", func() bool {
 		operator, err = crmetrics.Registry.Gather()
-		v, ok := sample(operator, "leader_election_master_status", map[string]string{"name": leaderElectionID})
+		v, ok := sample(operator, "leader_election_master_status", map[string]string{"name": testenv.LeaderElectionID})
 		return err == nil && ok && v == 1
 	})
 	clientFams, err := clientReg.Gather()

@@ -21,11 +21,7 @@ import (
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-const (
-	operatorNamespace = "kubefence-system"
-	// leaderElectionID is cmd/main.go's LeaderElectionID.
-	leaderElectionID = "controller.coordination.kubefence.io"
-)
+const operatorNamespace = "kubefence-system"
 
 var (
 	// cluster is the control plane; k8sClient its admin's client.
@@ -45,7 +41,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	_, err := cluster.ServeOperator(suiteCtx, testenv.Operator(operatorNamespace, cluster.AdminUser), func(_ *rest.Config, opts *ctrl.Options) {
 		opts.LeaderElection = true
-		opts.LeaderElectionID = leaderElectionID
+		opts.LeaderElectionID = testenv.LeaderElectionID
 		opts.LeaderElectionNamespace = operatorNamespace
 		opts.LeaderElectionReleaseOnCancel = true
 	})

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,26 +88,17 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		Expect(k8sClient.Create(suiteCtx, widget(ns, "w", "", "", "nobody"))).To(Succeed())
 
 		// Record every accepted version of the object.
-		w, err := k8sClient.Watch(suiteCtx, &unstructured.UnstructuredList{Object: map[string]any{
-			"apiVersion": "example.kubefence.io/v1", "kind": "WidgetList"}},
-			client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		defer w.Stop()
-		var mu sync.Mutex
-		var accepted []int64
-		go func() {
-			for ev := range w.ResultChan() {
-				u, ok := ev.Object.(*unstructured.Unstructured)
-				if !ok {
-					continue
-				}
-				if t, err := strconv.ParseInt(u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64); err == nil {
-					mu.Lock()
-					accepted = append(accepted, t)
-					mu.Unlock()
-				}
+		recorded, stopRecording, err := testenv.Record(suiteCtx, k8sClient, &unstructured.UnstructuredList{Object: map[string]any{
+			"apiVersion": "example.kubefence.io/v1", "kind": "WidgetList"}}, func(o runtime.Object) (int64, bool) {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				return 0, false
 			}
-		}()
+			t, err := strconv.ParseInt(u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64)
+			return t, err == nil
+		}, client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		defer stopRecording()
 
 		ctx, stop := context.WithTimeout(suiteCtx, 12*time.Second)
 		defer stop()
@@ -159,8 +151,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		}
 		wg.Wait()
 		time.Sleep(500 * time.Millisecond)
-		mu.Lock()
-		defer mu.Unlock()
+		accepted := recorded()
 		GinkgoWriter.Printf("writes %d, refused as stale %d, accepted versions %d\n", writes, refusals, len(accepted))
 		Expect(refusals).To(BeNumerically(">", 0), "stale writes were attempted and refused")
 		Expect(len(accepted)).To(BeNumerically(">=", 5), "writes were accepted while the lease moved")

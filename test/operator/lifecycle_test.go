@@ -12,8 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -213,27 +213,16 @@ var _ = Describe("FencedLease lifecycle", func() {
 		extra := startController(false)
 		DeferCleanup(extra.stop)
 		newLease(ns, "split", 1, 0)
-		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, &client.ListOptions{
-			Namespace: ns, FieldSelector: fields.OneTermEqualSelector("metadata.name", "split")})
-		Expect(err).NotTo(HaveOccurred())
-		defer w.Stop()
 		type seen struct {
 			holder string
 			token  int64
 		}
-		var mu sync.Mutex
-		var history []seen
-		go func() {
-			for ev := range w.ResultChan() {
-				if ev.Type != watch.Modified && ev.Type != watch.Added {
-					continue
-				}
-				l := ev.Object.(*coordv1alpha1.FencedLease)
-				mu.Lock()
-				history = append(history, seen{l.Status.HolderIdentity, l.Status.FencingToken})
-				mu.Unlock()
-			}
-		}()
+		recorded, stop, err := testenv.Record(suiteCtx, k8sClient, &coordv1alpha1.FencedLeaseList{}, func(o runtime.Object) (seen, bool) {
+			l := o.(*coordv1alpha1.FencedLease)
+			return seen{l.Status.HolderIdentity, l.Status.FencingToken}, true
+		}, &client.ListOptions{Namespace: ns, FieldSelector: fields.OneTermEqualSelector("metadata.name", "split")})
+		Expect(err).NotTo(HaveOccurred())
+		defer stop()
 		j := &testenv.Journal{}
 		var es []*runningElector
 		for _, u := range []string{"alice", "bob", "carol"} {
@@ -247,8 +236,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 			time.Sleep(150 * time.Millisecond)
 		}
 		Expect(len(j.Snapshot())).To(BeNumerically(">=", 5))
-		mu.Lock()
-		defer mu.Unlock()
+		history := recorded()
 		holderOfToken := map[int64]string{}
 		var last int64
 		for _, s := range history {

@@ -13,21 +13,19 @@ package operator_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -37,78 +35,51 @@ var (
 	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
 	suiteCtx  context.Context
-	cancel    context.CancelFunc
 	// users are clients with only the rights the editor role gives them.
 	users map[string]client.WithWatch
-	// webhooks is the manager serving the operator's webhooks.
-	webhooks *testenv.Manager
 )
 
-func TestControllers(t *testing.T) {
-	testenv.SkipIfShort(t)
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "FencedLease controller suite (real kube-apiserver + etcd)")
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
 }
 
-var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	// The controller works in real time on a real API server; on a loaded CI
-	// machine a reconcile can take longer than Gomega's default second.
-	SetDefaultEventuallyTimeout(10 * time.Second)
-	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	suiteCtx, cancel = context.WithCancel(context.Background())
+// The controller works in real time on a real API server; on a loaded CI
+// machine a reconcile can take longer than Gomega's default second.
+func TestControllers(t *testing.T) {
+	specs.Run(t, "FencedLease controller suite (real kube-apiserver + etcd)", 10*time.Second)
+}
 
-	// The admin identity the test manager runs as is trusted as "the controller".
+// setup gives group kubefence:clients what config/rbac's editor role gives a
+// lease client (read and update FencedLeases, nothing on status), and full
+// rights on the guarded objects of the tests, so that only fencing refuses.
+// The admin identity the test managers run as is trusted as "the
+// controller". The webhooks run in their own manager for the whole suite, so
+// that controller managers can be stopped and started (restart, fail-over)
+// underneath it.
+func setup(ctx context.Context, c *testenv.Cluster) error {
+	testenv.Log(GinkgoWriter)
+	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	var err error
-	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace)
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient = cluster.Admin
-	grantClientRole()
-	users, _, err = cluster.Users("kubefence:clients", "alice", "bob", "carol", "dave")
-	Expect(err).NotTo(HaveOccurred())
-
-	// The webhook runs in its own manager for the whole suite, so that controller
-	// managers can be stopped and started (restart, fail-over) underneath it.
-	webhooks, err = cluster.ServeOperator(suiteCtx, cluster.Webhooks(), nil)
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	if webhooks != nil {
-		Expect(webhooks.Stop(30 * time.Second)).To(Succeed())
-	}
-	cancel()
-	if cluster != nil {
-		Expect(cluster.Env.Stop()).To(Succeed())
-	}
-})
-
-// grantClientRole gives group kubefence:clients what config/rbac's editor role
-// gives a lease client (read and update FencedLeases, nothing on status), and
-// full rights on the guarded objects of the tests, so that only fencing refuses.
-func grantClientRole() {
-	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "fencedlease-client", "kubefence:clients", append(testenv.ClientRules,
+	if users, _, err = c.Clients(ctx, "fencedlease-client", "kubefence:clients", append(testenv.ClientRules,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
-		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs})...)).To(Succeed())
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs}),
+		"alice", "bob", "carol", "dave"); err != nil {
+		return err
+	}
+	_, err = c.ServeOperator(ctx, c.Webhooks(), nil)
+	return err
 }
 
 // startController starts a controller manager (a manager with the
 // FencedLease reconciler), which tests stop and start; with leaderElection it
 // competes for the manager lease like the deployed operator's replicas do.
 func startController(leaderElection bool) *controllerProcess {
-	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
-		Scheme:                        cluster.Scheme,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                leaderElection,
-		LeaderElectionID:              "controller.coordination.kubefence.io",
-		LeaderElectionNamespace:       operatorNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+	m, err := cluster.StartController(suiteCtx, operatorNamespace, func(_ *rest.Config, opts *ctrl.Options) {
+		opts.LeaderElection = leaderElection
+		opts.LeaderElectionReleaseOnCancel = true
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.SetupReconciler(mgr, operatorNamespace)).To(Succeed())
-	return &controllerProcess{testenv.StartManager(suiteCtx, mgr)}
+	return &controllerProcess{m}
 }
 
 // controllerProcess is one running kubefence controller.

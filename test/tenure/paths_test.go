@@ -63,11 +63,7 @@ var _ = Describe("A non-holder cannot depose the holder", func() {
 
 var _ = Describe("Built-in kinds keep metadata on their subresources", func() {
 	It("puts pods/status and deployments/status under the token and holder rules", func() {
-		ns, bob, _ := leadsNew("bob")
-		fb := bob.el.Client(users["bob"])
-
-		pod := testPod(ns)
-		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
+		ns, fb, pod := leadsWithPod("bob")
 		// The holder, on the identity path, cannot rewrite the token through /status.
 		for _, t := range []string{"999999999999", "0"} {
 			err := users["bob"].Status().Patch(suiteCtx, pod.DeepCopy(), mergePatch(`{"metadata":{"annotations":{%q:%q}}}`, coordv1alpha1.FencingTokenAnnotation, t))
@@ -140,10 +136,7 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 
 var _ = Describe("Pod evictions are fenced", func() {
 	It("refuses a non-holder's eviction of a guarded pod as stale and accepts the holder's", func() {
-		ns, bob, _ := leadsNew("bob")
-		fb := bob.el.Client(users["bob"])
-		pod := testPod(ns)
-		Expect(fb.Create(suiteCtx, pod)).To(Succeed())
+		ns, _, pod := leadsWithPod("bob")
 		evict := func(user string) error {
 			return users[user].SubResource("eviction").Create(suiteCtx, pod.DeepCopy(),
 				&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}})

@@ -9,9 +9,11 @@ package tenure_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,19 +21,15 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const operatorNamespace = "kubefence-system"
@@ -41,7 +39,6 @@ var (
 	cluster   *testenv.Cluster
 	k8sClient client.WithWatch
 	suiteCtx  context.Context
-	cancel    context.CancelFunc
 	users     map[string]client.WithWatch
 	// freeze holds the webhook manager's FencedLease watch: its informer
 	// cache then shows the leases as they were.
@@ -50,71 +47,57 @@ var (
 	answerDelay atomic.Int64
 )
 
-func TestTenure(t *testing.T) {
-	testenv.SkipIfShort(t)
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)")
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
 }
 
-var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	SetDefaultEventuallyTimeout(15 * time.Second)
-	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	suiteCtx, cancel = context.WithCancel(context.Background())
+func TestTenure(t *testing.T) {
+	defer freeze.set(false) // the webhook manager's watch must end with the suite
+	specs.Run(t, "Every way a tenure ends, every write path (real kube-apiserver + etcd)", 15*time.Second)
+}
+
+// setup gives group kubefence:clients what fencedlease-candidate-role gives
+// a lease client, plus full rights on the guarded objects of the tests
+// (Widgets, Pods, Deployments, evictions), so that only fencing refuses; and
+// runs the operator's webhooks on a manager whose FencedLease watch can be
+// frozen and whose answers can be delayed, and its reconciler.
+func setup(ctx context.Context, c *testenv.Cluster) error {
+	testenv.Log(GinkgoWriter)
+	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	var err error
-	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace)
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient = cluster.Admin
-	grantRoles()
-	users, _, err = cluster.Users("kubefence:clients", "alice", "bob", "mallory")
-	Expect(err).NotTo(HaveOccurred())
+	if users, _, err = c.Clients(ctx, "tenure-client", "kubefence:clients", []rbacv1.PolicyRule{
+		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
+			Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
+		testenv.WidgetRule,
+		{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: testenv.AllVerbs},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: testenv.AllVerbs},
+	}, "alice", "bob", "mallory"); err != nil {
+		return err
+	}
 	// An operator: a lease admin (system:masters is the default admin group),
 	// not a controller user.
-	users["operator"], _, err = testenv.UserClient(cluster.Env, cluster.Scheme, envtest.User{Name: "operator", Groups: []string{"system:masters"}})
-	Expect(err).NotTo(HaveOccurred())
+	if users["operator"], _, err = c.User("operator", "system:masters"); err != nil {
+		return err
+	}
 
-	// The webhooks, wired as the operator wires them, on a manager whose
-	// FencedLease watch can be frozen and whose answers can be delayed.
-	whMgr, err := cluster.ServeOperator(suiteCtx, cluster.Webhooks(), func(cfg *rest.Config, opts *ctrl.Options) {
+	whMgr, err := c.ServeOperator(ctx, c.Webhooks(), func(cfg *rest.Config, opts *ctrl.Options) {
 		cfg.Wrap(freeze.wrap)
 		opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
 	})
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return err
+	}
 	// The manager reads FencedLeases through its cache: start that informer.
-	Expect(whMgr.GetCache().WaitForCacheSync(suiteCtx)).To(BeTrue())
+	if !whMgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("the webhook manager's cache did not sync")
+	}
 	var l coordv1alpha1.FencedLeaseList
-	Expect(whMgr.GetClient().List(suiteCtx, &l)).To(Succeed())
-
-	ctrlMgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{Scheme: cluster.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(testenv.SetupReconciler(ctrlMgr, operatorNamespace)).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		Expect(ctrlMgr.Start(suiteCtx)).To(Succeed())
-	}()
-})
-
-var _ = AfterSuite(func() {
-	freeze.set(false)
-	if cancel != nil {
-		cancel()
+	if err := whMgr.GetClient().List(ctx, &l); err != nil {
+		return err
 	}
-	if cluster != nil {
-		Expect(cluster.Env.Stop()).To(Succeed())
-	}
-})
 
-// grantRoles gives group kubefence:clients what fencedlease-candidate-role
-// gives a lease client, plus full rights on the guarded objects of the tests
-// (Widgets, Pods, Deployments, evictions), so that only fencing refuses.
-func grantRoles() {
-	Expect(testenv.GrantClusterRole(suiteCtx, k8sClient, "tenure-client", "kubefence:clients",
-		rbacv1.PolicyRule{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
-			Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
-		testenv.WidgetRule,
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: testenv.AllVerbs},
-		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: testenv.AllVerbs},
-	)).To(Succeed())
+	_, err = c.StartController(ctx, operatorNamespace, nil)
+	return err
 }
 
 // watchFreezer holds the bodies of FencedLease watch responses while frozen.
@@ -146,7 +129,7 @@ func (f *watchFreezer) gate() <-chan struct{} {
 }
 
 func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err == nil && req.URL.Query().Get("watch") == "true" && strings.Contains(req.URL.Path, "/fencedleases") {
 			resp.Body = &frozenBody{ReadCloser: resp.Body, f: f}
@@ -154,10 +137,6 @@ func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
 		return resp, err
 	})
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type frozenBody struct {
 	io.ReadCloser

@@ -67,10 +67,16 @@ func leadsNew(user string) (string, *runningElector, int64) {
 	return ns, e, e.leading()
 }
 
-// testPod is pod ns/p with one container, to create.
-func testPod(ns string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+// leadsWithPod is leadsNew, and pod ns/p (one container) created through
+// the holder's fenced client, guarded by its lease; it returns the
+// namespace, the holder's fenced client and the pod.
+func leadsWithPod(user string) (string, client.Client, *corev1.Pod) {
+	ns, e, _ := leadsNew(user)
+	fc := e.el.Client(users[user])
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+	Expect(fc.Create(suiteCtx, pod)).To(Succeed())
+	return ns, fc, pod
 }
 
 func startElector(user, ns, lease string) *runningElector {

@@ -103,10 +103,11 @@ func Run(m *testing.M, in Input, setup func(env *envtest.Environment, cfg *rest.
 // control plane: it starts the Cluster of in (StartCluster, creating
 // namespace if not empty), calls setup with it and a context (to build
 // clients and start managers until the context ends; a non-nil error fails
-// the package), runs the tests, ends the context, and stops the control
-// plane. Under -short it runs the tests without a control plane and without
-// setup: the package's unit tests run, and the tests that need the control
-// plane skip themselves (SkipIfShort).
+// the package), runs the tests, ends the context, and stops the managers the
+// Cluster started and the control plane (Cluster.Stop; an error there fails
+// the package). Under -short it runs the tests without a control plane and
+// without setup: the package's unit tests run, and the tests that need the
+// control plane skip themselves (SkipIfShort).
 func RunCluster(m *testing.M, in Input, namespace string, setup func(ctx context.Context, c *Cluster) error) int {
 	if Short() {
 		return m.Run()
@@ -118,17 +119,18 @@ func RunCluster(m *testing.M, in Input, namespace string, setup func(ctx context
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() {
-		// The managers' watches end before the API server stops.
-		cancel()
-		time.Sleep(200 * time.Millisecond)
-		if err := c.Env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping kube-apiserver and etcd: %v\n", err)
-		}
-	}()
+	code := 1
 	if err := setup(ctx, c); err != nil {
 		fmt.Fprintf(os.Stderr, "setting up the suite: %v\n", err)
+	} else {
+		code = m.Run()
+	}
+	// The managers' watches end before the API server stops.
+	cancel()
+	time.Sleep(200 * time.Millisecond)
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "tearing down the suite: %v\n", err)
 		return 1
 	}
-	return m.Run()
+	return code
 }

@@ -11,16 +11,23 @@
 // options) rather than asserting anything, so that a caller can change
 // fields before use and report errors its own way.
 //
-// A suite's set-up is StartCluster (or RunCluster for a TestMain): the
-// control plane, the admin's client and username, the operator's namespace;
-// then Cluster.Users, Cluster.ServeOperator (a Manager running the operator
-// or its webhooks), Cluster.Namespace per test (cluster.go).
+// A suite's set-up is RunCluster in its TestMain (StartCluster elsewhere):
+// the control plane, the admin's client and username, the operator's
+// namespace; then Log, Cluster.Clients (a group of lease clients and their
+// role) or Cluster.Users, Cluster.ServeOperator, Cluster.StartController and
+// Cluster.Start (Managers running the operator, its webhooks or its
+// controller, stopped and checked by Cluster.Stop when the suite ends),
+// Cluster.Namespace per test (cluster.go, manager.go, suite.go). A
+// Ginkgo suite's TestX calls specs.Run (test/testenv/specs), which keeps
+// Ginkgo out of the programs that import testenv.
 //
-// It also holds the helpers the suites share: NewScheme, StartManager and
-// Serve (cluster.go), GrantClusterRole and the client rules (rbac.go),
-// UserClient and Kubeconfig (users.go), Gate (gate.go), WidgetGVK, Widget,
-// GuardedWidget and FixedToken (kinds.go), ModuleRoot (root.go),
-// WaitForWebhookServer.
+// It also holds the helpers the suites share: NewScheme (cluster.go),
+// StartManager and Serve (manager.go), GrantClusterRole and the client rules
+// (rbac.go), UserClient and Kubeconfig (users.go), Gate and its fault
+// transports (gate.go, transport.go), Journal (journal.go), Record
+// (record.go), Proc, a child process that dies with the test (proc.go),
+// WidgetGVK, Widget, GuardedWidget and FixedToken (kinds.go), ModuleRoot
+// (root.go), WaitForWebhookServer.
 //
 // It imports production packages (controllers/operator for the wiring) and
 // never the reverse: no production package may import testenv.
@@ -73,6 +80,17 @@ func AdminUser(ctx context.Context, c client.Client) (string, error) {
 	return user, nil
 }
 
+// managerOptions are what every manager of a suite starts from: scheme, no
+// metrics server, and controller names that may repeat across the managers of
+// one process.
+func managerOptions(scheme *runtime.Scheme) ctrl.Options {
+	return ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
 // WebhookManagerOptions are the options of a manager that serves the webhooks
 // env installs: its webhook server listens where env.WebhookInstallOptions
 // (prepared by Start) points the API server, with their certificates; no
@@ -80,14 +98,28 @@ func AdminUser(ctx context.Context, c client.Client) (string, error) {
 // process. Callers may change fields afterwards.
 func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctrl.Options {
 	wopts := env.WebhookInstallOptions
-	return ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
-		}),
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	}
+	o := managerOptions(scheme)
+	o.WebhookServer = webhook.NewServer(webhook.Options{
+		Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+	})
+	return o
+}
+
+// LeaderElectionID is the deployed operator's leader-election Lease
+// (cmd/main.go's LeaderElectionID).
+const LeaderElectionID = "controller.coordination.kubefence.io"
+
+// ControllerManagerOptions are the options of a manager that runs the
+// operator's controller in a test: no metrics or probe servers, controller
+// names that may repeat across the managers of one process, and, should the
+// caller turn leader election on, the deployed operator's Lease
+// (LeaderElectionID in namespace). Callers may change fields afterwards.
+func ControllerManagerOptions(scheme *runtime.Scheme, namespace string) ctrl.Options {
+	o := managerOptions(scheme)
+	o.HealthProbeBindAddress = "0"
+	o.LeaderElectionID = LeaderElectionID
+	o.LeaderElectionNamespace = namespace
+	return o
 }
 
 // Operator are the options of the operator the suites run: the deployed

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
@@ -27,14 +27,11 @@ const (
 	holdersGroup      = "kubefence:upgrade-holders"
 )
 
-// proc is a child process (an operator replica or a holder); it gets SIGKILL
-// if the test process dies.
+// proc is a child process (an operator replica or a holder; it dies with the
+// test) with its stdout in the file out and its stderr in log.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	// out is its stdout, log its stderr.
+	*testenv.Proc
 	out, log string
-	done     chan struct{}
 }
 
 // startProc starts bin with its stdout in outPath and its stderr in
@@ -54,33 +51,11 @@ func startProc(name, bin, outPath string, args, env []string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, errf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+	p, err := testenv.StartProc(name, cmd)
+	if err != nil {
+		return nil, err
 	}
-	p := &proc{name: name, cmd: cmd, out: outPath, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
-// stop sends SIGTERM and waits, then SIGKILL.
-func (p *proc) stop(grace time.Duration) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &proc{Proc: p, out: outPath, log: logPath}, nil
 }
 
 // logContains tells whether the process has logged s.
@@ -113,11 +88,11 @@ func startReplica(ctx context.Context, env *envtest.Environment, name, bin, kube
 			_ = conn.Close()
 			return p, nil
 		}
-		if p.exited() {
+		if p.Exited() {
 			return nil, fmt.Errorf("replica %s exited while starting; see %s", name, p.log)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			p.stop(time.Second)
+			p.Stop(time.Second)
 			return nil, fmt.Errorf("replica %s did not serve on %s within 60s: %v", name, addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -131,11 +106,11 @@ const leading = "Starting workers"
 func waitLeading(ctx context.Context, p *proc, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for !p.logContains(leading) {
-		if p.exited() {
-			return fmt.Errorf("replica %s exited; see %s", p.name, p.log)
+		if p.Exited() {
+			return fmt.Errorf("replica %s exited; see %s", p.Name, p.log)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("replica %s did not become the leader within %v; see %s", p.name, within, p.log)
+			return fmt.Errorf("replica %s did not become the leader within %v; see %s", p.Name, within, p.log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

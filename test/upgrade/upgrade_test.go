@@ -173,7 +173,7 @@ func runScenario(t *testing.T, sc scenario) {
 	defer func() {
 		for name, p := range replicas {
 			suite.svc.remove(name)
-			p.stop(10 * time.Second)
+			p.Stop(10 * time.Second)
 		}
 	}()
 	startReplicaOf := func(name string, b binaries, extra ...string) *proc {
@@ -198,7 +198,7 @@ func runScenario(t *testing.T, sc scenario) {
 		// flight when it stops ("context canceled"; fixed since, see
 		// TestCallsInFlightAreDecidedWhileTheManagerStops).
 		suite.svc.remove(name)
-		replicas[name].stop(10 * time.Second)
+		replicas[name].Stop(10 * time.Second)
 		delete(replicas, name)
 	}
 
@@ -217,7 +217,7 @@ func runScenario(t *testing.T, sc scenario) {
 	holders, err := startHolders(ctx, sc, ns, dir, start)
 	defer func() {
 		for _, h := range holders {
-			h.stop(20 * time.Second)
+			h.Stop(20 * time.Second)
 		}
 	}()
 	if err != nil {
@@ -270,7 +270,7 @@ func runScenario(t *testing.T, sc scenario) {
 	begin("")
 
 	for _, h := range holders {
-		h.stop(20 * time.Second)
+		h.Stop(20 * time.Second)
 	}
 	mon.stop()
 	judge(t, ctx, ns, dir, start, holders, phases, mon)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -79,24 +80,58 @@ only after the commit lag (1 s by default), once the revoked holder's admitted
 writes have committed.
 `
 
-// operatorAction validates the dry-run flag, applies the guarded JSON patch
-// build makes from the lease, and turns a refusal into advice. It returns the
-// clients, the lease as it was when the patch applied, and who acted.
-func (o *rootOptions) operatorAction(ctx context.Context, name string, dryRun dryRunFlag, action func(namespace string) string,
-	build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)) (*clients, *coordv1alpha1.FencedLease, string, error) {
+// addIdentityFlag adds the required flag name of an operator action, the
+// holderIdentity it acts on, completed with the lease's requests (waitingOnly:
+// the waiters only).
+func addIdentityFlag(root *rootOptions, cmd *cobra.Command, id *string, name, usage string, waitingOnly bool) {
+	cmd.Flags().StringVar(id, name, "", usage)
+	_ = cmd.MarkFlagRequired(name)
+	_ = cmd.RegisterFlagCompletionFunc(name, completeHolders(root, waitingOnly))
+}
+
+// operatorAction is release or handover: an operator's guarded JSON patch of
+// one lease's requests, recorded as an Event.
+type operatorAction struct {
+	// reason and action of the Event.
+	reason, action string
+	// done completes "the lease was ..." when the Event cannot be recorded.
+	done string
+	// doing names the action in errors ("releasing ID from fencedlease NS/NAME").
+	doing func(namespace string) string
+	// build makes the patch from the lease as read.
+	build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)
+	// outcome is what happened, from the lease as it was when the patch
+	// applied and who acted: the line to print (after "fencedlease NS/NAME: ")
+	// and the Event's note.
+	outcome func(lease *coordv1alpha1.FencedLease, user string) (said, note string)
+}
+
+// act validates the dry-run flag, applies the action's patch to the lease
+// name, and turns a refusal into advice. It prints what happened and, unless
+// it was a dry run, records it as an Event; an Event it cannot record only
+// gets a warning (the action is done).
+func (o *rootOptions) act(ctx context.Context, name string, dryRun dryRunFlag, a operatorAction) error {
 	if err := dryRun.validate(); err != nil {
-		return nil, nil, "", err
+		return err
 	}
 	c, err := o.clients()
 	if err != nil {
-		return nil, nil, "", err
+		return err
 	}
 	user, _ := protocol.WhoAmI(ctx, c.kube) // "" when it cannot tell: only for Events and advice
-	lease, err := patchLease(ctx, c, name, dryRun.value, build)
+	lease, err := patchLease(ctx, c, name, dryRun.value, a.build)
 	if err != nil {
-		return nil, nil, "", explainRefusal(action(c.namespace), err, user)
+		return explainRefusal(a.doing(c.namespace), err, user)
 	}
-	return c, lease, user, nil
+	said, note := a.outcome(lease, user)
+	fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: %s%s\n", c.namespace, name, said, dryRun.suffix())
+	if dryRun.enabled() {
+		return nil
+	}
+	if err := recordEvent(ctx, c, lease, metav1.NewMicroTime(o.clock.Now()), a.reason, a.action, note); err != nil {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: the lease was %s, but %v\n", a.done, err)
+	}
+	return nil
 }
 
 // explainRefusal turns a refused write into advice. The FencedLease webhook

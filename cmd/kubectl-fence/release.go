@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
@@ -18,7 +18,7 @@ type releaseOptions struct {
 
 func newReleaseCmd(root *rootOptions) *cobra.Command {
 	o := &releaseOptions{rootOptions: root}
-	cmd := &cobra.Command{
+	cmd := leaseCommand(root, &cobra.Command{
 		Use:   "release NAME --holder ID",
 		Short: "Release a FencedLease on behalf of its holder (operator action)",
 		Long: `Remove the request of --holder from the lease's queue. When ID holds the lease
@@ -37,44 +37,27 @@ are refused as stale (the fencing webhook reads the lease live).
 
   # Rehearse: the API server and the webhook judge the write, nothing changes
   kubectl fence release my-lease --holder worker-0 -n jobs --dry-run=server`,
-		Args:              nameArg("release", "kubectl fence release my-lease --holder worker-0"),
-		ValidArgsFunction: completeLeaseNames(root),
-		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
-	}
-	cmd.Flags().StringVar(&o.holder, "holder", "", "The holderIdentity whose request to remove (required).")
-	_ = cmd.MarkFlagRequired("holder")
-	_ = cmd.RegisterFlagCompletionFunc("holder", completeHolders(root, false))
+	}, "kubectl fence release my-lease --holder worker-0", o.run)
+	addIdentityFlag(root, cmd, &o.holder, "holder", "The holderIdentity whose request to remove (required).", false)
 	o.dryRun.addFlag(cmd)
 	return cmd
 }
 
-func (o *releaseOptions) run(cmd *cobra.Command, name string) error {
-	ctx := cmd.Context()
-	c, lease, user, err := o.operatorAction(ctx, name, o.dryRun, func(ns string) string {
-		return fmt.Sprintf("releasing %s from fencedlease %s/%s", o.holder, ns, name)
-	}, func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.ReleasePatch(l, o.holder) })
-	if err != nil {
-		return err
-	}
-
-	var note, said string
-	if o.holder == lease.Status.HolderIdentity {
-		next := "nobody is waiting"
-		if q := waiters(lease); len(q) > 0 {
-			next = q[0].HolderIdentity + " is next"
-		}
-		note = fmt.Sprintf("%s released holder %s (token %d); %s", operatorName(user), o.holder, lease.Status.FencingToken, next)
-		said = fmt.Sprintf("fencedlease %s/%s: released holder %s (token %d); %s", c.namespace, name, o.holder, lease.Status.FencingToken, next)
-	} else {
-		note = fmt.Sprintf("%s withdrew the waiting request of %s", operatorName(user), o.holder)
-		said = fmt.Sprintf("fencedlease %s/%s: withdrew the waiting request of %s", c.namespace, name, o.holder)
-	}
-	fmt.Fprintln(o.streams.Out, said+o.dryRun.suffix())
-	if o.dryRun.enabled() {
-		return nil
-	}
-	if err := recordEvent(ctx, c, lease, metav1.NewMicroTime(o.clock.Now()), EventOperatorRelease, "Release", note); err != nil {
-		fmt.Fprintf(o.streams.ErrOut, "Warning: the lease was released, but %v\n", err)
-	}
-	return nil
+func (o *releaseOptions) run(ctx context.Context, name string) error {
+	return o.act(ctx, name, o.dryRun, operatorAction{
+		reason: EventOperatorRelease, action: "Release", done: "released",
+		doing: func(ns string) string { return fmt.Sprintf("releasing %s from fencedlease %s/%s", o.holder, ns, name) },
+		build: func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.ReleasePatch(l, o.holder) },
+		outcome: func(lease *coordv1alpha1.FencedLease, user string) (string, string) {
+			said := "withdrew the waiting request of " + o.holder
+			if o.holder == lease.Status.HolderIdentity {
+				next := "nobody is waiting"
+				if q := waiters(lease); len(q) > 0 {
+					next = q[0].HolderIdentity + " is next"
+				}
+				said = fmt.Sprintf("released holder %s (token %d); %s", o.holder, lease.Status.FencingToken, next)
+			}
+			return said, operatorName(user) + " " + said
+		},
+	})
 }

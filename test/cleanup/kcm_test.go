@@ -1,22 +1,22 @@
 package cleanup_test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // kcm is a running kube-controller-manager with only the garbage collector
 // and the namespace controller.
 type kcm struct {
 	cmd  *exec.Cmd
-	log  *testenv.Buffer
+	log  *syncBuffer
 	done chan error
 }
 
@@ -37,7 +37,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	if err := os.WriteFile(kubeconfig, kcmKubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := &kcm{log: &testenv.Buffer{}, done: make(chan error, 1)}
+	k := &kcm{log: &syncBuffer{}, done: make(chan error, 1)}
 	k.cmd = exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
 		"--controllers=garbagecollector,namespace",
@@ -66,7 +66,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 		}
 		t.Logf("kube-controller-manager stopped: %v", err)
 		if t.Failed() {
-			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.Tail(8<<10))
+			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.tail(8<<10))
 		}
 	})
 	return k
@@ -78,7 +78,28 @@ func (k *kcm) running(t *testing.T) {
 	select {
 	case err := <-k.done:
 		k.done <- err
-		t.Fatalf("kube-controller-manager exited: %v\n%s", err, k.log.Tail(8<<10))
+		t.Fatalf("kube-controller-manager exited: %v\n%s", err, k.log.tail(8<<10))
 	default:
 	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.b.Bytes()
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }

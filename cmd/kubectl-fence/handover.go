@@ -10,14 +10,10 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
-type handoverOptions struct {
-	*rootOptions
-	to     string
-	dryRun dryRunFlag
-}
+const handoverExample = "kubectl fence handover my-lease --to worker-2"
 
 func newHandoverCmd(root *rootOptions) *cobra.Command {
-	o := &handoverOptions{rootOptions: root}
+	o := &actionOptions{rootOptions: root}
 	cmd := leaseCommand(root, &cobra.Command{
 		Use:   "handover NAME --to ID",
 		Short: "Hand a FencedLease from its holder to a waiting client (operator action)",
@@ -26,26 +22,23 @@ request, in one write. The controller then ends the holder's tenure as Released
 (no lock-delay) and grants the lease to ID with a new, higher fencing token.
 ID must already have requested the lease.
 
-` + operatorActionHelp + `The action is recorded as an Event with reason OperatorHandover.`,
-		Example: `  kubectl fence handover my-lease --to worker-2 -n jobs
-
-  # Rehearse: the API server and the webhook judge the write, nothing changes
-  kubectl fence handover my-lease --to worker-2 -n jobs --dry-run=server`,
-	}, "kubectl fence handover my-lease --to worker-2", o.run)
-	addIdentityFlag(root, cmd, &o.to, "to", "The waiting holderIdentity to hand the lease to (required).", true)
-	o.dryRun.addFlag(cmd)
+` + actionHelp(EventOperatorHandover),
+		Example: actionExample(handoverExample),
+	}, handoverExample, o.handover)
+	o.addFlags(cmd, "to", "The waiting holderIdentity to hand the lease to (required).", true)
 	return cmd
 }
 
-func (o *handoverOptions) run(ctx context.Context, name string) error {
+// handover hands the lease name over to o.id.
+func (o *actionOptions) handover(ctx context.Context, name string) error {
 	return o.act(ctx, name, o.dryRun, operatorAction{
 		reason: EventOperatorHandover, action: "Handover", done: "handed over",
-		doing: func(ns string) string { return fmt.Sprintf("handing fencedlease %s/%s over to %s", ns, name, o.to) },
-		build: func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.HandoverPatch(l, o.to) },
+		doing: func(ns string) string { return fmt.Sprintf("handing fencedlease %s/%s over to %s", ns, name, o.id) },
+		build: func(l *coordv1alpha1.FencedLease) (protocol.Patch, error) { return protocol.HandoverPatch(l, o.id) },
 		outcome: func(lease *coordv1alpha1.FencedLease, user string) (string, string) {
 			from, tok := lease.Status.HolderIdentity, lease.Status.FencingToken
-			return fmt.Sprintf("released holder %s (token %d); %s is next", from, tok, o.to),
-				fmt.Sprintf("%s handed the lease over from %s (token %d) to %s", operatorName(user), from, tok, o.to)
+			return fmt.Sprintf("released holder %s (token %d); %s is next", from, tok, o.id),
+				fmt.Sprintf("%s handed the lease over from %s (token %d) to %s", operatorName(user), from, tok, o.id)
 		},
 	})
 }

@@ -70,23 +70,42 @@ func patchLease(ctx context.Context, c *clients, name, dryRun string, build func
 	return nil, fmt.Errorf("fencedlease %s/%s kept changing; try again: %w", c.namespace, name, lastErr)
 }
 
-// operatorActionHelp is the part of release's and handover's help on who may
-// act and what the write does.
-const operatorActionHelp = `The FencedLease webhook lets a client change only its own request, so this
+// actionHelp ends an operator action's help: who may act, what the write
+// does, and the reason of the Event that records it.
+func actionHelp(reason string) string {
+	return `The FencedLease webhook lets a client change only its own request, so this
 needs a member of the manager's lease-admin groups (--lease-admin-group,
 default system:masters). The write carries the annotation
 coordination.kubefence.io/revoked, and the controller grants the next request
 only after the commit lag (1 s by default), once the revoked holder's admitted
 writes have committed.
-`
+The action is recorded as an Event with reason ` + reason + "."
+}
 
-// addIdentityFlag adds the required flag name of an operator action, the
-// holderIdentity it acts on, completed with the lease's requests (waitingOnly:
-// the waiters only).
-func addIdentityFlag(root *rootOptions, cmd *cobra.Command, id *string, name, usage string, waitingOnly bool) {
-	cmd.Flags().StringVar(id, name, "", usage)
+// actionExample is an operator action's examples: the command line, then its
+// rehearsal.
+func actionExample(cmdline string) string {
+	return "  " + cmdline + ` -n jobs
+
+  # Rehearse: the API server and the webhook judge the write, nothing changes
+  ` + cmdline + " -n jobs --dry-run=server"
+}
+
+// actionOptions are an operator action's (release, handover): the
+// holderIdentity it acts on and --dry-run.
+type actionOptions struct {
+	*rootOptions
+	id     string
+	dryRun dryRunFlag
+}
+
+// addFlags adds --dry-run and the required flag name that sets the identity,
+// completed with the lease's requests (waitingOnly: the waiters only).
+func (o *actionOptions) addFlags(cmd *cobra.Command, name, usage string, waitingOnly bool) {
+	cmd.Flags().StringVar(&o.id, name, "", usage)
 	_ = cmd.MarkFlagRequired(name)
-	_ = cmd.RegisterFlagCompletionFunc(name, completeHolders(root, waitingOnly))
+	_ = cmd.RegisterFlagCompletionFunc(name, completeHolders(o.rootOptions, waitingOnly))
+	o.dryRun.addFlag(cmd)
 }
 
 // operatorAction is release or handover: an operator's guarded JSON patch of

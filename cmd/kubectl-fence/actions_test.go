@@ -77,24 +77,13 @@ func TestRaiseFloor(t *testing.T) {
 	widget(t, ns, "w-ahead", "jobs", "12")
 	widget(t, ns, "w-garbage", "jobs", "9999999999999999999999")
 	widget(t, ns, "w-other", "other", "500")
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: ns, Name: "settings",
-		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "jobs"},
-		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "9"},
-	}}
-	if err := k8s.Create(t.Context(), cm); err != nil {
-		t.Fatal(err)
-	}
+	guardedConfigMap(t, ns, "settings", "jobs", "9")
 
 	out := mustFence(t, "raise-floor", "jobs", "--margin", "100", "-n", ns)
-	for _, want := range []string{
-		"fencedlease " + ns + "/jobs: spec.minFencingToken raised from 0 to 112 (highest token seen: 12, on Widget.example.kubefence.io w-ahead; margin 100)",
-		"The current tenure (a, token 7) keeps its token until it ends; end it with: kubectl fence release jobs -n " + ns + " --holder a",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("raise-floor output lacks %q:\n%s", want, out)
-		}
-	}
+	wantContains(t, "raise-floor output", out,
+		"fencedlease "+ns+"/jobs: spec.minFencingToken raised from 0 to 112 (highest token seen: 12, on Widget.example.kubefence.io w-ahead; margin 100)",
+		"The current tenure (a, token 7) keeps its token until it ends; end it with: kubectl fence release jobs -n "+ns+" --holder a",
+	)
 	if got := readLease(t, ns, "jobs").Spec.MinFencingToken; got != 112 {
 		t.Fatalf("minFencingToken = %d, want 112", got)
 	}
@@ -153,14 +142,10 @@ func TestCheckWithoutWebhook(t *testing.T) {
 	if err == nil {
 		t.Fatal("check passed without any webhook")
 	}
-	for _, want := range []string{
+	wantContains(t, "check error", err.Error(),
 		"kubefence is not ready: FencedLease webhook: a dry-run create of a FencedLease with another user's request was accepted",
 		"no validating webhook checks it",
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("check error lacks %q: %v", want, err)
-		}
-	}
+	)
 	// It tries again until --wait is up.
 	start := time.Now()
 	_, errOut, err := fence(t, "check", "-n", ns, "--wait=3s")
@@ -191,11 +176,7 @@ func TestVersion(t *testing.T) {
 	}
 
 	out = mustFence(t, "version")
-	for _, want := range []string{"Client Version: ", "Kubernetes Version: " + serverVersion(t) + "\n", "Operator Version: unknown (no manager Deployment labelled app.kubernetes.io/name=kubefence found)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("version without an operator lacks %q:\n%s", want, out)
-		}
-	}
+	wantContains(t, "version without an operator", out, "Client Version: ", "Kubernetes Version: "+serverVersion(t)+"\n", "Operator Version: unknown (no manager Deployment labelled app.kubernetes.io/name=kubefence found)")
 
 	// The operator's version is its manager image.
 	ns := newNamespace(t)

@@ -31,7 +31,7 @@ type checkOptions struct {
 
 func newCheckCmd(root *rootOptions) *cobra.Command {
 	o := &checkOptions{rootOptions: root}
-	cmd := &cobra.Command{
+	cmd := noArgsCommand(&cobra.Command{
 		Use:   "check",
 		Short: "Check that the kubefence API is served and its webhooks answer",
 		Long: `Check, as 'cmctl check api' does for cert-manager, that kubefence is ready:
@@ -53,10 +53,7 @@ With --wait, check tries again every second until everything is ready or the
 time is up. The exit code is 0 when ready, 1 otherwise.`,
 		Example: `  # After installing, in CI
   kubectl fence check --wait=2m`,
-		Args:              cobra.NoArgs,
-		ValidArgsFunction: cobra.NoFileCompletions,
-		RunE:              func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
-	}
+	}, o.run)
 	cmd.Flags().DurationVar(&o.wait, "wait", 0, "How long to keep trying until kubefence is ready (for example 2m); 0 tries once.")
 	return cmd
 }
@@ -107,64 +104,81 @@ func check(ctx context.Context, c *clients) ([]string, error) {
 	}
 	report := []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
 
-	line, err := probeLeaseWebhook(ctx, c)
-	if err != nil {
-		return nil, err
+	for _, p := range []probe{leaseProbe(c.namespace), fencingProbe(c.namespace)} {
+		line, err := p.run(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		report = append(report, line)
 	}
-	report = append(report, line)
-	line, err = probeFencingWebhook(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	return append(report, line), nil
+	return report, nil
 }
 
-// probeLeaseWebhook dry-run creates a lease with a request in another user's
-// name, which the FencedLease webhook refuses to anyone but a controller user.
-func probeLeaseWebhook(ctx context.Context, c *clients) (string, error) {
-	lease := &coordv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, GenerateName: probeIdentity + "-"},
-		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
-			{HolderIdentity: probeIdentity, User: probeIdentity + ":someone-else"},
+// probe is a dry-run create that kubefence's admission (a webhook, or in
+// policy mode a ValidatingAdmissionPolicy) must refuse.
+type probe struct {
+	// subject names the webhook ("<subject> webhook") and the policy
+	// ("<subject> policy").
+	subject string
+	// policy is the name of the ValidatingAdmissionPolicy of policy mode.
+	policy string
+	object client.Object
+	// what the object is, after "a " or "a dry-run ".
+	what string
+	// covers tells whether a webhook's rules match the create.
+	covers func(admissionregistrationv1.ValidatingWebhook) bool
+}
+
+// run dry-run creates the object and says which check answered.
+func (p probe) run(ctx context.Context, c *clients) (string, error) {
+	webhook := p.subject + " webhook"
+	err := c.kube.Create(ctx, p.object, client.DryRunAll)
+	switch {
+	case err == nil:
+		return acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+	case webhookDenied(err):
+		return webhook + ": answers (it refused a dry-run " + p.what + ")", nil
+	case policyDenied(err, p.policy):
+		return p.subject + " policy: answers (policy mode: " + p.policy + " refused a dry-run " + p.what + ")", nil
+	default:
+		return "", webhookError(webhook, err)
+	}
+}
+
+// leaseProbe creates a lease with a request in another user's name, which the
+// FencedLease webhook refuses to anyone but a controller user.
+func leaseProbe(namespace string) probe {
+	return probe{
+		subject: "FencedLease",
+		policy:  coordv1alpha1.LeasePolicyName,
+		object: &coordv1alpha1.FencedLease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: probeIdentity + "-"},
+			Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
+				{HolderIdentity: probeIdentity, User: probeIdentity + ":someone-else"},
+			}},
+		},
+		what: "FencedLease with another user's request",
+		covers: func(w admissionregistrationv1.ValidatingWebhook) bool {
+			return covers(w, coordv1alpha1.GroupVersion.Group, "fencedleases")
+		},
+	}
+}
+
+// fencingProbe creates a ConfigMap guarded by a lease that does not exist,
+// which the fencing webhook refuses.
+func fencingProbe(namespace string) probe {
+	return probe{
+		subject: "fencing",
+		policy:  coordv1alpha1.FencingPolicyName,
+		object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, GenerateName: probeIdentity + "-",
+			Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: probeIdentity + "-no-such-lease"},
+			Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "1"},
 		}},
-	}
-	err := c.kube.Create(ctx, lease, client.DryRunAll)
-	switch {
-	case err == nil:
-		return acceptedProbe(ctx, c, "FencedLease webhook", "a FencedLease with another user's request",
-			func(w admissionregistrationv1.ValidatingWebhook) bool {
-				return covers(w, coordv1alpha1.GroupVersion.Group, "fencedleases")
-			})
-	case webhookDenied(err):
-		return "FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)", nil
-	case policyDenied(err, coordv1alpha1.LeasePolicyName):
-		return "FencedLease policy: answers (policy mode: " + coordv1alpha1.LeasePolicyName + " refused a dry-run FencedLease with another user's request)", nil
-	default:
-		return "", webhookError("FencedLease webhook", err)
-	}
-}
-
-// probeFencingWebhook dry-run creates a ConfigMap guarded by a lease that
-// does not exist, which the fencing webhook refuses.
-func probeFencingWebhook(ctx context.Context, c *clients) (string, error) {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: c.namespace, GenerateName: probeIdentity + "-",
-		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: probeIdentity + "-no-such-lease"},
-		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "1"},
-	}}
-	err := c.kube.Create(ctx, cm, client.DryRunAll)
-	switch {
-	case err == nil:
-		return acceptedProbe(ctx, c, "fencing webhook", "a ConfigMap guarded by a lease that does not exist",
-			func(w admissionregistrationv1.ValidatingWebhook) bool {
-				return w.ObjectSelector != nil && covers(w, "", "configmaps")
-			})
-	case webhookDenied(err):
-		return "fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)", nil
-	case policyDenied(err, coordv1alpha1.FencingPolicyName):
-		return "fencing policy: answers (policy mode: " + coordv1alpha1.FencingPolicyName + " refused a dry-run ConfigMap guarded by a lease that does not exist)", nil
-	default:
-		return "", webhookError("fencing webhook", err)
+		what: "ConfigMap guarded by a lease that does not exist",
+		covers: func(w admissionregistrationv1.ValidatingWebhook) bool {
+			return w.ObjectSelector != nil && covers(w, "", "configmaps")
+		},
 	}
 }
 

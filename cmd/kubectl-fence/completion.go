@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -21,18 +22,37 @@ import (
 // completionTimeout bounds one completion's API calls, so a TAB never hangs.
 const completionTimeout = 5 * time.Second
 
-// completionClients builds clients for a completion, or nil.
-func (o *rootOptions) completionClients(cmd *cobra.Command) (*clients, context.Context, context.CancelFunc) {
+// completeFromServer offers the names list returns that start with
+// toComplete; list runs with clients for the command line's kubeconfig and a
+// context bounded by completionTimeout. When the clients cannot be built or
+// list fails, it offers nothing.
+func (o *rootOptions) completeFromServer(cmd *cobra.Command, toComplete string, list func(ctx context.Context, c *clients) ([]string, error)) ([]string, cobra.ShellCompDirective) {
 	c, err := o.clients()
 	if err != nil {
-		return nil, nil, nil
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	parent := cmd.Context()
 	if parent == nil {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithTimeout(parent, completionTimeout)
-	return c, ctx, cancel
+	defer cancel()
+	names, err := list(ctx, c)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return withPrefix(names, toComplete), cobra.ShellCompDirectiveNoFileComp
+}
+
+// withPrefix is the names that start with prefix, in order.
+func withPrefix(names []string, prefix string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // completeLeaseNames completes FencedLease names in the namespace of -n (or
@@ -42,22 +62,19 @@ func completeLeaseNames(o *rootOptions) cobra.CompletionFunc {
 		if cmd.Name() != "get" && len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		c, ctx, cancel := o.completionClients(cmd)
-		if c == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer cancel()
-		var list coordv1alpha1.FencedLeaseList
-		if err := c.kube.List(ctx, &list, client.InNamespace(c.namespace)); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []string
-		for _, l := range list.Items {
-			if strings.HasPrefix(l.Name, toComplete) && !slices.Contains(args, l.Name) {
-				out = append(out, l.Name)
+		return o.completeFromServer(cmd, toComplete, func(ctx context.Context, c *clients) ([]string, error) {
+			var list coordv1alpha1.FencedLeaseList
+			if err := c.kube.List(ctx, &list, client.InNamespace(c.namespace)); err != nil {
+				return nil, err
 			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+			var names []string
+			for _, l := range list.Items {
+				if !slices.Contains(args, l.Name) {
+					names = append(names, l.Name)
+				}
+			}
+			return names, nil
+		})
 	}
 }
 
@@ -69,51 +86,37 @@ func completeHolders(o *rootOptions, waitingOnly bool) cobra.CompletionFunc {
 		if len(args) == 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		c, ctx, cancel := o.completionClients(cmd)
-		if c == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer cancel()
-		var l coordv1alpha1.FencedLease
-		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: args[0]}, &l); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var ids []string
-		if h := l.Status.HolderIdentity; h != "" && !waitingOnly && coordv1alpha1.RequestIndex(l.Spec.Requests, h) >= 0 {
-			ids = append(ids, h)
-		}
-		for _, w := range waiters(&l) {
-			ids = append(ids, w.HolderIdentity)
-		}
-		var out []string
-		for _, id := range ids {
-			if strings.HasPrefix(id, toComplete) {
-				out = append(out, id)
+		return o.completeFromServer(cmd, toComplete, func(ctx context.Context, c *clients) ([]string, error) {
+			var l coordv1alpha1.FencedLease
+			if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: args[0]}, &l); err != nil {
+				return nil, err
 			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+			var ids []string
+			if h := l.Status.HolderIdentity; h != "" && !waitingOnly && coordv1alpha1.RequestIndex(l.Spec.Requests, h) >= 0 {
+				ids = append(ids, h)
+			}
+			for _, w := range waiters(&l) {
+				ids = append(ids, w.HolderIdentity)
+			}
+			return ids, nil
+		})
 	}
 }
 
 // completeNamespaces completes -n with the cluster's namespaces.
 func completeNamespaces(o *rootOptions) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		c, ctx, cancel := o.completionClients(cmd)
-		if c == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer cancel()
-		var list corev1.NamespaceList
-		if err := c.kube.List(ctx, &list); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []string
-		for _, ns := range list.Items {
-			if strings.HasPrefix(ns.Name, toComplete) {
-				out = append(out, ns.Name)
+		return o.completeFromServer(cmd, toComplete, func(ctx context.Context, c *clients) ([]string, error) {
+			var list corev1.NamespaceList
+			if err := c.kube.List(ctx, &list); err != nil {
+				return nil, err
 			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+			var names []string
+			for _, ns := range list.Items {
+				names = append(names, ns.Name)
+			}
+			return names, nil
+		})
 	}
 }
 
@@ -124,12 +127,7 @@ func completeContexts(o *rootOptions) cobra.CompletionFunc {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		var out []string
-		for name := range raw.Contexts {
-			if strings.HasPrefix(name, toComplete) {
-				out = append(out, name)
-			}
-		}
+		out := withPrefix(slices.Collect(maps.Keys(raw.Contexts)), toComplete)
 		slices.Sort(out)
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,34 +70,87 @@ func patchLease(ctx context.Context, c *clients, name, dryRun string, build func
 	return nil, fmt.Errorf("fencedlease %s/%s kept changing; try again: %w", c.namespace, name, lastErr)
 }
 
-// operatorActionHelp is the part of release's and handover's help on who may
-// act and what the write does.
-const operatorActionHelp = `The FencedLease webhook lets a client change only its own request, so this
+// actionHelp ends an operator action's help: who may act, what the write
+// does, and the reason of the Event that records it.
+func actionHelp(reason string) string {
+	return `The FencedLease webhook lets a client change only its own request, so this
 needs a member of the manager's lease-admin groups (--lease-admin-group,
 default system:masters). The write carries the annotation
 coordination.kubefence.io/revoked, and the controller grants the next request
 only after the commit lag (1 s by default), once the revoked holder's admitted
 writes have committed.
-`
+The action is recorded as an Event with reason ` + reason + "."
+}
 
-// operatorAction validates the dry-run flag, applies the guarded JSON patch
-// build makes from the lease, and turns a refusal into advice. It returns the
-// clients, the lease as it was when the patch applied, and who acted.
-func (o *rootOptions) operatorAction(ctx context.Context, name string, dryRun dryRunFlag, action func(namespace string) string,
-	build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)) (*clients, *coordv1alpha1.FencedLease, string, error) {
+// actionExample is an operator action's examples: the command line, then its
+// rehearsal.
+func actionExample(cmdline string) string {
+	return "  " + cmdline + ` -n jobs
+
+  # Rehearse: the API server and the webhook judge the write, nothing changes
+  ` + cmdline + " -n jobs --dry-run=server"
+}
+
+// actionOptions are an operator action's (release, handover): the
+// holderIdentity it acts on and --dry-run.
+type actionOptions struct {
+	*rootOptions
+	id     string
+	dryRun dryRunFlag
+}
+
+// addFlags adds --dry-run and the required flag name that sets the identity,
+// completed with the lease's requests (waitingOnly: the waiters only).
+func (o *actionOptions) addFlags(cmd *cobra.Command, name, usage string, waitingOnly bool) {
+	cmd.Flags().StringVar(&o.id, name, "", usage)
+	_ = cmd.MarkFlagRequired(name)
+	_ = cmd.RegisterFlagCompletionFunc(name, completeHolders(o.rootOptions, waitingOnly))
+	o.dryRun.addFlag(cmd)
+}
+
+// operatorAction is release or handover: an operator's guarded JSON patch of
+// one lease's requests, recorded as an Event.
+type operatorAction struct {
+	// reason and action of the Event.
+	reason, action string
+	// done completes "the lease was ..." when the Event cannot be recorded.
+	done string
+	// doing names the action in errors ("releasing ID from fencedlease NS/NAME").
+	doing func(namespace string) string
+	// build makes the patch from the lease as read.
+	build func(*coordv1alpha1.FencedLease) (protocol.Patch, error)
+	// outcome is what happened, from the lease as it was when the patch
+	// applied and who acted: the line to print (after "fencedlease NS/NAME: ")
+	// and the Event's note.
+	outcome func(lease *coordv1alpha1.FencedLease, user string) (said, note string)
+}
+
+// act validates the dry-run flag, applies the action's patch to the lease
+// name, and turns a refusal into advice. It prints what happened and, unless
+// it was a dry run, records it as an Event; an Event it cannot record only
+// gets a warning (the action is done).
+func (o *rootOptions) act(ctx context.Context, name string, dryRun dryRunFlag, a operatorAction) error {
 	if err := dryRun.validate(); err != nil {
-		return nil, nil, "", err
+		return err
 	}
 	c, err := o.clients()
 	if err != nil {
-		return nil, nil, "", err
+		return err
 	}
 	user, _ := protocol.WhoAmI(ctx, c.kube) // "" when it cannot tell: only for Events and advice
-	lease, err := patchLease(ctx, c, name, dryRun.value, build)
+	lease, err := patchLease(ctx, c, name, dryRun.value, a.build)
 	if err != nil {
-		return nil, nil, "", explainRefusal(action(c.namespace), err, user)
+		return explainRefusal(a.doing(c.namespace), err, user)
 	}
-	return c, lease, user, nil
+	said, note := a.outcome(lease, user)
+	fmt.Fprintf(o.streams.Out, "fencedlease %s/%s: %s%s\n", c.namespace, name, said, dryRun.suffix())
+	if dryRun.enabled() {
+		return nil
+	}
+	if err := recordEvent(ctx, c, lease, metav1.NewMicroTime(o.clock.Now()), a.reason, a.action, note); err != nil {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: the lease was %s, but %v\n", a.done, err)
+	}
+	return nil
 }
 
 // explainRefusal turns a refused write into advice. The FencedLease webhook

@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 func TestGetOutputFormats(t *testing.T) {
@@ -96,26 +95,8 @@ func TestGetOutputFormats(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a watch writes to while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // waitForLine waits until out has a line for which match holds.
-func waitForLine(t *testing.T, out *syncBuffer, what string, match func(fields []string) bool) {
+func waitForLine(t *testing.T, out *testenv.Buffer, what string, match func(fields []string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -131,10 +112,10 @@ func waitForLine(t *testing.T, out *syncBuffer, what string, match func(fields [
 
 // watchFence starts `kubectl fence args...` (a watch) and returns its output
 // and a stop function that ends it and returns its error.
-func watchFence(t *testing.T, args ...string) (*syncBuffer, func() error) {
+func watchFence(t *testing.T, args ...string) (*testenv.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- runFence(ctx, out, errOut, append([]string{"--kubeconfig", kubeconfig}, args...)...) }()
 	return out, func() error {

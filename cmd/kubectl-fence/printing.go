@@ -55,13 +55,7 @@ func (p *printFlags) addFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&p.noHeaders, "no-headers", false, "When using the default or wide output format, don't print headers.")
 	cmd.Flags().BoolVar(&p.showLabels, "show-labels", false, "When printing a table, show all labels as the last column.")
 	_ = cmd.RegisterFlagCompletionFunc("output", func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		var out []string
-		for _, f := range p.formats() {
-			if strings.HasPrefix(f, toComplete) {
-				out = append(out, f)
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+		return withPrefix(p.formats(), toComplete), cobra.ShellCompDirectiveNoFileComp
 	})
 }
 
@@ -172,10 +166,26 @@ func printStructured(w io.Writer, output string, v any) error {
 	return err
 }
 
-// checkOutput refuses an -o value a command does not print.
-func checkOutput(output string, allowed ...string) error {
-	if output == outputTable || slices.Contains(allowed, output) {
+// objectOutputFlag is -o json|yaml of the commands that print one object of
+// their own (describe, version): without it, they print text.
+type objectOutputFlag struct{ value string }
+
+func (f *objectOutputFlag) addFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.value, "output", "o", "", "Output format: json or yaml.")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// validate refuses an -o value the command does not print.
+func (f *objectOutputFlag) validate() error {
+	allowed := []string{outputJSON, outputYAML}
+	if f.value == outputTable || slices.Contains(allowed, f.value) {
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q: use one of %s", output, strings.Join(allowed, ", "))
+	return fmt.Errorf("unknown output format %q: use one of %s", f.value, strings.Join(allowed, ", "))
 }
+
+// structured tells whether -o asks for the object rather than the text.
+func (f *objectOutputFlag) structured() bool { return f.value != outputTable }
+
+// print writes v as -o asks.
+func (f *objectOutputFlag) print(w io.Writer, v any) error { return printStructured(w, f.value, v) }

@@ -29,7 +29,7 @@ type raiseFloorOptions struct {
 
 func newRaiseFloorCmd(root *rootOptions) *cobra.Command {
 	o := &raiseFloorOptions{rootOptions: root}
-	cmd := &cobra.Command{
+	cmd := leaseCommand(root, &cobra.Command{
 		Use:   "raise-floor NAME",
 		Short: "Raise spec.minFencingToken above every token a lease or its guarded objects have seen",
 		Long: `Set the lease's spec.minFencingToken (the floor every later grant's token is
@@ -57,10 +57,7 @@ The current tenure keeps its token until it ends; end it with
 
   # Include the highest token Prometheus saw
   kubectl fence raise-floor job-a -n jobs --known 1043000`,
-		Args:              nameArg("raise-floor", "kubectl fence raise-floor my-lease"),
-		ValidArgsFunction: completeLeaseNames(root),
-		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
-	}
+	}, "kubectl fence raise-floor my-lease", o.run)
 	cmd.Flags().Int64Var(&o.margin, "margin", defaultMargin, "How far above the highest token seen to set the floor.")
 	cmd.Flags().Int64Var(&o.known, "known", 0, "A token known to have been issued for this lease from elsewhere (Prometheus, logs); included in the maximum.")
 	o.dryRun.addFlag(cmd)

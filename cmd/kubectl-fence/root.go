@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -61,4 +64,38 @@ an etcd restore.`,
 		newVersionCmd(o),
 	)
 	return cmd
+}
+
+// leaseCommand finishes cmd, a command on one FencedLease NAME: it takes
+// exactly that argument (when it is missing, the error shows example),
+// completes lease names, and runs run with the NAME.
+func leaseCommand(root *rootOptions, cmd *cobra.Command, example string, run func(ctx context.Context, name string) error) *cobra.Command {
+	cmd.Args = nameArg(cmd.Name(), example)
+	cmd.ValidArgsFunction = completeLeaseNames(root)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args[0]) }
+	return cmd
+}
+
+// noArgsCommand finishes cmd, a command that takes no arguments and completes
+// none, to run run.
+func noArgsCommand(cmd *cobra.Command, run func(ctx context.Context) error) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return run(cmd.Context()) }
+	return cmd
+}
+
+// nameArg accepts exactly one lease NAME, and says how to find one when it is
+// missing.
+func nameArg(verb, example string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 1:
+			return nil
+		case len(args) == 0:
+			return fmt.Errorf("%s needs the NAME of a FencedLease, as in %q; list the leases with 'kubectl fence get' (add -A for every namespace)", verb, example)
+		default:
+			return fmt.Errorf("%s takes one FencedLease NAME, got %d: %v", verb, len(args), args)
+		}
+	}
 }

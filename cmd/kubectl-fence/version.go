@@ -30,12 +30,12 @@ type versionInfo struct {
 type versionOptions struct {
 	*rootOptions
 	clientOnly bool
-	output     string
+	output     objectOutputFlag
 }
 
 func newVersionCmd(root *rootOptions) *cobra.Command {
 	o := &versionOptions{rootOptions: root}
-	cmd := &cobra.Command{
+	cmd := noArgsCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version, and the Kubernetes and operator versions",
 		Long: `Print the plugin's version and, unless --client, the API server's Kubernetes
@@ -43,18 +43,14 @@ version and the operator's: the image of the manager container of the
 Deployment labelled app.kubernetes.io/name=kubefence,control-plane=controller-manager
 (in any namespace). The operator version is "unknown" when that Deployment
 cannot be found or read.`,
-		Args:              cobra.NoArgs,
-		ValidArgsFunction: cobra.NoFileCompletions,
-		RunE:              func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
-	}
+	}, o.run)
 	cmd.Flags().BoolVar(&o.clientOnly, "client", false, "Print the plugin's version only; do not contact the API server.")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml.")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
+	o.output.addFlag(cmd)
 	return cmd
 }
 
 func (o *versionOptions) run(ctx context.Context) error {
-	if err := checkOutput(o.output, outputJSON, outputYAML); err != nil {
+	if err := o.output.validate(); err != nil {
 		return err
 	}
 	v := versionInfo{ClientVersion: clientVersion()}
@@ -70,8 +66,8 @@ func (o *versionOptions) run(ctx context.Context) error {
 		v.KubernetesVersion = sv.GitVersion
 		v.OperatorVersion, v.OperatorDeployment = operatorVersion(ctx, c)
 	}
-	if o.output != outputTable {
-		return printStructured(o.streams.Out, o.output, v)
+	if o.output.structured() {
+		return o.output.print(o.streams.Out, v)
 	}
 	fmt.Fprintf(o.streams.Out, "Client Version: %s\n", v.ClientVersion)
 	if !o.clientOnly {

@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -32,6 +33,15 @@ import (
 
 	"github.com/kubefence/kubefence/controllers/metrics"
 )
+
+// startInstalled starts a rotator with opts and waits until it is ready and
+// has installed its certificates (checkInstalled).
+func startInstalled(t *testing.T, f fixture, restCfg *rest.Config, opts Options) (*Rotator, artifacts) {
+	t.Helper()
+	r := startRotator(t, restCfg, opts)
+	waitReady(t, r)
+	return r, checkInstalled(t, f, r, opts.CertDir)
+}
 
 // checkInstalled checks the state a ready rotator promises: the Secret holds
 // valid, current certificates, every caBundle is its ca.crt, the files in dir
@@ -101,9 +111,7 @@ func fixturePolicy(f fixture) policy {
 func TestBootstrapFromEmptySecret(t *testing.T) {
 	f := newFixture(t, true)
 	dir := filepath.Join(t.TempDir(), "serving-certs")
-	r := startRotator(t, cluster.Config, f.options(dir))
-	waitReady(t, r)
-	a := checkInstalled(t, f, r, dir)
+	_, a := startInstalled(t, f, cluster.Config, f.options(dir))
 	if n := len(mustCerts(t, a.CACert)); n != 1 {
 		t.Fatalf("ca.crt holds %d certificates, want 1", n)
 	}
@@ -119,18 +127,14 @@ func TestBootstrapFromEmptySecret(t *testing.T) {
 // The Secret is created when it is missing.
 func TestCreatesMissingSecret(t *testing.T) {
 	f := newFixture(t, false)
-	r := startRotator(t, cluster.Config, f.options(""))
-	waitReady(t, r)
-	checkInstalled(t, f, r, "")
+	startInstalled(t, f, cluster.Config, f.options(""))
 }
 
 // Changes are seen through the watches, long before RecheckInterval (1h).
 func TestReactsToChanges(t *testing.T) {
 	f := newFixture(t, true)
 	dir := t.TempDir()
-	r := startRotator(t, cluster.Config, f.options(dir))
-	waitReady(t, r)
-	before := checkInstalled(t, f, r, dir)
+	r, before := startInstalled(t, f, cluster.Config, f.options(dir))
 	ctx := t.Context()
 
 	t.Run("caBundle reset by a re-apply of the manifests", func(t *testing.T) {
@@ -241,9 +245,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		old := mustIssue(t, fixturePolicy(f), time.Now().Add(-300*day)) // 65 days left
 		seed(t, f, old)
 		dir := t.TempDir()
-		r := startRotator(t, cluster.Config, f.options(dir))
-		waitReady(t, r)
-		a := checkInstalled(t, f, r, dir)
+		_, a := startInstalled(t, f, cluster.Config, f.options(dir))
 		if !bytes.Equal(a.CACert, old.CACert) || !bytes.Equal(a.CAKey, old.CAKey) {
 			t.Fatal("the CA was replaced, but it was not due")
 		}
@@ -261,9 +263,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		old := mustIssue(t, fixturePolicy(f), time.Now().Add(-DefaultCAValidity+60*day)) // CA: 60 days left
 		oldCA := mustCerts(t, old.CACert)[0]
 		seed(t, f, old)
-		r := startRotator(t, cluster.Config, f.options(""))
-		waitReady(t, r)
-		a := checkInstalled(t, f, r, "")
+		r, a := startInstalled(t, f, cluster.Config, f.options(""))
 		bundle := mustCerts(t, a.CACert)
 		if len(bundle) != 2 || bytes.Equal(bundle[0].Raw, oldCA.Raw) || !bytes.Equal(bundle[1].Raw, oldCA.Raw) {
 			t.Fatal("ca.crt is not [new CA, old CA]")
@@ -282,9 +282,7 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		fake := testingclock.NewFakeClock(time.Now())
 		opts := f.options(t.TempDir())
 		opts.Clock, opts.CAValidity, opts.CertValidity = fake, 10*time.Hour, time.Hour
-		r := startRotator(t, cluster.Config, opts)
-		waitReady(t, r)
-		first := checkInstalled(t, f, r, opts.CertDir)
+		r, first := startInstalled(t, f, cluster.Config, opts)
 
 		// The serving certificate (1h+6m lifetime) is due 16.5 minutes before
 		// it expires: stepping past that fires the rotator's timer. Steps
@@ -363,9 +361,7 @@ func TestRegeneratesCorruptedSecret(t *testing.T) {
 			bad := tc.corrupt(good, mustIssue(t, fixturePolicy(f), time.Now()))
 			seed(t, f, bad)
 			dir := t.TempDir()
-			r := startRotator(t, cluster.Config, f.options(dir))
-			waitReady(t, r)
-			a := checkInstalled(t, f, r, dir)
+			_, a := startInstalled(t, f, cluster.Config, f.options(dir))
 			if kept := bytes.Equal(a.CACert, good.CACert) && bytes.Equal(a.CAKey, good.CAKey); kept != tc.keepCA {
 				t.Fatalf("CA kept = %v, want %v", kept, tc.keepCA)
 			}
@@ -378,9 +374,7 @@ func TestRegeneratesCorruptedSecret(t *testing.T) {
 func TestTLSHandshake(t *testing.T) {
 	f := newFixture(t, true)
 	dir := t.TempDir()
-	r := startRotator(t, cluster.Config, f.options(dir))
-	waitReady(t, r)
-	a := checkInstalled(t, f, r, dir)
+	r, a := startInstalled(t, f, cluster.Config, f.options(dir))
 	serverName := r.opts.DNSNames[0]
 
 	fromFiles := startWebhookServer(t, webhook.Options{CertDir: dir})
@@ -556,9 +550,7 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	r := startRotator(t, u.Config(), f.options(dir))
-	waitReady(t, r)
-	before := checkInstalled(t, f, r, dir)
+	_, before := startInstalled(t, f, u.Config(), f.options(dir))
 
 	// The field-selected watch of the webhook configuration is allowed.
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}

@@ -26,89 +26,55 @@ import (
 
 const namespace = "kubefence"
 
+// perLease labels a per-lease series.
+var perLease = []string{"lease_namespace", "lease"}
+
+// Each metric: its name (after kubefence_), its help and its labels
+// (docs/metrics.md documents them).
 var (
-	acquisitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_acquisitions_total",
-		Help: "Grants of a lease to a holder, by kind (Granted, HandedOver, TakenOver).",
-	}, []string{"lease_namespace", "lease", "kind"})
+	// The reconciler's.
+	acquisitions   = counter("lease_acquisitions_total", "Grants of a lease to a holder, by kind (Granted, HandedOver, TakenOver).", "lease_namespace", "lease", "kind")
+	renewals       = counter("lease_renewals_total", "Renewals observed by the controller.", perLease...)
+	renewalsMissed = counter("renewals_missed_total", "Holders that did not renew within the lease duration (each leads to an expiry).", perLease...)
+	expiries       = counter("lease_expiries_total", "Tenures ended by the controller because the holder stopped renewing.", perLease...)
+	releases       = counter("lease_releases_total", "Tenures ended by the holder releasing the lease.", perLease...)
+	takeovers      = counter("lease_takeovers_total", "Grants to a new holder after the previous one expired.", perLease...)
+	tokensIssued   = counter("tokens_issued_total", "Fencing tokens issued.", perLease...)
+	currentToken   = gauge("lease_fencing_token", "Current (or last) fencing token of the lease.", perLease...)
+	holderAge      = gauge("lease_holder_age_seconds", "Age of the active tenure, 0 when nobody holds the lease.", perLease...)
+	tenureSeconds  = histogram("lease_tenure_seconds", "Length of tenures that ended, by end reason.", prometheus.ExponentialBuckets(1, 4, 10), "reason")
 
-	renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_renewals_total",
-		Help: "Renewals observed by the controller.",
-	}, []string{"lease_namespace", "lease"})
+	// The fencing webhook's.
+	staleWritesRejected  = counter("stale_writes_rejected_total", "Writes to guarded objects refused because their fencing token was stale.", "lease_namespace", "lease", "operation")
+	guardedWritesRefused = counter("guarded_writes_refused_total", "Writes to guarded objects refused by the fencing webhook, by reason.", "reason")
+	fencingChecks        = histogram("fencing_check_seconds", "Time the fencing webhook spent deciding a write, by whether it read the lease from the API server.", prometheus.ExponentialBuckets(0.00005, 2, 14), "lease_read")
+	clockOffset          = singleGauge("webhook_clock_offset_seconds", "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (renewTime minus the replica's clock when a live read returned it).")
 
-	renewalsMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "renewals_missed_total",
-		Help: "Holders that did not renew within the lease duration (each leads to an expiry).",
-	}, []string{"lease_namespace", "lease"})
+	// The FencedLease webhook's.
+	leaseWritesRefused = counter("lease_writes_refused_total", "Writes to FencedLease objects refused by the admission webhook, by reason.", "reason")
 
-	expiries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_expiries_total",
-		Help: "Tenures ended by the controller because the holder stopped renewing.",
-	}, []string{"lease_namespace", "lease"})
-
-	releases = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_releases_total",
-		Help: "Tenures ended by the holder releasing the lease.",
-	}, []string{"lease_namespace", "lease"})
-
-	takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_takeovers_total",
-		Help: "Grants to a new holder after the previous one expired.",
-	}, []string{"lease_namespace", "lease"})
-
-	tokensIssued = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "tokens_issued_total",
-		Help: "Fencing tokens issued.",
-	}, []string{"lease_namespace", "lease"})
-
-	currentToken = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "lease_fencing_token",
-		Help: "Current (or last) fencing token of the lease.",
-	}, []string{"lease_namespace", "lease"})
-
-	holderAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "lease_holder_age_seconds",
-		Help: "Age of the active tenure, 0 when nobody holds the lease.",
-	}, []string{"lease_namespace", "lease"})
-
-	tenureSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "lease_tenure_seconds",
-		Help:    "Length of tenures that ended, by end reason.",
-		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-	}, []string{"reason"})
-
-	staleWritesRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "stale_writes_rejected_total",
-		Help: "Writes to guarded objects refused because their fencing token was stale.",
-	}, []string{"lease_namespace", "lease", "operation"})
-
-	guardedWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "guarded_writes_refused_total",
-		Help: "Writes to guarded objects refused by the fencing webhook, by reason.",
-	}, []string{"reason"})
-
-	fencingChecks = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "fencing_check_seconds",
-		Help:    "Time the fencing webhook spent deciding a write, by whether it read the lease from the API server.",
-		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
-	}, []string{"lease_read"})
-
-	clockOffset = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "webhook_clock_offset_seconds",
-		Help: "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (renewTime minus the replica's clock when a live read returned it).",
-	})
-
-	leaseWritesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "lease_writes_refused_total",
-		Help: "Writes to FencedLease objects refused by the admission webhook, by reason.",
-	}, []string{"reason"})
-
-	webhookCertificateExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "webhook_certificate_expiry_timestamp_seconds",
-		Help: "Expiry (notAfter, Unix seconds) of the webhook serving certificate issued by the self-signed rotator; 0 when the certificate is provided.",
-	})
+	// The certificate rotator's.
+	webhookCertificateExpiry = singleGauge("webhook_certificate_expiry_timestamp_seconds", "Expiry (notAfter, Unix seconds) of the webhook serving certificate issued by the self-signed rotator; 0 when the certificate is provided.")
 )
+
+// counter, gauge, histogram and singleGauge build a metric named
+// kubefence_<name>.
+
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+func singleGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+}
 
 // collectors is every metric of the package, in the order Register adds them.
 var collectors = []prometheus.Collector{

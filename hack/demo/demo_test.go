@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,29 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/test/testenv"
 )
-
-// lockedBuffer collects the demo's output from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStory plays the whole demo against a real kube-apiserver and etcd, with
 // real worker processes, and checks what it must show: A's late write with
@@ -47,7 +29,7 @@ func TestStory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	res, err := run(ctx, options{leaseSeconds: 3, interval: 300 * time.Millisecond, out: out, logs: io.Discard})
 	t.Log("demo output:\n" + out.String())
 	if err != nil {

@@ -154,7 +154,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	fmt.Fprintf(o.out, "  %s get fencedleases -A -o wide\n", cp.kubectl)
 	fmt.Fprintf(o.out, "  %s get fencedleases -n %s -w\n", cp.kubectl, storyNamespace)
 	for _, w := range s.workers {
-		fmt.Fprintf(o.out, "  %s is pid %d (kill -STOP %d, kill -CONT %d)\n", w.name, w.pid(), w.pid(), w.pid())
+		fmt.Fprintf(o.out, "  %s is pid %d (kill -STOP %d, kill -CONT %d)\n", w.Name, w.Pid(), w.Pid(), w.Pid())
 	}
 	fmt.Fprintln(o.out, "Events keep appearing below. Press Ctrl-C to stop everything and clean up.")
 	<-ctx.Done()

@@ -65,7 +65,7 @@ func (s *story) startWorker(name string, extra ...string) (*workerProc, error) {
 		return nil, err
 	}
 	s.workers = append(s.workers, w)
-	s.res.PIDs = append(s.res.PIDs, w.pid())
+	s.res.PIDs = append(s.res.PIDs, w.Pid())
 	return w, nil
 }
 
@@ -84,7 +84,7 @@ func (s *story) close() error {
 
 // failed adds a worker's log to err.
 func failed(w *workerProc, err error) error {
-	return fmt.Errorf("%w\n%s's log (%s):\n%s", err, w.name, w.logPath, indent(w.logTail(), "  "))
+	return fmt.Errorf("%w\n%s's log (%s):\n%s", err, w.Name, w.logPath, indent(w.logTail(), "  "))
 }
 
 func (s *story) play(ctx context.Context) error {
@@ -137,7 +137,7 @@ func (s *story) play(ctx context.Context) error {
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(lease), &cur); err == nil && cur.Status.ExpireTime != nil {
 		expiry = "at " + tl.rel(cur.Status.ExpireTime.Time)
 	}
-	tl.note("worker-a (pid %d) is stopped (process state T): it cannot renew, nor learn that its lease ends.\nThe controller, counting on its own clock from the last renewal it saw, will expire it %s", a.pid(), expiry)
+	tl.note("worker-a (pid %d) is stopped (process state T): it cannot renew, nor learn that its lease ends.\nThe controller, counting on its own clock from the last renewal it saw, will expire it %s", a.Pid(), expiry)
 
 	// Act 2: B queues, the controller expires A and grants B a larger token.
 	b, err := s.startWorker(workerB, "--max-writes", strconv.Itoa(writesOfB))

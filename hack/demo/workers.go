@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // buildWorker compiles hack/demo/worker into bin.
@@ -37,12 +38,12 @@ func buildWorker(ctx context.Context, root, bin string) error {
 
 // workerProc is one running worker process.
 type workerProc struct {
-	name    string
-	cmd     *exec.Cmd
+	*testenv.Proc
 	stdin   io.WriteCloser
 	logPath string
-	done    chan struct{}
-	err     error // the exit status, once done is closed
+	// done is closed once the worker exited and every event it printed is in
+	// the timeline.
+	done chan struct{}
 }
 
 // startWorker starts the worker binary as its own process group (so that a
@@ -55,7 +56,6 @@ func startWorker(bin, name, logPath string, args []string, tl *timeline, object 
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The worker exits when this pipe closes, so it cannot outlive the demo
 	// even if the demo is killed.
 	stdin, err := cmd.StdinPipe()
@@ -63,19 +63,26 @@ func startWorker(bin, name, logPath string, args []string, tl *timeline, object 
 		logFile.Close()
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	// Its events come through a pipe of the demo's own: the one StdoutPipe
+	// makes is closed by Wait, which testenv.Proc calls as soon as the worker
+	// exits, perhaps before its last events are read.
+	events, eventsOut, err := os.Pipe()
 	if err != nil {
 		logFile.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = eventsOut
+	p, err := testenv.StartProc(name, cmd)
+	eventsOut.Close() // the worker has its own copy
+	if err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		events.Close()
+		return nil, err
 	}
-	w := &workerProc{name: name, cmd: cmd, stdin: stdin, logPath: logPath, done: make(chan struct{})}
+	w := &workerProc{Proc: p, stdin: stdin, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(events)
 		for sc.Scan() {
 			var ev event.Event
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Kind == "" {
@@ -84,27 +91,17 @@ func startWorker(bin, name, logPath string, args []string, tl *timeline, object 
 			}
 			tl.add(name, describe(&ev, object), &ev)
 		}
-		w.err = cmd.Wait()
+		events.Close()
+		<-p.Done()
 		logFile.Close()
 	}()
 	return w, nil
 }
 
-func (w *workerProc) pid() int { return w.cmd.Process.Pid }
-
-func (w *workerProc) exited() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // state is the process state letter of /proc/<pid>/stat: 'T' when stopped
 // by a signal, 'R' or 'S' when running, 0 when unknown.
 func (w *workerProc) state() byte {
-	return procState(w.pid())
+	return procState(w.Pid())
 }
 
 func procState(pid int) byte {
@@ -125,11 +122,11 @@ func procState(pid int) byte {
 func (w *workerProc) waitStopped(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for w.state() != 'T' {
-		if w.exited() {
-			return fmt.Errorf("%s exited instead of stopping: %v", w.name, w.err)
+		if w.Exited() {
+			return fmt.Errorf("%s exited instead of stopping: %v", w.Name, w.Err())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s (pid %d) did not stop within %v (state %q)", w.name, w.pid(), timeout, w.state())
+			return fmt.Errorf("%s (pid %d) did not stop within %v (state %q)", w.Name, w.Pid(), timeout, w.state())
 		}
 		select {
 		case <-ctx.Done():
@@ -142,20 +139,20 @@ func (w *workerProc) waitStopped(ctx context.Context, timeout time.Duration) err
 
 // resume sends SIGCONT.
 func (w *workerProc) resume() error {
-	return syscall.Kill(w.pid(), syscall.SIGCONT)
+	return syscall.Kill(w.Pid(), syscall.SIGCONT)
 }
 
 // stop ends the worker. A running worker gets SIGTERM and grace to release
 // its lease; a worker stopped by SIGSTOP, or one that does not exit in time,
 // is killed (SIGKILL, then SIGCONT so that the kernel can reap it at once).
 func (w *workerProc) stop(grace time.Duration) error {
-	if w.exited() {
+	if w.Exited() {
 		return nil
 	}
 	_ = w.stdin.Close()
 	if w.state() == 'T' {
 		grace = 0
-	} else if err := syscall.Kill(w.pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+	} else if err := syscall.Kill(w.Pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		grace = 0
 	}
 	select {
@@ -163,13 +160,13 @@ func (w *workerProc) stop(grace time.Duration) error {
 		return nil
 	case <-time.After(grace):
 	}
-	_ = syscall.Kill(w.pid(), syscall.SIGKILL)
-	_ = syscall.Kill(w.pid(), syscall.SIGCONT)
+	_ = syscall.Kill(w.Pid(), syscall.SIGKILL)
+	_ = syscall.Kill(w.Pid(), syscall.SIGCONT)
 	select {
 	case <-w.done:
 		return nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", w.name, w.pid())
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", w.Name, w.Pid())
 	}
 }
 

@@ -94,16 +94,7 @@ type Callbacks struct {
 }
 
 func (c *Config) validate() error {
-	var errs []error
-	if c.Client == nil {
-		errs = append(errs, errors.New("Client is required"))
-	}
-	if c.Namespace == "" || c.Name == "" {
-		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", c.Namespace, c.Name))
-	}
-	if err := protocol.ValidateIdentity(c.Identity); err != nil {
-		errs = append(errs, err)
-	}
+	errs := protocol.ValidateClientConfig(c.Client, c.Namespace, c.Name, c.Identity)
 	if c.Callbacks.OnStartedLeading == nil {
 		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))
 	}

@@ -1,12 +1,10 @@
 package cleanup_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +15,7 @@ import (
 // and the namespace controller.
 type kcm struct {
 	*testenv.Proc
-	log *syncBuffer
+	log *testenv.Buffer
 }
 
 // startKCM starts kube-controller-manager ($KUBEBUILDER_ASSETS, built by
@@ -37,7 +35,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	if err := os.WriteFile(kubeconfig, kcmKubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
 		"--controllers=garbagecollector,namespace",
@@ -59,7 +57,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 		k.Stop(10 * time.Second)
 		t.Logf("kube-controller-manager stopped: %v", k.Err())
 		if t.Failed() {
-			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.tail(8<<10))
+			t.Logf("kube-controller-manager log (last 8 KiB):\n%s", k.log.Tail(8<<10))
 		}
 	})
 	return k
@@ -69,27 +67,6 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 func (k *kcm) running(t *testing.T) {
 	t.Helper()
 	if k.Exited() {
-		t.Fatalf("kube-controller-manager exited: %v\n%s", k.Err(), k.log.tail(8<<10))
+		t.Fatalf("kube-controller-manager exited: %v\n%s", k.Err(), k.log.Tail(8<<10))
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

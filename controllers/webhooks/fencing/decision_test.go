@@ -34,6 +34,20 @@ func input(op admissionv1.Operation, sub string, old, new *Object, user string, 
 	}
 }
 
+// lagged is bob's update of token 41 to 42 under a 1 s commit lag, on lease
+// job held by bob with duration d, expiring in left; stampedAgo, if not 0, is
+// how long ago the holder's last renewal was stamped.
+func lagged(left, d, stampedAgo time.Duration) Input {
+	st := held()
+	st.ExpireTime, st.LeaseDuration = now.Add(left), d
+	if stampedAgo != 0 {
+		st.RenewStamp = now.Add(-stampedAgo)
+	}
+	in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
+	in.CommitLag = time.Second
+	return in
+}
+
 func cleanup(in Input) Input  { in.Requester.Cleanup = true; return in }
 func required(in Input) Input { in.Required = true; return in }
 
@@ -117,43 +131,11 @@ func TestDecide(t *testing.T) {
 			st.ExpireTime = time.Time{}
 			return input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
 		}(), false, 409, "no expireTime"},
-		{"inside the commit-lag margin", func() Input {
-			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(900*time.Millisecond), 15*time.Second
-			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-			in.CommitLag = time.Second
-			return in
-		}(), false, 409, "writes stop being accepted at"},
-		{"outside the commit-lag margin", func() Input {
-			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(1200*time.Millisecond), 15*time.Second
-			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-			in.CommitLag = time.Second
-			return in
-		}(), true, 0, ""},
-		{"the margin is capped at a tenth of a short lease", func() Input {
-			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(150*time.Millisecond), time.Second
-			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-			in.CommitLag = time.Second
-			return in
-		}(), true, 0, ""},
-		{"stamped renewal: accepted past the acknowledged expireTime", func() Input {
-			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(-5*time.Second), 15*time.Second
-			st.RenewStamp = now.Add(-4 * time.Second) // bound: now + 11 s - skew
-			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-			in.CommitLag = time.Second
-			return in
-		}(), true, 0, ""},
-		{"stamped renewal too old: refused", func() Input {
-			st := held()
-			st.ExpireTime, st.LeaseDuration = now.Add(-5*time.Second), 15*time.Second
-			st.RenewStamp = now.Add(-14 * time.Second) // bound: now + 1 s - skew, inside the margin
-			in := input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-			in.CommitLag = time.Second
-			return in
-		}(), false, 409, "writes stop being accepted at"},
+		{"inside the commit-lag margin", lagged(900*time.Millisecond, 15*time.Second, 0), false, 409, "writes stop being accepted at"},
+		{"outside the commit-lag margin", lagged(1200*time.Millisecond, 15*time.Second, 0), true, 0, ""},
+		{"the margin is capped at a tenth of a short lease", lagged(150*time.Millisecond, time.Second, 0), true, 0, ""},
+		{"stamped renewal: accepted past the acknowledged expireTime", lagged(-5*time.Second, 15*time.Second, 4*time.Second), true, 0, ""},        // bound: now + 11 s - skew
+		{"stamped renewal too old: refused", lagged(-5*time.Second, 15*time.Second, 14*time.Second), false, 409, "writes stop being accepted at"}, // bound: now + 1 s - skew, inside the margin
 		{"pods/status that rewrites the token takes the token rules", input(admissionv1.Update, "status", guarded("42"), guarded("999999999999"), "bob", held()), false, 409, "was never issued"},
 		{"pods/status that lowers the token", input(admissionv1.Update, "status", guarded("42"), guarded("0"), "bob", held()), false, 409, "already accepted token 42"},
 		{"pods/status that removes the guard, from someone else", input(admissionv1.Update, "status", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},

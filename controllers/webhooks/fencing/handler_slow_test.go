@@ -2,26 +2,23 @@ package fencing
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
-// slowReader serves the lease after the webhook's clock moved on by took.
-type slowReader struct {
+// readerAfter serves the lease after running before: a read that is slow,
+// delayed, or (for the webhook's clock) took a while.
+type readerAfter struct {
 	cacheLike
-	clock *clocktesting.FakePassiveClock
-	took  time.Duration
+	before func()
 }
 
-func (s slowReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	s.clock.SetTime(s.clock.Now().Add(s.took))
-	return s.cacheLike.Get(ctx, key, obj, opts...)
+func (r readerAfter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.before()
+	return r.cacheLike.Get(ctx, key, obj, opts...)
 }
 
 // The commit-lag bound runs from the lease read to the commit: a decision
@@ -29,11 +26,7 @@ func (s slowReader) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 // the lease may have changed hands after the read, and a write admitted on it
 // could commit after the next grant.
 func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
-	h, body := benchHandler(t)
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil {
-		t.Fatal(err)
-	}
+	h, req, _ := benchHandler(t)
 	lease := h.Leases.Reader.(cacheLike).lease
 	for _, c := range []struct {
 		took    time.Duration
@@ -41,8 +34,9 @@ func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
 	}{{100 * time.Millisecond, true}, {600 * time.Millisecond, false}} {
 		fake := clocktesting.NewFakePassiveClock(time.Now())
 		h.Clock, h.CommitLag = fake, time.Second
-		h.Leases = &LeaseReader{Reader: slowReader{cacheLike: cacheLike{lease: lease}, clock: fake, took: c.took}}
-		resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: *ar.Request})
+		// The webhook's clock moves on by took while the lease is read.
+		h.Leases = &LeaseReader{Reader: readerAfter{cacheLike{lease}, func() { fake.SetTime(fake.Now().Add(c.took)) }}}
+		resp := h.Handle(context.Background(), req)
 		if resp.Allowed != c.allowed {
 			t.Fatalf("decision taking %v with a 1s commit lag: allowed %v, want %v (%v)", c.took, resp.Allowed, c.allowed, resp.Result)
 		}
@@ -52,18 +46,6 @@ func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
 	}
 }
 
-// delayedReader serves the lease after a real delay, ignoring ctx as a read
-// under way on the API server does.
-type delayedReader struct {
-	cacheLike
-	delay time.Duration
-}
-
-func (d delayedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	time.Sleep(d.delay)
-	return d.cacheLike.Get(ctx, key, obj, opts...)
-}
-
 // A stopping manager cancels the context of every webhook call in flight
 // (controller-runtime's webhook server derives them from the manager's) and
 // then waits for their answers: a terminating replica still decides them
@@ -71,17 +53,15 @@ func (d delayedReader) Get(ctx context.Context, key client.ObjectKey, obj client
 // "context canceled" (test/upgrade saw it when a replica stopped during a
 // rolling upgrade).
 func TestCallsInFlightAreDecidedWhileTheManagerStops(t *testing.T) {
-	h, body := benchHandler(t)
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil {
-		t.Fatal(err)
-	}
+	h, req, _ := benchHandler(t)
 	lease := h.Leases.Reader.(cacheLike).lease
 	h.Clock, h.CommitLag = clocktesting.NewFakePassiveClock(time.Now()), time.Second
-	h.Leases = &LeaseReader{Reader: delayedReader{cacheLike: cacheLike{lease: lease}, delay: 20 * time.Millisecond}}
+	// The lease is served after a real delay, ignoring ctx as a read under
+	// way on the API server does.
+	h.Leases = &LeaseReader{Reader: readerAfter{cacheLike{lease}, func() { time.Sleep(20 * time.Millisecond) }}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the manager stops while the call is in flight
-	resp := h.Handle(ctx, admission.Request{AdmissionRequest: *ar.Request})
+	resp := h.Handle(ctx, req)
 	if !resp.Allowed {
 		t.Fatalf("a live holder's write refused while the manager stops: %v", resp.Result)
 	}

@@ -45,6 +45,23 @@ func ValidateIdentity(id string) error {
 	return nil
 }
 
+// ValidateClientConfig checks what every client of the protocol is configured
+// with: an API client, the FencedLease's namespace and name, and its holder
+// identity. It returns one error for each that is missing or invalid.
+func ValidateClientConfig(cl client.Client, namespace, name, identity string) []error {
+	var errs []error
+	if cl == nil {
+		errs = append(errs, errors.New("Client is required"))
+	}
+	if namespace == "" || name == "" {
+		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", namespace, name))
+	}
+	if err := ValidateIdentity(identity); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
 // WhoAmI asks the API server for this client's username (SelfSubjectReview):
 // the user a request records, so that nobody else can renew or withdraw it.
 func WhoAmI(ctx context.Context, cl client.Client) (string, error) {

@@ -80,16 +80,7 @@ var (
 // New validates cfg and returns a Lock. Nothing is sent to the API server
 // until the elector calls it.
 func New(cfg Config) (*Lock, error) {
-	var errs []error
-	if cfg.Client == nil {
-		errs = append(errs, errors.New("Client is required"))
-	}
-	if cfg.Namespace == "" || cfg.Name == "" {
-		errs = append(errs, fmt.Errorf("Namespace and Name of the FencedLease are required (got %q/%q)", cfg.Namespace, cfg.Name))
-	}
-	if err := protocol.ValidateIdentity(cfg.Identity); err != nil {
-		errs = append(errs, err)
-	}
+	errs := protocol.ValidateClientConfig(cfg.Client, cfg.Namespace, cfg.Name, cfg.Identity)
 	if cfg.SafetyMargin < 0 {
 		errs = append(errs, fmt.Errorf("SafetyMargin is %v: expected a positive duration, or 0 for the default", cfg.SafetyMargin))
 	}

@@ -150,29 +150,18 @@ type scaleReport struct {
 	goroutinesBefore, goroutines int
 	grant                        []time.Duration
 	windows                      []window
-	takeoverBeyond               []time.Duration
-	takeoverFromKill             []time.Duration
-	lateness                     []time.Duration
-	massFailover                 []time.Duration
-	massDue, massLateness        []time.Duration
-	massGrantWrite, massAck      []time.Duration
-	massCtrl                     writeCounts
-	massWaiterWrites             int64
-	massWaiterFailed             int64
-	massDuration                 time.Duration
-	massAPF                      map[string]apfLevel
-	queueTime                    time.Duration
-	unloaded                     loadWindow
-	loaded                       []loadWindow
-	lostUnderLoad                int
-	massMissing                  int
-	deleted                      int
-	deleteTime                   time.Duration
-	epochObjects                 int
-	epochNames                   int
-	epochLargest, epochTotal     int
-	epochPerNS                   map[string]int
-	elapsed                      time.Duration
+	failover
+	queueTime                time.Duration
+	unloaded                 loadWindow
+	loaded                   []loadWindow
+	lostUnderLoad            int
+	deleted                  int
+	deleteTime               time.Duration
+	epochObjects             int
+	epochNames               int
+	epochLargest, epochTotal int
+	epochPerNS               map[string]int
+	elapsed                  time.Duration
 }
 
 func (b *bench) scale(ctx context.Context, env environment) error {
@@ -372,58 +361,113 @@ func leadCount(ps []*scaleProc) int {
 	return n
 }
 
-func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampleKeys, extraKeys []string) error {
-	held := len(massKeys) + len(sampleKeys) + len(extraKeys)
+// heldSet is one set of held FencedLeases with their waiters: the mass group
+// (one namespace), the samples (one namespace each) and the extra held
+// leases, and the processes scaleHold started for them. Process names start
+// with prefix, so that sets of one run never share a holder identity.
+type heldSet struct {
+	prefix                          string
+	massNS                          string
+	massKeys, sampleKeys, extraKeys []string
+	massH, sampleH, extraH          []*scaleProc
+	massW, sampleW                  []*scaleProc
+}
+
+func (h *heldSet) holders() []*scaleProc {
+	return append(append(append([]*scaleProc(nil), h.massH...), h.sampleH...), h.extraH...)
+}
+
+func (h *heldSet) waiters() []*scaleProc {
+	return append(append([]*scaleProc(nil), h.massW...), h.sampleW...)
+}
+
+// failover is what killing holders measured: the samples' takeovers and the
+// mass fail-over in steps.
+type failover struct {
+	takeoverBeyond          []time.Duration
+	takeoverFromKill        []time.Duration
+	lateness                []time.Duration
+	massFailover            []time.Duration
+	massDue, massLateness   []time.Duration
+	massGrantWrite, massAck []time.Duration
+	massCtrl                writeCounts
+	massWaiterWrites        int64
+	massWaiterFailed        int64
+	massDuration            time.Duration
+	massAPF                 map[string]apfLevel
+	massMissing             int
+	// From the kill to all granted: kube-apiserver + etcd CPU, and every
+	// write sent (the controller's and all holder processes').
+	massAPICPU time.Duration
+	massWrites int64
+}
+
+// scaleHold starts the holders of h (mass group in processes of at most
+// -scale-per-process electors, one process per sample), waits until every
+// one leads, then starts the waiters (massWaiters: the mass group's waiter
+// processes; nil: as the holders) and waits until the controller lists every
+// waiter. It records the grant latencies in grant and returns how long the
+// waiters took to be listed.
+func (b *bench) scaleHold(ctx context.Context, s *scaleRun, h *heldSet, grant *[]time.Duration, massWaiters func() ([]*scaleProc, error)) (time.Duration, error) {
+	held := len(h.massKeys) + len(h.sampleKeys) + len(h.extraKeys)
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: %d holders acquiring\n", held)
-	massH, err := b.startHolders(ctx, s, "kf-mass-h", "kf", massKeys)
-	if err != nil {
-		return err
+	var err error
+	if h.massH, err = b.startHolders(ctx, s, h.prefix+"kf-mass-h", "kf", h.massKeys); err != nil {
+		return 0, err
 	}
 	// One process per sample (a killed holder process takes only its lease).
-	var sampleH []*scaleProc
-	for i, k := range sampleKeys {
-		p, err := b.startProc(ctx, s, fmt.Sprintf("kf-sample-h-%d", i), "kf", []string{k})
+	for i, k := range h.sampleKeys {
+		p, err := b.startProc(ctx, s, fmt.Sprintf("%skf-sample-h-%d", h.prefix, i), "kf", []string{k})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		s.procs = append(s.procs, p)
-		sampleH = append(sampleH, p)
+		h.sampleH = append(h.sampleH, p)
 	}
-	extraH, err := b.startHolders(ctx, s, "kf-extra-h", "kf", extraKeys)
-	if err != nil {
-		return err
+	if h.extraH, err = b.startHolders(ctx, s, h.prefix+"kf-extra-h", "kf", h.extraKeys); err != nil {
+		return 0, err
 	}
-	holders := append(append(append([]*scaleProc(nil), massH...), sampleH...), extraH...)
+	holders := h.holders()
 	if err := waitFor(ctx, 5*time.Minute, time.Second, "every kubefence holder to lead", func(context.Context) (bool, error) {
 		return leadCount(holders) == held, nil
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	for _, p := range holders {
 		for _, evs := range p.leading() {
-			s.rep.grant = append(s.rep.grant, evs[0].leading.Sub(evs[0].started))
+			*grant = append(*grant, evs[0].leading.Sub(evs[0].started))
 		}
 	}
 	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
-	massW, err := b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys)
-	if err != nil {
-		return err
+	if massWaiters == nil {
+		massWaiters = func() ([]*scaleProc, error) { return b.startHolders(ctx, s, h.prefix+"kf-mass-w", "kf", h.massKeys) }
 	}
-	sampleW, err := b.startHolders(ctx, s, "kf-sample-w", "kf", sampleKeys)
-	if err != nil {
-		return err
+	if h.massW, err = massWaiters(); err != nil {
+		return 0, err
+	}
+	if h.sampleW, err = b.startHolders(ctx, s, h.prefix+"kf-sample-w", "kf", h.sampleKeys); err != nil {
+		return 0, err
 	}
 	// The window measures renewals: it starts once the controller has listed
 	// every waiter in status (a join costs the waiter's write and the
 	// controller's queue write, once, not per renewal).
-	queued := append(append([]string(nil), massKeys...), sampleKeys...)
+	queued := append(append([]string(nil), h.massKeys...), h.sampleKeys...)
 	t0 := time.Now()
 	if err := waitFor(ctx, 5*time.Minute, time.Second, "the controller to list every waiter", func(ctx context.Context) (bool, error) {
 		return b.allQueued(ctx, queued)
 	}); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampleKeys, extraKeys []string) error {
+	h := &heldSet{massNS: "scale-mass", massKeys: massKeys, sampleKeys: sampleKeys, extraKeys: extraKeys}
+	held := len(massKeys) + len(sampleKeys) + len(extraKeys)
+	var err error
+	if s.rep.queueTime, err = b.scaleHold(ctx, s, h, &s.rep.grant, nil); err != nil {
 		return err
 	}
-	s.rep.queueTime = time.Since(t0)
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
 	}
@@ -433,7 +477,8 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	} else {
 		profiled <- nil
 	}
-	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
+	holders := h.holders()
+	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, h.waiters())
 	if err != nil {
 		return err
 	}
@@ -450,39 +495,52 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		if err := b.scaleLoad(ctx, s, holders); err != nil {
 			return err
 		}
-		s.rep.lostUnderLoad = leadCount(massW) + leadCount(sampleW)
+		s.rep.lostUnderLoad = leadCount(h.massW) + leadCount(h.sampleW)
 	}
+	if err := b.scaleFailover(ctx, s, h, &s.rep.failover); err != nil {
+		return err
+	}
+	for _, p := range s.procs {
+		p.stop()
+	}
+	s.procs = nil
+	// Let the controller finish the releases before the next phase.
+	return sleep(ctx, b.lease)
+}
 
+// scaleFailover kills the sample holders (each waiter takes over), then the
+// mass group's holder processes, and measures both into f.
+func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *failover) error {
 	// Takeovers: kill each sample holder process; its waiter takes over.
-	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(sampleH))
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(h.sampleH))
 	killed := map[string]time.Time{}
-	for i, p := range sampleH {
-		killed[sampleKeys[i]] = time.Now()
+	for i, p := range h.sampleH {
+		killed[h.sampleKeys[i]] = time.Now()
 		p.kill()
 	}
 	// The killed holders' last renewals, as they stamped them (a renewal's
 	// renewTime is when its holder sent it).
-	sampleStamps, err := b.lastStamps(ctx, sampleKeys, func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) })
+	sampleStamps, err := b.lastStamps(ctx, h.sampleKeys, func(i int) string { return fmt.Sprintf("%skf-sample-h-%d-0", h.prefix, i) })
 	if err != nil {
 		return err
 	}
 	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
-		return leadCount(sampleW) == len(sampleKeys), nil
+		return leadCount(h.sampleW) == len(h.sampleKeys), nil
 	})
 	allowance := fencedlease.DefaultTiming().Allowance(b.lease)
 	leads := map[string][]leadEvent{}
-	for _, p := range sampleW {
+	for _, p := range h.sampleW {
 		for k, v := range p.leading() {
 			leads[k] = v
 		}
 	}
-	for i, k := range sampleKeys {
+	for i, k := range h.sampleKeys {
 		ev, ok := leads[k]
 		if !ok {
 			continue
 		}
 		ns, _, _ := strings.Cut(k, "/")
-		oldID := fmt.Sprintf("kf-sample-h-%d-0", i)
+		oldID := fmt.Sprintf("%skf-sample-h-%d-0", h.prefix, i)
 		lastRenew := sampleStamps[k]
 		var expirySent time.Time
 		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
@@ -491,80 +549,88 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 				break
 			}
 		}
-		s.rep.takeoverFromKill = append(s.rep.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
+		f.takeoverFromKill = append(f.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
 		if !lastRenew.IsZero() {
-			s.rep.takeoverBeyond = append(s.rep.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
+			f.takeoverBeyond = append(f.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
 			if !expirySent.IsZero() {
-				s.rep.lateness = append(s.rep.lateness, expirySent.Sub(lastRenew.Add(b.lease+allowance)))
+				f.lateness = append(f.lateness, expirySent.Sub(lastRenew.Add(b.lease+allowance)))
 			}
 		}
 	}
 
 	// Mass fail-over: kill the process holding the mass group.
-	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
+	writes := func() int64 {
+		n := int64(b.ctrlTotal().total())
+		for _, p := range s.procs {
+			n += p.snapshot()[0]
+		}
+		return n
+	}
+	cpu0, writes0 := cpuOf([]int{s.apiserver, s.etcd}), writes()
 	kill := time.Now()
-	massCtrl0 := b.ctrlRT.snapshot("scale-mass")
+	massCtrl0 := b.ctrlRT.snapshot(h.massNS)
 	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc][4]int64{}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		massW0[p] = p.snapshot()
 	}
-	for _, p := range massH {
+	for _, p := range h.massH {
 		p.kill()
 	}
-	massStamps, err := b.lastStamps(ctx, massKeys, func(i int) string { return fmt.Sprintf("kf-mass-h-%d-%d", i/scaleOpts.perProc, i%scaleOpts.perProc) })
+	massStamps, err := b.lastStamps(ctx, h.massKeys, func(i int) string {
+		return fmt.Sprintf("%skf-mass-h-%d-%d", h.prefix, i/scaleOpts.perProc, i%scaleOpts.perProc)
+	})
 	if err != nil {
 		return err
 	}
 	_ = waitFor(ctx, b.lease+60*time.Second, 200*time.Millisecond, "the mass group's waiters to lead", func(context.Context) (bool, error) {
-		return leadCount(massW) == len(massKeys), nil
+		return leadCount(h.massW) == len(h.massKeys), nil
 	})
+	f.massDuration = time.Since(kill)
 	// Each lease's fail-over in steps: its expiry falls due (last stamped
 	// renewal + L + allowance), the controller sends the grant, the grant
 	// returns, the new holder leads (after its acknowledging renewal).
 	grants := map[string]ctrlWrite{}
-	for _, cw := range b.ctrlRT.trace("scale-mass", kill) {
+	for _, cw := range b.ctrlRT.trace(h.massNS, kill) {
 		if _, seen := grants[cw.name]; !seen && cw.ok && cw.category == catStatusGrant && cw.holder != "" {
 			grants[cw.name] = cw
 		}
 	}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		for k, evs := range p.leading() {
-			s.rep.massFailover = append(s.rep.massFailover, evs[0].leading.Sub(kill))
+			f.massFailover = append(f.massFailover, evs[0].leading.Sub(kill))
 			_, name, _ := strings.Cut(k, "/")
 			g, ok := grants[name]
 			due := massStamps[k].Add(b.lease + allowance)
 			if !ok || massStamps[k].IsZero() {
 				continue
 			}
-			s.rep.massDue = append(s.rep.massDue, due.Sub(kill))
-			s.rep.massLateness = append(s.rep.massLateness, g.sent.Sub(due))
-			s.rep.massGrantWrite = append(s.rep.massGrantWrite, g.done.Sub(g.sent))
-			s.rep.massAck = append(s.rep.massAck, evs[0].leading.Sub(g.done))
+			f.massDue = append(f.massDue, due.Sub(kill))
+			f.massLateness = append(f.massLateness, g.sent.Sub(due))
+			f.massGrantWrite = append(f.massGrantWrite, g.done.Sub(g.sent))
+			f.massAck = append(f.massAck, evs[0].leading.Sub(g.done))
 		}
 	}
-	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
-	s.rep.massDuration = time.Since(kill)
+	f.massMissing = len(h.massKeys) - len(f.massFailover)
 	// Holder processes report their counts every 500 ms.
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
+	// CPU and writes over the same span: the kill to a second after the
+	// last grant (that second's renewals included in both).
+	f.massAPICPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
+	f.massWrites = writes() - writes0
+	f.massCtrl = b.ctrlRT.snapshot(h.massNS).sub(massCtrl0)
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
-		s.rep.massAPF = apfSub(apf1, apf0)
+		f.massAPF = apfSub(apf1, apf0)
 	}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		c := p.snapshot()
-		s.rep.massWaiterWrites += c[0] - massW0[p][0]
-		s.rep.massWaiterFailed += c[2] - massW0[p][2]
+		f.massWaiterWrites += c[0] - massW0[p][0]
+		f.massWaiterFailed += c[2] - massW0[p][2]
 	}
-
-	for _, p := range s.procs {
-		p.stop()
-	}
-	s.procs = nil
-	// Let the controller finish the releases before the next phase.
-	return sleep(ctx, b.lease)
+	return nil
 }
 
 func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held int, retry time.Duration) error {

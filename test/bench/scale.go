@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,10 @@ type scaleOptions struct {
 	loadUsers           int
 	maxInflight         int
 	maxMutatingInflight int
+	// The fail-over variants (scale_failover.go): their spec ("": the
+	// scale run) and the identities of the mass group's waiters.
+	failoverVariants string
+	failoverUsers    int
 }
 
 // configureAPIServer sets the API server's concurrency limits: with API
@@ -107,6 +112,10 @@ func init() {
 	flag.IntVar(&scaleOpts.loadUsers, "scale-load-users", 16, "scale: identities (and processes) of the load generator: APF flows")
 	flag.IntVar(&scaleOpts.maxInflight, "scale-max-requests-inflight", 60, "scale: kube-apiserver --max-requests-inflight (0: its default, 400)")
 	flag.IntVar(&scaleOpts.maxMutatingInflight, "scale-max-mutating-requests-inflight", 30, "scale: kube-apiserver --max-mutating-requests-inflight (0: its default, 200)")
+	flag.StringVar(&scaleOpts.failoverVariants, "scale-failover-variants", "", "scale: instead of the scale run, the mass fail-over (-scale-mass leases, -scale-samples takeovers) once per API Priority and Fairness variant, side by side; "+
+		"variants separated by commas, each a +-joined list of: shipped (config/flowcontrol as is), default-seats (kube-apiserver's 400 + 200), seats=M/N, none (no FlowSchemas), by-user (renewals flows by user), "+
+		"shares=N, lendable=N, borrowing=N, queues=N, hand-size=N, queue-length=N (the priority level's fields); e.g. shipped,default-seats,shares=40,by-user,none")
+	flag.IntVar(&scaleOpts.failoverUsers, "scale-failover-users", 10, "scale, fail-over variants: processes (each its own service account) the mass group's waiters run in")
 }
 
 // scaleRun is the state of one scale run.
@@ -171,6 +180,9 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	held := o.mass + o.samples + o.extraHeld
 	if o.leases < held || o.mass < 1 || o.samples < 1 || o.perProc < 1 {
 		return fmt.Errorf("-scale-leases (%d) must be at least H = %d, and -scale-mass, -scale-samples, -scale-per-process positive", o.leases, held)
+	}
+	if o.failoverVariants != "" {
+		return b.scaleFailovers(ctx, env)
 	}
 	started := time.Now()
 	s := &scaleRun{rep: scaleReport{env: env, n: o.leases, held: held}}
@@ -290,18 +302,22 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	return nil
 }
 
+// holderRules are the holder processes' permissions: FencedLeases for
+// kubefence, Leases for the client-go baseline.
+var holderRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+}
+
 // scaleIdentity creates the holders' and the load generator's identities,
 // their kubeconfigs and their RBAC.
 func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
 	var err error
-	if s.kubeconfig, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", []rbacv1.PolicyRule{
-		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-	}); err != nil {
+	if s.kubeconfig, _, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", holderRules); err != nil {
 		return err
 	}
 	for i := range max(scaleOpts.loadUsers, 1) {
-		kc, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
+		kc, _, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		})
 		if err != nil {
@@ -314,25 +330,26 @@ func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
 
 // serviceAccountUser creates a user in the service accounts' group (neither
 // trusted nor exempt from flow control), bound to rules, and writes its
-// kubeconfig.
-func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, error) {
-	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
+// kubeconfig. It returns the kubeconfig's file and the user's REST config
+// (the admin's client settings, this user's certificate).
+func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, *rest.Config, error) {
+	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, rest.CopyConfig(b.cfg))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	kc, err := u.KubeConfig()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	file := filepath.Join(s.dir, name+".kubeconfig")
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if err := b.admin.Create(ctx, role); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+	return file, u.Config(), b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
@@ -762,6 +779,9 @@ type loadWindow struct {
 type apfLevel struct {
 	executed, rejected float64
 	wait               float64 // seconds
+	// seats is the level's nominal concurrency limit (a gauge: its value at
+	// the end of a window).
+	seats float64
 }
 
 // apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
@@ -806,6 +826,8 @@ func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
 			l.wait += v
 		case name == "apiserver_flowcontrol_request_wait_duration_seconds_count" && label(labels, "execute") == "true":
 			l.executed += v
+		case name == "apiserver_flowcontrol_nominal_limit_seats":
+			l.seats = v
 		case name == "apiserver_flowcontrol_rejected_requests_total" && label(labels, "reason") != "cancelled":
 			// (cancelled: the client went away, e.g. a killed holder)
 			l.rejected += v
@@ -831,7 +853,7 @@ func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
 	out := map[string]apfLevel{}
 	for k, x := range a {
 		y := b[k]
-		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait}
+		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait, seats: x.seats}
 	}
 	return out
 }
@@ -944,26 +966,9 @@ func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc
 // flowControl installs (or removes) the FlowSchemas and priority level that
 // ship in config/flowcontrol, as written there.
 func (b *bench) flowControl(ctx context.Context, install bool) error {
-	root, err := moduleRoot()
+	objs, err := flowControlObjects()
 	if err != nil {
 		return err
-	}
-	var objs []client.Object
-	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
-		if err != nil {
-			return err
-		}
-		for _, doc := range strings.Split(string(raw), "\n---") {
-			var obj client.Object = &flowcontrolv1.FlowSchema{}
-			if f == "priority_level.yaml" {
-				obj = &flowcontrolv1.PriorityLevelConfiguration{}
-			}
-			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			objs = append(objs, obj)
-		}
 	}
 	for _, obj := range objs {
 		if install {
@@ -976,6 +981,33 @@ func (b *bench) flowControl(ctx context.Context, install bool) error {
 		}
 	}
 	return nil
+}
+
+// flowControlObjects reads config/flowcontrol: the priority level first,
+// then the FlowSchemas.
+func flowControlObjects() ([]client.Object, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	var objs []client.Object
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
+		if err != nil {
+			return nil, err
+		}
+		for _, doc := range strings.Split(string(raw), "\n---") {
+			var obj client.Object = &flowcontrolv1.FlowSchema{}
+			if f == "priority_level.yaml" {
+				obj = &flowcontrolv1.PriorityLevelConfiguration{}
+			}
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	return objs, nil
 }
 
 // apiserverProfile writes a CPU profile of kube-apiserver over d to file.
@@ -1163,8 +1195,9 @@ func heapInUse() (uint64, int) {
 }
 
 // controlPlanePIDs finds the kube-apiserver and etcd envtest started as
-// children of this process.
-func controlPlanePIDs() (apiserver, etcd int, err error) {
+// children of this process, other than those in skip (another control
+// plane's).
+func controlPlanePIDs(skip ...int) (apiserver, etcd int, err error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, 0, err
@@ -1180,7 +1213,7 @@ func controlPlanePIDs() (apiserver, etcd int, err error) {
 			continue
 		}
 		comm, ppid, ok := statCommPPID(string(raw))
-		if !ok || ppid != self {
+		if !ok || ppid != self || slices.Contains(skip, pid) {
 			continue
 		}
 		switch comm {

@@ -487,7 +487,7 @@ func printFailovers(w io.Writer, env environment, o scaleOptions, rs []foResult,
 	add("level of renewals: nominal seats", func(r foResult) string {
 		return fmt.Sprintf("%s: %.0f", level(r), r.massAPF[level(r)].seats)
 	})
-	add("1-min load average at the kill", func(r foResult) string { return r.load })
+	add("load average at the kill (1, 5, 15 min)", func(r foResult) string { return r.load })
 	p := func(ds []time.Duration) string { return q(ds, 0.5) + " / " + q(ds, 0.99) }
 	add("mass fail-over, kill -> new holder leads: p50 / p99", func(r foResult) string { return p(r.massFailover) })
 	add("  max (not granted within L + 60 s)", func(r foResult) string {

@@ -417,6 +417,10 @@ type failover struct {
 	// write sent (the controller's and all holder processes').
 	massAPICPU time.Duration
 	massWrites int64
+	// In the same span: the operator's CPU (the bench process), the live
+	// holder processes', and the machine's busy CPU (every process, from
+	// /proc/stat), to tell how much of the machine the fail-over had.
+	massOperatorCPU, massHolderCPU, massMachineCPU time.Duration
 }
 
 // scaleHold starts the holders of h (mass group in processes of at most
@@ -584,7 +588,15 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		}
 		return n
 	}
+	holderPIDs := func() []int {
+		var pids []int
+		for _, p := range s.procs {
+			pids = append(pids, p.pid())
+		}
+		return pids
+	}
 	cpu0, writes0 := cpuOf([]int{s.apiserver, s.etcd}), writes()
+	op0, hold0, machine0 := cpuOf([]int{os.Getpid()}), cpuOf(holderPIDs()), machineBusy()
 	kill := time.Now()
 	massCtrl0 := b.ctrlRT.snapshot(h.massNS)
 	apf0, apfErr := b.apfMetrics(ctx)
@@ -638,6 +650,9 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	// last grant (that second's renewals included in both).
 	f.massAPICPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
 	f.massWrites = writes() - writes0
+	// (the killed holders' CPU is gone with them: what they used after
+	// the kill is nothing)
+	f.massOperatorCPU, f.massHolderCPU, f.massMachineCPU = cpuOf([]int{os.Getpid()})-op0, cpuOf(holderPIDs())-hold0, machineBusy()-machine0
 	f.massCtrl = b.ctrlRT.snapshot(h.massNS).sub(massCtrl0)
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
 		f.massAPF = apfSub(apf1, apf0)
@@ -1261,6 +1276,26 @@ func cpuOf(pids []int) time.Duration {
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clkTck
+}
+
+// machineBusy is the CPU time every process of the machine has used since
+// boot (/proc/stat: all but idle and iowait).
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, x := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(x, 10, 64)
+		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clkTck
 }

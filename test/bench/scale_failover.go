@@ -508,6 +508,23 @@ func printFailovers(w io.Writer, env environment, o scaleOptions, rs []foResult,
 	add("  kube-apiserver + etcd CPU s (cores), kill -> all granted + 1 s", func(r foResult) string {
 		return fmt.Sprintf("%.1f (%.2f)", r.massAPICPU.Seconds(), r.massAPICPU.Seconds()/(r.massDuration+time.Second).Seconds())
 	})
+	add("  operator CPU s, holder processes' CPU s", func(r foResult) string {
+		return fmt.Sprintf("%.1f, %.1f", r.massOperatorCPU.Seconds(), r.massHolderCPU.Seconds())
+	})
+	add("  machine busy cores, of which other processes (other helpers)", func(r foResult) string {
+		span := (r.massDuration + time.Second).Seconds()
+		other := r.massMachineCPU - r.massAPICPU - r.massOperatorCPU - r.massHolderCPU
+		return fmt.Sprintf("%.2f, %.2f", r.massMachineCPU.Seconds()/span, other.Seconds()/span)
+	})
+	add("  controller writes in the mass namespace", func(r foResult) string {
+		var parts []string
+		for _, c := range categoryOrder {
+			if r.massCtrl[c] != 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", strings.SplitN(c, " (", 2)[0], r.massCtrl[c]))
+			}
+		}
+		return strings.Join(parts, "; ")
+	})
 	add("  writes sent in that time (controller + holders)", func(r foResult) string { return strconv.FormatInt(r.massWrites, 10) })
 	add("  kube-apiserver + etcd CPU ms per write", func(r foResult) string {
 		if r.massWrites == 0 {

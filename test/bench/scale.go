@@ -588,15 +588,14 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		}
 		return n
 	}
-	holderPIDs := func() []int {
-		var pids []int
-		for _, p := range s.procs {
-			pids = append(pids, p.pid())
-		}
-		return pids
+	// The holder processes that live through the fail-over (the waiters):
+	// a killed process's CPU can no longer be read.
+	var live []int
+	for _, p := range h.waiters() {
+		live = append(live, p.pid())
 	}
 	cpu0, writes0 := cpuOf([]int{s.apiserver, s.etcd}), writes()
-	op0, hold0, machine0 := cpuOf([]int{os.Getpid()}), cpuOf(holderPIDs()), machineBusy()
+	op0, hold0, machine0 := cpuOf([]int{os.Getpid()}), cpuOf(live), machineBusy()
 	kill := time.Now()
 	massCtrl0 := b.ctrlRT.snapshot(h.massNS)
 	apf0, apfErr := b.apfMetrics(ctx)
@@ -650,9 +649,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	// last grant (that second's renewals included in both).
 	f.massAPICPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
 	f.massWrites = writes() - writes0
-	// (the killed holders' CPU is gone with them: what they used after
-	// the kill is nothing)
-	f.massOperatorCPU, f.massHolderCPU, f.massMachineCPU = cpuOf([]int{os.Getpid()})-op0, cpuOf(holderPIDs())-hold0, machineBusy()-machine0
+	f.massOperatorCPU, f.massHolderCPU, f.massMachineCPU = cpuOf([]int{os.Getpid()})-op0, cpuOf(live)-hold0, machineBusy()-machine0
 	f.massCtrl = b.ctrlRT.snapshot(h.massNS).sub(massCtrl0)
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
 		f.massAPF = apfSub(apf1, apf0)

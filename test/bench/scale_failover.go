@@ -508,7 +508,7 @@ func printFailovers(w io.Writer, env environment, o scaleOptions, rs []foResult,
 	add("  kube-apiserver + etcd CPU s (cores), kill -> all granted + 1 s", func(r foResult) string {
 		return fmt.Sprintf("%.1f (%.2f)", r.massAPICPU.Seconds(), r.massAPICPU.Seconds()/(r.massDuration+time.Second).Seconds())
 	})
-	add("  operator CPU s, holder processes' CPU s", func(r foResult) string {
+	add("  operator CPU s, waiter processes' CPU s", func(r foResult) string {
 		return fmt.Sprintf("%.1f, %.1f", r.massOperatorCPU.Seconds(), r.massHolderCPU.Seconds())
 	})
 	add("  machine busy cores, of which other processes (other helpers)", func(r foResult) string {

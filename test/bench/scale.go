@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,10 @@ type scaleOptions struct {
 	loadUsers           int
 	maxInflight         int
 	maxMutatingInflight int
+	// The fail-over variants (scale_failover.go): their spec ("": the
+	// scale run) and the identities of the mass group's waiters.
+	failoverVariants string
+	failoverUsers    int
 }
 
 // configureAPIServer sets the API server's concurrency limits: with API
@@ -107,6 +112,10 @@ func init() {
 	flag.IntVar(&scaleOpts.loadUsers, "scale-load-users", 16, "scale: identities (and processes) of the load generator: APF flows")
 	flag.IntVar(&scaleOpts.maxInflight, "scale-max-requests-inflight", 60, "scale: kube-apiserver --max-requests-inflight (0: its default, 400)")
 	flag.IntVar(&scaleOpts.maxMutatingInflight, "scale-max-mutating-requests-inflight", 30, "scale: kube-apiserver --max-mutating-requests-inflight (0: its default, 200)")
+	flag.StringVar(&scaleOpts.failoverVariants, "scale-failover-variants", "", "scale: instead of the scale run, the mass fail-over (-scale-mass leases, -scale-samples takeovers) once per API Priority and Fairness variant, side by side; "+
+		"variants separated by commas, each a +-joined list of: shipped (config/flowcontrol as is), default-seats (kube-apiserver's 400 + 200), seats=M/N, none (no FlowSchemas), by-user (renewals flows by user), "+
+		"shares=N, lendable=N, borrowing=N, queues=N, hand-size=N, queue-length=N (the priority level's fields); e.g. shipped,default-seats,shares=40,by-user,none")
+	flag.IntVar(&scaleOpts.failoverUsers, "scale-failover-users", 10, "scale, fail-over variants: processes (each its own service account) the mass group's waiters run in")
 }
 
 // scaleRun is the state of one scale run.
@@ -150,29 +159,18 @@ type scaleReport struct {
 	goroutinesBefore, goroutines int
 	grant                        []time.Duration
 	windows                      []window
-	takeoverBeyond               []time.Duration
-	takeoverFromKill             []time.Duration
-	lateness                     []time.Duration
-	massFailover                 []time.Duration
-	massDue, massLateness        []time.Duration
-	massGrantWrite, massAck      []time.Duration
-	massCtrl                     writeCounts
-	massWaiterWrites             int64
-	massWaiterFailed             int64
-	massDuration                 time.Duration
-	massAPF                      map[string]apfLevel
-	queueTime                    time.Duration
-	unloaded                     loadWindow
-	loaded                       []loadWindow
-	lostUnderLoad                int
-	massMissing                  int
-	deleted                      int
-	deleteTime                   time.Duration
-	epochObjects                 int
-	epochNames                   int
-	epochLargest, epochTotal     int
-	epochPerNS                   map[string]int
-	elapsed                      time.Duration
+	failover
+	queueTime                time.Duration
+	unloaded                 loadWindow
+	loaded                   []loadWindow
+	lostUnderLoad            int
+	deleted                  int
+	deleteTime               time.Duration
+	epochObjects             int
+	epochNames               int
+	epochLargest, epochTotal int
+	epochPerNS               map[string]int
+	elapsed                  time.Duration
 }
 
 func (b *bench) scale(ctx context.Context, env environment) error {
@@ -182,6 +180,9 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	held := o.mass + o.samples + o.extraHeld
 	if o.leases < held || o.mass < 1 || o.samples < 1 || o.perProc < 1 {
 		return fmt.Errorf("-scale-leases (%d) must be at least H = %d, and -scale-mass, -scale-samples, -scale-per-process positive", o.leases, held)
+	}
+	if o.failoverVariants != "" {
+		return b.scaleFailovers(ctx, env)
 	}
 	started := time.Now()
 	s := &scaleRun{rep: scaleReport{env: env, n: o.leases, held: held}}
@@ -301,18 +302,22 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	return nil
 }
 
+// holderRules are the holder processes' permissions: FencedLeases for
+// kubefence, Leases for the client-go baseline.
+var holderRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+}
+
 // scaleIdentity creates the holders' and the load generator's identities,
 // their kubeconfigs and their RBAC.
 func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
 	var err error
-	if s.kubeconfig, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", []rbacv1.PolicyRule{
-		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-	}); err != nil {
+	if s.kubeconfig, _, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", holderRules); err != nil {
 		return err
 	}
 	for i := range max(scaleOpts.loadUsers, 1) {
-		kc, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
+		kc, _, err := b.serviceAccountUser(ctx, s, fmt.Sprintf(scaleLoadUser, i), fmt.Sprintf("bench-load-%d", i), []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		})
 		if err != nil {
@@ -325,25 +330,26 @@ func (b *bench) scaleIdentity(ctx context.Context, s *scaleRun) error {
 
 // serviceAccountUser creates a user in the service accounts' group (neither
 // trusted nor exempt from flow control), bound to rules, and writes its
-// kubeconfig.
-func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, error) {
-	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, nil)
+// kubeconfig. It returns the kubeconfig's file and the user's REST config
+// (the admin's client settings, this user's certificate).
+func (b *bench) serviceAccountUser(ctx context.Context, s *scaleRun, user, name string, rules []rbacv1.PolicyRule) (string, *rest.Config, error) {
+	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, rest.CopyConfig(b.cfg))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	kc, err := u.KubeConfig()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	file := filepath.Join(s.dir, name+".kubeconfig")
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if err := b.admin.Create(ctx, role); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+	return file, u.Config(), b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
@@ -372,58 +378,117 @@ func leadCount(ps []*scaleProc) int {
 	return n
 }
 
-func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampleKeys, extraKeys []string) error {
-	held := len(massKeys) + len(sampleKeys) + len(extraKeys)
+// heldSet is one set of held FencedLeases with their waiters: the mass group
+// (one namespace), the samples (one namespace each) and the extra held
+// leases, and the processes scaleHold started for them. Process names start
+// with prefix, so that sets of one run never share a holder identity.
+type heldSet struct {
+	prefix                          string
+	massNS                          string
+	massKeys, sampleKeys, extraKeys []string
+	massH, sampleH, extraH          []*scaleProc
+	massW, sampleW                  []*scaleProc
+}
+
+func (h *heldSet) holders() []*scaleProc {
+	return append(append(append([]*scaleProc(nil), h.massH...), h.sampleH...), h.extraH...)
+}
+
+func (h *heldSet) waiters() []*scaleProc {
+	return append(append([]*scaleProc(nil), h.massW...), h.sampleW...)
+}
+
+// failover is what killing holders measured: the samples' takeovers and the
+// mass fail-over in steps.
+type failover struct {
+	takeoverBeyond          []time.Duration
+	takeoverFromKill        []time.Duration
+	lateness                []time.Duration
+	massFailover            []time.Duration
+	massDue, massLateness   []time.Duration
+	massGrantWrite, massAck []time.Duration
+	massCtrl                writeCounts
+	massWaiterWrites        int64
+	massWaiterFailed        int64
+	massDuration            time.Duration
+	massAPF                 map[string]apfLevel
+	massMissing             int
+	// From the kill to all granted: kube-apiserver + etcd CPU, and every
+	// write sent (the controller's and all holder processes').
+	massAPICPU time.Duration
+	massWrites int64
+	// In the same span: the operator's CPU (the bench process), the live
+	// holder processes', and the machine's busy CPU (every process, from
+	// /proc/stat), to tell how much of the machine the fail-over had.
+	massOperatorCPU, massHolderCPU, massMachineCPU time.Duration
+}
+
+// scaleHold starts the holders of h (mass group in processes of at most
+// -scale-per-process electors, one process per sample), waits until every
+// one leads, then starts the waiters (massWaiters: the mass group's waiter
+// processes; nil: as the holders) and waits until the controller lists every
+// waiter. It records the grant latencies in grant and returns how long the
+// waiters took to be listed.
+func (b *bench) scaleHold(ctx context.Context, s *scaleRun, h *heldSet, grant *[]time.Duration, massWaiters func() ([]*scaleProc, error)) (time.Duration, error) {
+	held := len(h.massKeys) + len(h.sampleKeys) + len(h.extraKeys)
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: %d holders acquiring\n", held)
-	massH, err := b.startHolders(ctx, s, "kf-mass-h", "kf", massKeys)
-	if err != nil {
-		return err
+	var err error
+	if h.massH, err = b.startHolders(ctx, s, h.prefix+"kf-mass-h", "kf", h.massKeys); err != nil {
+		return 0, err
 	}
 	// One process per sample (a killed holder process takes only its lease).
-	var sampleH []*scaleProc
-	for i, k := range sampleKeys {
-		p, err := b.startProc(ctx, s, fmt.Sprintf("kf-sample-h-%d", i), "kf", []string{k})
+	for i, k := range h.sampleKeys {
+		p, err := b.startProc(ctx, s, fmt.Sprintf("%skf-sample-h-%d", h.prefix, i), "kf", []string{k})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		s.procs = append(s.procs, p)
-		sampleH = append(sampleH, p)
+		h.sampleH = append(h.sampleH, p)
 	}
-	extraH, err := b.startHolders(ctx, s, "kf-extra-h", "kf", extraKeys)
-	if err != nil {
-		return err
+	if h.extraH, err = b.startHolders(ctx, s, h.prefix+"kf-extra-h", "kf", h.extraKeys); err != nil {
+		return 0, err
 	}
-	holders := append(append(append([]*scaleProc(nil), massH...), sampleH...), extraH...)
+	holders := h.holders()
 	if err := waitFor(ctx, 5*time.Minute, time.Second, "every kubefence holder to lead", func(context.Context) (bool, error) {
 		return leadCount(holders) == held, nil
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	for _, p := range holders {
 		for _, evs := range p.leading() {
-			s.rep.grant = append(s.rep.grant, evs[0].leading.Sub(evs[0].started))
+			*grant = append(*grant, evs[0].leading.Sub(evs[0].started))
 		}
 	}
 	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
-	massW, err := b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys)
-	if err != nil {
-		return err
+	if massWaiters == nil {
+		massWaiters = func() ([]*scaleProc, error) { return b.startHolders(ctx, s, h.prefix+"kf-mass-w", "kf", h.massKeys) }
 	}
-	sampleW, err := b.startHolders(ctx, s, "kf-sample-w", "kf", sampleKeys)
-	if err != nil {
-		return err
+	if h.massW, err = massWaiters(); err != nil {
+		return 0, err
+	}
+	if h.sampleW, err = b.startHolders(ctx, s, h.prefix+"kf-sample-w", "kf", h.sampleKeys); err != nil {
+		return 0, err
 	}
 	// The window measures renewals: it starts once the controller has listed
 	// every waiter in status (a join costs the waiter's write and the
 	// controller's queue write, once, not per renewal).
-	queued := append(append([]string(nil), massKeys...), sampleKeys...)
+	queued := append(append([]string(nil), h.massKeys...), h.sampleKeys...)
 	t0 := time.Now()
 	if err := waitFor(ctx, 5*time.Minute, time.Second, "the controller to list every waiter", func(ctx context.Context) (bool, error) {
 		return b.allQueued(ctx, queued)
 	}); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampleKeys, extraKeys []string) error {
+	h := &heldSet{massNS: "scale-mass", massKeys: massKeys, sampleKeys: sampleKeys, extraKeys: extraKeys}
+	held := len(massKeys) + len(sampleKeys) + len(extraKeys)
+	var err error
+	if s.rep.queueTime, err = b.scaleHold(ctx, s, h, &s.rep.grant, nil); err != nil {
 		return err
 	}
-	s.rep.queueTime = time.Since(t0)
 	if err := sleep(ctx, scaleOpts.settle); err != nil {
 		return err
 	}
@@ -433,7 +498,8 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	} else {
 		profiled <- nil
 	}
-	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(append([]*scaleProc(nil), massW...), sampleW...))
+	holders := h.holders()
+	w, err := b.measure(ctx, s, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, h.waiters())
 	if err != nil {
 		return err
 	}
@@ -450,39 +516,52 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		if err := b.scaleLoad(ctx, s, holders); err != nil {
 			return err
 		}
-		s.rep.lostUnderLoad = leadCount(massW) + leadCount(sampleW)
+		s.rep.lostUnderLoad = leadCount(h.massW) + leadCount(h.sampleW)
 	}
+	if err := b.scaleFailover(ctx, s, h, &s.rep.failover); err != nil {
+		return err
+	}
+	for _, p := range s.procs {
+		p.stop()
+	}
+	s.procs = nil
+	// Let the controller finish the releases before the next phase.
+	return sleep(ctx, b.lease)
+}
 
+// scaleFailover kills the sample holders (each waiter takes over), then the
+// mass group's holder processes, and measures both into f.
+func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *failover) error {
 	// Takeovers: kill each sample holder process; its waiter takes over.
-	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(sampleH))
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: killing %d sample holders\n", len(h.sampleH))
 	killed := map[string]time.Time{}
-	for i, p := range sampleH {
-		killed[sampleKeys[i]] = time.Now()
+	for i, p := range h.sampleH {
+		killed[h.sampleKeys[i]] = time.Now()
 		p.kill()
 	}
 	// The killed holders' last renewals, as they stamped them (a renewal's
 	// renewTime is when its holder sent it).
-	sampleStamps, err := b.lastStamps(ctx, sampleKeys, func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) })
+	sampleStamps, err := b.lastStamps(ctx, h.sampleKeys, func(i int) string { return fmt.Sprintf("%skf-sample-h-%d-0", h.prefix, i) })
 	if err != nil {
 		return err
 	}
 	_ = waitFor(ctx, b.lease+30*time.Second, 200*time.Millisecond, "the sample waiters to lead", func(context.Context) (bool, error) {
-		return leadCount(sampleW) == len(sampleKeys), nil
+		return leadCount(h.sampleW) == len(h.sampleKeys), nil
 	})
 	allowance := fencedlease.DefaultTiming().Allowance(b.lease)
 	leads := map[string][]leadEvent{}
-	for _, p := range sampleW {
+	for _, p := range h.sampleW {
 		for k, v := range p.leading() {
 			leads[k] = v
 		}
 	}
-	for i, k := range sampleKeys {
+	for i, k := range h.sampleKeys {
 		ev, ok := leads[k]
 		if !ok {
 			continue
 		}
 		ns, _, _ := strings.Cut(k, "/")
-		oldID := fmt.Sprintf("kf-sample-h-%d-0", i)
+		oldID := fmt.Sprintf("%skf-sample-h-%d-0", h.prefix, i)
 		lastRenew := sampleStamps[k]
 		var expirySent time.Time
 		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
@@ -491,80 +570,96 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 				break
 			}
 		}
-		s.rep.takeoverFromKill = append(s.rep.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
+		f.takeoverFromKill = append(f.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
 		if !lastRenew.IsZero() {
-			s.rep.takeoverBeyond = append(s.rep.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
+			f.takeoverBeyond = append(f.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
 			if !expirySent.IsZero() {
-				s.rep.lateness = append(s.rep.lateness, expirySent.Sub(lastRenew.Add(b.lease+allowance)))
+				f.lateness = append(f.lateness, expirySent.Sub(lastRenew.Add(b.lease+allowance)))
 			}
 		}
 	}
 
 	// Mass fail-over: kill the process holding the mass group.
-	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(massKeys))
+	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
+	writes := func() int64 {
+		n := int64(b.ctrlTotal().total())
+		for _, p := range s.procs {
+			n += p.snapshot()[0]
+		}
+		return n
+	}
+	// The holder processes that live through the fail-over (the waiters):
+	// a killed process's CPU can no longer be read.
+	var live []int
+	for _, p := range h.waiters() {
+		live = append(live, p.pid())
+	}
+	cpu0, writes0 := cpuOf([]int{s.apiserver, s.etcd}), writes()
+	op0, hold0, machine0 := cpuOf([]int{os.Getpid()}), cpuOf(live), machineBusy()
 	kill := time.Now()
-	massCtrl0 := b.ctrlRT.snapshot("scale-mass")
+	massCtrl0 := b.ctrlRT.snapshot(h.massNS)
 	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc][4]int64{}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		massW0[p] = p.snapshot()
 	}
-	for _, p := range massH {
+	for _, p := range h.massH {
 		p.kill()
 	}
-	massStamps, err := b.lastStamps(ctx, massKeys, func(i int) string { return fmt.Sprintf("kf-mass-h-%d-%d", i/scaleOpts.perProc, i%scaleOpts.perProc) })
+	massStamps, err := b.lastStamps(ctx, h.massKeys, func(i int) string {
+		return fmt.Sprintf("%skf-mass-h-%d-%d", h.prefix, i/scaleOpts.perProc, i%scaleOpts.perProc)
+	})
 	if err != nil {
 		return err
 	}
 	_ = waitFor(ctx, b.lease+60*time.Second, 200*time.Millisecond, "the mass group's waiters to lead", func(context.Context) (bool, error) {
-		return leadCount(massW) == len(massKeys), nil
+		return leadCount(h.massW) == len(h.massKeys), nil
 	})
+	f.massDuration = time.Since(kill)
 	// Each lease's fail-over in steps: its expiry falls due (last stamped
 	// renewal + L + allowance), the controller sends the grant, the grant
 	// returns, the new holder leads (after its acknowledging renewal).
 	grants := map[string]ctrlWrite{}
-	for _, cw := range b.ctrlRT.trace("scale-mass", kill) {
+	for _, cw := range b.ctrlRT.trace(h.massNS, kill) {
 		if _, seen := grants[cw.name]; !seen && cw.ok && cw.category == catStatusGrant && cw.holder != "" {
 			grants[cw.name] = cw
 		}
 	}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		for k, evs := range p.leading() {
-			s.rep.massFailover = append(s.rep.massFailover, evs[0].leading.Sub(kill))
+			f.massFailover = append(f.massFailover, evs[0].leading.Sub(kill))
 			_, name, _ := strings.Cut(k, "/")
 			g, ok := grants[name]
 			due := massStamps[k].Add(b.lease + allowance)
 			if !ok || massStamps[k].IsZero() {
 				continue
 			}
-			s.rep.massDue = append(s.rep.massDue, due.Sub(kill))
-			s.rep.massLateness = append(s.rep.massLateness, g.sent.Sub(due))
-			s.rep.massGrantWrite = append(s.rep.massGrantWrite, g.done.Sub(g.sent))
-			s.rep.massAck = append(s.rep.massAck, evs[0].leading.Sub(g.done))
+			f.massDue = append(f.massDue, due.Sub(kill))
+			f.massLateness = append(f.massLateness, g.sent.Sub(due))
+			f.massGrantWrite = append(f.massGrantWrite, g.done.Sub(g.sent))
+			f.massAck = append(f.massAck, evs[0].leading.Sub(g.done))
 		}
 	}
-	s.rep.massMissing = len(massKeys) - len(s.rep.massFailover)
-	s.rep.massDuration = time.Since(kill)
+	f.massMissing = len(h.massKeys) - len(f.massFailover)
 	// Holder processes report their counts every 500 ms.
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	s.rep.massCtrl = b.ctrlRT.snapshot("scale-mass").sub(massCtrl0)
+	// CPU and writes over the same span: the kill to a second after the
+	// last grant (that second's renewals included in both).
+	f.massAPICPU = cpuOf([]int{s.apiserver, s.etcd}) - cpu0
+	f.massWrites = writes() - writes0
+	f.massOperatorCPU, f.massHolderCPU, f.massMachineCPU = cpuOf([]int{os.Getpid()})-op0, cpuOf(live)-hold0, machineBusy()-machine0
+	f.massCtrl = b.ctrlRT.snapshot(h.massNS).sub(massCtrl0)
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
-		s.rep.massAPF = apfSub(apf1, apf0)
+		f.massAPF = apfSub(apf1, apf0)
 	}
-	for _, p := range massW {
+	for _, p := range h.massW {
 		c := p.snapshot()
-		s.rep.massWaiterWrites += c[0] - massW0[p][0]
-		s.rep.massWaiterFailed += c[2] - massW0[p][2]
+		f.massWaiterWrites += c[0] - massW0[p][0]
+		f.massWaiterFailed += c[2] - massW0[p][2]
 	}
-
-	for _, p := range s.procs {
-		p.stop()
-	}
-	s.procs = nil
-	// Let the controller finish the releases before the next phase.
-	return sleep(ctx, b.lease)
+	return nil
 }
 
 func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns string, held int, retry time.Duration) error {
@@ -696,6 +791,9 @@ type loadWindow struct {
 type apfLevel struct {
 	executed, rejected float64
 	wait               float64 // seconds
+	// seats is the level's nominal concurrency limit (a gauge: its value at
+	// the end of a window).
+	seats float64
 }
 
 // apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
@@ -740,6 +838,8 @@ func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
 			l.wait += v
 		case name == "apiserver_flowcontrol_request_wait_duration_seconds_count" && label(labels, "execute") == "true":
 			l.executed += v
+		case name == "apiserver_flowcontrol_nominal_limit_seats":
+			l.seats = v
 		case name == "apiserver_flowcontrol_rejected_requests_total" && label(labels, "reason") != "cancelled":
 			// (cancelled: the client went away, e.g. a killed holder)
 			l.rejected += v
@@ -765,7 +865,7 @@ func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
 	out := map[string]apfLevel{}
 	for k, x := range a {
 		y := b[k]
-		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait}
+		out[k] = apfLevel{executed: x.executed - y.executed, rejected: x.rejected - y.rejected, wait: x.wait - y.wait, seats: x.seats}
 	}
 	return out
 }
@@ -878,26 +978,9 @@ func (b *bench) scaleLoad(ctx context.Context, s *scaleRun, holders []*scaleProc
 // flowControl installs (or removes) the FlowSchemas and priority level that
 // ship in config/flowcontrol, as written there.
 func (b *bench) flowControl(ctx context.Context, install bool) error {
-	root, err := moduleRoot()
+	objs, err := flowControlObjects()
 	if err != nil {
 		return err
-	}
-	var objs []client.Object
-	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
-		if err != nil {
-			return err
-		}
-		for _, doc := range strings.Split(string(raw), "\n---") {
-			var obj client.Object = &flowcontrolv1.FlowSchema{}
-			if f == "priority_level.yaml" {
-				obj = &flowcontrolv1.PriorityLevelConfiguration{}
-			}
-			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			objs = append(objs, obj)
-		}
 	}
 	for _, obj := range objs {
 		if install {
@@ -910,6 +993,33 @@ func (b *bench) flowControl(ctx context.Context, install bool) error {
 		}
 	}
 	return nil
+}
+
+// flowControlObjects reads config/flowcontrol: the priority level first,
+// then the FlowSchemas.
+func flowControlObjects() ([]client.Object, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	var objs []client.Object
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
+		if err != nil {
+			return nil, err
+		}
+		for _, doc := range strings.Split(string(raw), "\n---") {
+			var obj client.Object = &flowcontrolv1.FlowSchema{}
+			if f == "priority_level.yaml" {
+				obj = &flowcontrolv1.PriorityLevelConfiguration{}
+			}
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	return objs, nil
 }
 
 // apiserverProfile writes a CPU profile of kube-apiserver over d to file.
@@ -1097,8 +1207,9 @@ func heapInUse() (uint64, int) {
 }
 
 // controlPlanePIDs finds the kube-apiserver and etcd envtest started as
-// children of this process.
-func controlPlanePIDs() (apiserver, etcd int, err error) {
+// children of this process, other than those in skip (another control
+// plane's).
+func controlPlanePIDs(skip ...int) (apiserver, etcd int, err error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, 0, err
@@ -1114,7 +1225,7 @@ func controlPlanePIDs() (apiserver, etcd int, err error) {
 			continue
 		}
 		comm, ppid, ok := statCommPPID(string(raw))
-		if !ok || ppid != self {
+		if !ok || ppid != self || slices.Contains(skip, pid) {
 			continue
 		}
 		switch comm {
@@ -1162,6 +1273,26 @@ func cpuOf(pids []int) time.Duration {
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clkTck
+}
+
+// machineBusy is the CPU time every process of the machine has used since
+// boot (/proc/stat: all but idle and iowait).
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, x := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(x, 10, 64)
+		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clkTck
 }

@@ -186,39 +186,18 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	}
 	started := time.Now()
 	s := &scaleRun{rep: scaleReport{env: env, n: o.leases, held: held}}
-	var err error
-	if s.dir, err = os.MkdirTemp("", "kubefence-bench-scale"); err != nil {
+	cleanup, err := s.start("kubefence-bench-scale")
+	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(s.dir) }()
-	defer func() {
-		for _, p := range s.procs {
-			p.kill()
-		}
-	}()
-	if s.apiserver, s.etcd, err = controlPlanePIDs(); err != nil {
-		return err
-	}
+	defer cleanup()
 
 	fmt.Fprintln(os.Stderr, "bench: scale: installing and serving the webhooks")
-	whs, err := b.startWebhooks(ctx)
+	stopOperator, err := b.serveOperator(ctx)
 	if err != nil {
 		return err
 	}
-	defer whs.stop()
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx, operator.EnforcementWebhook)
-	if err != nil {
-		stopMgr()
-		return err
-	}
-	defer func() {
-		stopMgr()
-		select {
-		case <-mgrDone:
-		case <-time.After(30 * time.Second):
-		}
-	}()
+	defer stopOperator()
 	if err := b.scaleIdentity(ctx, s); err != nil {
 		return err
 	}
@@ -244,40 +223,10 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		all = append(all, k)
 	}
 	all = append(append(all, massKeys...), sampleKeys...)
-	for _, k := range all {
-		ns, _, _ := strings.Cut(k, "/")
-		if len(s.namespaces) == 0 || !contains(s.namespaces, ns) {
-			s.namespaces = append(s.namespaces, ns)
-			if err := b.createNamespace(ctx, ns); err != nil {
-				return err
-			}
-		}
-	}
 	s.rep.heapBefore, s.rep.goroutinesBefore = heapInUse()
 	fmt.Fprintf(os.Stderr, "bench: scale: creating %d FencedLeases\n", len(all))
 	t0 := time.Now()
-	if err := parallel(ctx, all, 8, func(ctx context.Context, k string) error {
-		ns, name, _ := strings.Cut(k, "/")
-		return b.admin.Create(ctx, &coordv1alpha1.FencedLease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(o.lease)},
-		})
-	}); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, 10*time.Minute, 5*time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
-		var list coordv1alpha1.FencedLeaseList
-		if err := b.admin.List(ctx, &list); err != nil {
-			return false, err
-		}
-		n := 0
-		for i := range list.Items {
-			if len(list.Items[i].Finalizers) > 0 {
-				n++
-			}
-		}
-		return n == len(all), nil
-	}); err != nil {
+	if s.namespaces, err = b.createLeases(ctx, all, 10*time.Minute); err != nil {
 		return err
 	}
 	s.rep.createTime = time.Since(t0)
@@ -1189,15 +1138,6 @@ func parallel(ctx context.Context, keys []string, workers int, fn func(context.C
 	return ctx.Err()
 }
 
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // heapInUse is this process's live heap after a GC, and its goroutines.
 func heapInUse() (uint64, int) {
 	runtime.GC()
@@ -1494,4 +1434,48 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// serveOperator serves both webhooks and runs the controller in webhook mode
+// as b's user; stop ends both (waiting up to 30 s for the controller).
+func (b *bench) serveOperator(ctx context.Context) (stop func(), err error) {
+	whs, err := b.startWebhooks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone, err := b.startController(mgrCtx, operator.EnforcementWebhook)
+	if err != nil {
+		stopMgr()
+		whs.stop()
+		return nil, err
+	}
+	return func() {
+		stopMgr()
+		select {
+		case <-mgrDone:
+		case <-time.After(30 * time.Second):
+		}
+		whs.stop()
+	}, nil
+}
+
+// start gives s a temporary directory (prefix) and finds this control
+// plane's kube-apiserver and etcd (not those in skipPIDs); cleanup kills the
+// processes s started and removes the directory.
+func (s *scaleRun) start(prefix string, skipPIDs ...int) (cleanup func(), err error) {
+	if s.dir, err = os.MkdirTemp("", prefix); err != nil {
+		return nil, err
+	}
+	cleanup = func() {
+		for _, p := range s.procs {
+			p.kill()
+		}
+		_ = os.RemoveAll(s.dir)
+	}
+	if s.apiserver, s.etcd, err = controlPlanePIDs(skipPIDs...); err != nil {
+		cleanup()
+		return nil, err
+	}
+	return cleanup, nil
 }

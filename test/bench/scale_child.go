@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -140,74 +141,39 @@ func scaleChild(args []string) int {
 		_ = out.Flush()
 	}
 
-	scheme := testenv.NewScheme()
 	var wg sync.WaitGroup
+	// each starts one elector per lease with start, which returns its loop.
+	each := func(start func(i int, key, ns, name string, started time.Time) (func(), error)) error {
+		for i, key := range leases {
+			ns, name, _ := strings.Cut(key, "/")
+			run, err := start(i, key, ns, name, time.Now())
+			if err != nil {
+				return err
+			}
+			wg.Go(run)
+		}
+		return nil
+	}
 	switch *kind {
 	case "kf":
-		cl, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			return 1
-		}
-		for i, key := range leases {
-			ns, name, _ := strings.Cut(key, "/")
-			started := time.Now()
-			el, err := fence.New(fence.Config{
-				Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", *id, i), User: *user,
-				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
-					emit("lead %s %d %d %d", key, started.UnixNano(), time.Now().UnixNano(), token)
-					<-ctx.Done()
-				}},
-			})
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "child:", err)
-				return 1
-			}
-			wg.Go(func() { _ = el.Run(ctx) })
-		}
+		err = childKubefence(ctx, cfg, each, emit, *id, *user)
 	case "cg":
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			return 1
-		}
-		for i, key := range leases {
-			ns, name, _ := strings.Cut(key, "/")
-			started := time.Now()
-			le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-				Lock: &resourcelock.LeaseLock{
-					LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-					Client:     cs.CoordinationV1(),
-					LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", *id, i)},
-				},
-				LeaseDuration: time.Duration(*leaseSeconds) * time.Second, RenewDeadline: *renewDeadline, RetryPeriod: *retry,
-				ReleaseOnCancel: true, Name: name,
-				Callbacks: leaderelection.LeaderCallbacks{
-					OnStartedLeading: func(context.Context) {
-						emit("lead %s %d %d 0", key, started.UnixNano(), time.Now().UnixNano())
-					},
-					OnStoppedLeading: func() {},
-				},
-			})
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "child:", err)
-				return 1
-			}
-			wg.Go(func() { le.Run(ctx) })
-		}
+		err = childClientGo(ctx, cfg, each, emit, *id, time.Duration(*leaseSeconds)*time.Second, *renewDeadline, *retry)
 	case "load":
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			return 1
-		}
-		// The namespace is the first line of -leases.
-		for i := range *workers {
-			wg.Go(func() { loadWriter(ctx, cs, leases[0], fmt.Sprintf("%s-%d", *id, i)) })
+		var cs kubernetes.Interface
+		if cs, err = kubernetes.NewForConfig(cfg); err == nil {
+			// The namespace is the first line of -leases.
+			for i := range *workers {
+				wg.Go(func() { loadWriter(ctx, cs, leases[0], fmt.Sprintf("%s-%d", *id, i)) })
+			}
 		}
 	default:
 		fmt.Fprintln(os.Stderr, "child: unknown -kind", *kind)
 		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -230,6 +196,61 @@ func scaleChild(args []string) int {
 			return 0
 		}
 	}
+}
+
+// electorStarter is the child's each: it starts one elector per lease.
+type electorStarter func(start func(i int, key, ns, name string, started time.Time) (func(), error)) error
+
+// childKubefence starts a pkg/fence elector per lease; each reports "lead"
+// when it leads, with its token.
+func childKubefence(ctx context.Context, cfg *rest.Config, each electorStarter, emit func(string, ...any), id, user string) error {
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.NewScheme()})
+	if err != nil {
+		return err
+	}
+	return each(func(i int, key, ns, name string, started time.Time) (func(), error) {
+		el, err := fence.New(fence.Config{
+			Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", id, i), User: user,
+			Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
+				emit("lead %s %d %d %d", key, started.UnixNano(), time.Now().UnixNano(), token)
+				<-ctx.Done()
+			}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = el.Run(ctx) }, nil
+	})
+}
+
+// childClientGo starts a client-go leader elector on a Lease per lease; each
+// reports "lead" when it leads (token 0).
+func childClientGo(ctx context.Context, cfg *rest.Config, each electorStarter, emit func(string, ...any), id string, lease, renewDeadline, retry time.Duration) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return each(func(i int, key, ns, name string, started time.Time) (func(), error) {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+				Client:     cs.CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", id, i)},
+			},
+			LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry,
+			ReleaseOnCancel: true, Name: name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {
+					emit("lead %s %d %d 0", key, started.UnixNano(), time.Now().UnixNano())
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return func() { le.Run(ctx) }, nil
+	})
 }
 
 // loadWriter writes one ConfigMap of its own in namespace ns, as fast as the

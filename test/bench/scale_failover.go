@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -280,19 +279,11 @@ func (b *bench) secondControlPlane(ctx context.Context, seats [2]int) (*bench, f
 func (b *bench) failoverGroup(ctx context.Context, variants []foVariant, idx []int, results []foResult, skipPIDs ...int) error {
 	o := scaleOpts
 	s := &scaleRun{}
-	var err error
-	if s.dir, err = os.MkdirTemp("", "kubefence-bench-failover"); err != nil {
+	cleanup, err := s.start("kubefence-bench-failover", skipPIDs...)
+	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(s.dir) }()
-	defer func() {
-		for _, p := range s.procs {
-			p.kill()
-		}
-	}()
-	if s.apiserver, s.etcd, err = controlPlanePIDs(skipPIDs...); err != nil {
-		return err
-	}
+	defer cleanup()
 	// The operator as its service account (cluster-wide rights, as the
 	// bench's admin had), trusted as the controller by the webhooks.
 	_, opCfg, err := b.serviceAccountUser(ctx, s, scaleOperatorUser, "bench-operator", []rbacv1.PolicyRule{
@@ -304,24 +295,11 @@ func (b *bench) failoverGroup(ctx context.Context, variants []foVariant, idx []i
 	op := *b
 	op.cfg, op.adminUser = opCfg, scaleOperatorUser
 	fmt.Fprintln(os.Stderr, "bench: scale: installing and serving the webhooks (as the operator's service account)")
-	whs, err := op.startWebhooks(ctx)
+	stopOperator, err := op.serveOperator(ctx)
 	if err != nil {
 		return err
 	}
-	defer whs.stop()
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := op.startController(mgrCtx, operator.EnforcementWebhook)
-	if err != nil {
-		stopMgr()
-		return err
-	}
-	defer func() {
-		stopMgr()
-		select {
-		case <-mgrDone:
-		case <-time.After(30 * time.Second):
-		}
-	}()
+	defer stopOperator()
 	if s.kubeconfig, _, err = b.serviceAccountUser(ctx, s, scaleHolderUser, "bench-holder", holderRules); err != nil {
 		return err
 	}
@@ -356,7 +334,7 @@ func (b *bench) failoverGroup(ctx context.Context, variants []foVariant, idx []i
 		for j := range o.extraHeld {
 			h.extraKeys = append(h.extraKeys, fmt.Sprintf("fo%d-extra/l-%06d", i, j))
 		}
-		if err := b.createHeld(ctx, append(append(append([]string(nil), h.massKeys...), h.sampleKeys...), h.extraKeys...)); err != nil {
+		if _, err := b.createLeases(ctx, append(append(append([]string(nil), h.massKeys...), h.sampleKeys...), h.extraKeys...), 5*time.Minute); err != nil {
 			return err
 		}
 		r := &results[i]
@@ -423,16 +401,17 @@ func (b *bench) applyFlowControl(ctx context.Context, v foVariant) error {
 	return nil
 }
 
-// createHeld creates the namespaces and FencedLeases of keys and waits until
-// the controller has put its finalizer on each.
-func (b *bench) createHeld(ctx context.Context, keys []string) error {
+// createLeases creates the namespaces and FencedLeases of keys and waits, up
+// to timeout, until the controller has put its finalizer on each; it returns
+// the namespaces.
+func (b *bench) createLeases(ctx context.Context, keys []string, timeout time.Duration) ([]string, error) {
 	var namespaces []string
 	for _, k := range keys {
 		ns, _, _ := strings.Cut(k, "/")
 		if !slices.Contains(namespaces, ns) {
 			namespaces = append(namespaces, ns)
 			if err := b.createNamespace(ctx, ns); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -443,20 +422,28 @@ func (b *bench) createHeld(ctx context.Context, keys []string) error {
 			Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(scaleOpts.lease)},
 		})
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	return waitFor(ctx, 5*time.Minute, time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
-		for _, k := range keys {
-			ns, name, _ := strings.Cut(k, "/")
-			var l coordv1alpha1.FencedLease
-			if err := b.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
-				return false, err
-			}
-			if len(l.Finalizers) == 0 {
-				return false, nil
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	interval := time.Second
+	if len(keys) > 1000 {
+		interval = 5 * time.Second // a list of them all is not cheap
+	}
+	return namespaces, waitFor(ctx, timeout, interval, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
+		var list coordv1alpha1.FencedLeaseList
+		if err := b.admin.List(ctx, &list); err != nil {
+			return false, err
+		}
+		n := 0
+		for i := range list.Items {
+			if want[list.Items[i].Namespace+"/"+list.Items[i].Name] && len(list.Items[i].Finalizers) > 0 {
+				n++
 			}
 		}
-		return true, nil
+		return n == len(keys), nil
 	})
 }
 

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -341,4 +342,101 @@ func TestBarrierTellsAQuotaFromThePolicy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// lostAnswer is a Writer whose next Update is sent and takes effect, and
+// then answers with a timeout, as when the answer is lost on the network.
+type lostAnswer struct {
+	client.Client
+	armed bool
+}
+
+func (w *lostAnswer) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := w.Client.Update(ctx, obj, opts...); err != nil || !w.armed {
+		return err
+	}
+	w.armed = false
+	return apierrors.NewTimeoutError("the answer to the tenure table write was lost", 1)
+}
+
+// TestGrantWhoseTableWriteAnswerIsLost: a grant's table write takes effect
+// but its answer is lost (a timeout). Grant fails before the barrier; the
+// holder renews (the lease moves on, so the grant can never commit). The
+// next Sync must see the table naming the grant and undo it, although this
+// controller last knew the entry to say what the status says: it must not
+// trust that memory once it sent a write to the entry (before the fix it
+// did, every Sync returned at once, and the holder's writes were refused
+// with the grant's token until the controller restarted).
+func TestGrantWhoseTableWriteAnswerIsLost(t *testing.T) {
+	g := startGrantEnv(t)
+	ctx := t.Context()
+	l := g.heldLease(t, "job")
+	w := &lostAnswer{Client: g.c}
+	tn := g.tenures()
+	tn.Table.Writer = w
+	if err := tn.Sync(ctx, l); err != nil { // this controller now knows alice's entry
+		t.Fatal(err)
+	}
+	w.armed = true
+	if _, err := tn.Grant(ctx, l, toBob(l)); !apierrors.IsTimeout(err) {
+		t.Fatalf("Grant with the table write's answer lost: %v, want the timeout", err)
+	}
+	if got := g.entry(t, "job"); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+		t.Fatalf("the lost write did not take effect: the table names %q", got)
+	}
+	g.touch(t, "job") // alice renews: bob's grant can never commit
+	var moved coordv1alpha1.FencedLease
+	if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.Sync(ctx, &moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.entry(t, "job"); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
+		t.Fatalf("after Sync the table names %q, want alice's token 5 again (the grant can never commit)", got)
+	}
+	g.enforces(t, "job", 5, "after the undo")
+}
+
+// TestSyncRereadsATableAnotherProcessWrote: another controller process (a
+// leader deposed while its grant was on the network) writes a grant to the
+// table and dies before its status write; this controller last knew the
+// entry to say what the status says. The lease moves on, so the grant can
+// never commit. Within RecheckAfter this controller's Sync reads the table
+// again and undoes the grant: a table naming a token no status names is
+// never left without the controller acting for longer than that (plus the
+// time to the lease's next reconcile).
+func TestSyncRereadsATableAnotherProcessWrote(t *testing.T) {
+	g := startGrantEnv(t)
+	ctx := t.Context()
+	l := g.heldLease(t, "job")
+	tn := g.tenures()
+	tn.RecheckAfter = 500 * time.Millisecond
+	if err := tn.Sync(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.tenures().Grant(ctx, l, toBob(l)); err != nil { // the other process
+		t.Fatalf("Grant: %v", err)
+	}
+	g.touch(t, "job")
+	var moved coordv1alpha1.FencedLease
+	if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		if err := tn.Sync(ctx, &moved); err != nil {
+			t.Fatal(err)
+		}
+		got := g.entry(t, "job")
+		if strings.HasPrefix(got, "5 ") && strings.HasSuffix(got, " alice") {
+			break
+		}
+		if time.Since(start) > tn.RecheckAfter+5*time.Second {
+			t.Fatalf("%v after the other process's grant, Sync still leaves the table naming %q, want alice's token 5 again", time.Since(start), got)
+		}
+		time.Sleep(50 * time.Millisecond) // the holder's renewals bring reconciles
+	}
+	t.Logf("undone %v after the other process's grant (RecheckAfter %v)", time.Since(start), tn.RecheckAfter)
+	g.enforces(t, "job", 5, "after the undo")
 }

@@ -129,8 +129,9 @@ func (g *grantEnv) enforces(t *testing.T, name string, token int64, what string)
 }
 
 // touch changes lease name (an annotation, as any spec write such as a
-// renewal would): its resourceVersion moves on.
-func (g *grantEnv) touch(t *testing.T, name string) {
+// renewal would): its resourceVersion moves on. It returns the lease as
+// written.
+func (g *grantEnv) touch(t *testing.T, name string) *coordv1alpha1.FencedLease {
 	t.Helper()
 	var l coordv1alpha1.FencedLease
 	if err := g.c.Get(t.Context(), client.ObjectKey{Namespace: g.ns, Name: name}, &l); err != nil {
@@ -140,6 +141,27 @@ func (g *grantEnv) touch(t *testing.T, name string) {
 	if err := g.c.Update(t.Context(), &l); err != nil {
 		t.Fatal(err)
 	}
+	return &l
+}
+
+// namesAlice tells whether a table entry names alice's tenure (token 5),
+// namesBob whether it names bob's (token 6).
+func namesAlice(entry string) bool {
+	return strings.HasPrefix(entry, "5 ") && strings.HasSuffix(entry, " alice")
+}
+
+func namesBob(entry string) bool {
+	return strings.HasPrefix(entry, "6 ") && strings.HasSuffix(entry, " bob")
+}
+
+// undone fails t unless lease name's entry names alice's tenure again and
+// the API server enforces it.
+func (g *grantEnv) undone(t *testing.T, name, what string) {
+	t.Helper()
+	if got := g.entry(t, name); !namesAlice(got) {
+		t.Fatalf("%s: the table names %q, want alice's token 5 again", what, got)
+	}
+	g.enforces(t, name, 5, what)
 }
 
 // TestGrantUndoneWhenItsStatusWriteFails: a grant written to the table and
@@ -157,7 +179,7 @@ func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Grant: %v", err)
 	}
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+	if got := g.entry(t, "job"); !namesBob(got) {
 		t.Fatalf("after Grant the table names %q, want bob's token 6", got)
 	}
 	g.touch(t, "job")
@@ -168,10 +190,7 @@ func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
 		t.Fatalf("the grant's status write on the old resourceVersion: %v, want a conflict", werr)
 	}
 	done(ctx, werr)
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
-		t.Fatalf("after the failed status write the table names %q, want alice's token 5 again", got)
-	}
-	g.enforces(t, "job", 5, "after the undo")
+	g.undone(t, "job", "after the failed status write")
 }
 
 // TestGrantAheadOfTheTable: Grant finds the table naming a higher token
@@ -208,7 +227,7 @@ func TestGrantAheadOfTheTable(t *testing.T) {
 				}
 				return
 			}
-			if !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
+			if !namesAlice(got) {
 				t.Errorf("the entry of a grant that can never commit is %q, want alice's token 5 again", got)
 			}
 			g.enforces(t, c.name, 5, "after the ahead path undid the entry")
@@ -255,24 +274,17 @@ func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
 				if err := restarted.Sync(ctx, late); err != nil {
 					t.Fatal(err)
 				}
-				if got := g.entry(t, name); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+				if got := g.entry(t, name); !namesBob(got) {
 					t.Errorf("after the grant's status write the table names %q, want bob's token 6", got)
 				}
 				g.enforces(t, name, 6, "after the late status write")
 				return
 			}
-			g.touch(t, name)
-			var moved coordv1alpha1.FencedLease
-			if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
+			moved := g.touch(t, name)
+			if err := restarted.Sync(ctx, moved); err != nil {
 				t.Fatal(err)
 			}
-			if err := restarted.Sync(ctx, &moved); err != nil {
-				t.Fatal(err)
-			}
-			if got := g.entry(t, name); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
-				t.Fatalf("after the lease moved on the table names %q, want alice's token 5 again", got)
-			}
-			g.enforces(t, name, 5, "after the undo")
+			g.undone(t, name, "after the lease moved on")
 			if err := g.c.Status().Update(ctx, late); !apierrors.IsConflict(err) {
 				t.Errorf("the dead controller's late status write: %v, want a conflict", err)
 			}
@@ -381,21 +393,14 @@ func TestGrantWhoseTableWriteAnswerIsLost(t *testing.T) {
 	if _, err := tn.Grant(ctx, l, toBob(l)); !apierrors.IsTimeout(err) {
 		t.Fatalf("Grant with the table write's answer lost: %v, want the timeout", err)
 	}
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+	if got := g.entry(t, "job"); !namesBob(got) {
 		t.Fatalf("the lost write did not take effect: the table names %q", got)
 	}
-	g.touch(t, "job") // alice renews: bob's grant can never commit
-	var moved coordv1alpha1.FencedLease
-	if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
+	moved := g.touch(t, "job") // alice renews: bob's grant can never commit
+	if err := tn.Sync(ctx, moved); err != nil {
 		t.Fatal(err)
 	}
-	if err := tn.Sync(ctx, &moved); err != nil {
-		t.Fatal(err)
-	}
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
-		t.Fatalf("after Sync the table names %q, want alice's token 5 again (the grant can never commit)", got)
-	}
-	g.enforces(t, "job", 5, "after the undo")
+	g.undone(t, "job", "after Sync, with the grant unable to commit")
 }
 
 // TestSyncRereadsATableAnotherProcessWrote: another controller process (a
@@ -418,18 +423,14 @@ func TestSyncRereadsATableAnotherProcessWrote(t *testing.T) {
 	if _, err := g.tenures().Grant(ctx, l, toBob(l)); err != nil { // the other process
 		t.Fatalf("Grant: %v", err)
 	}
-	g.touch(t, "job")
-	var moved coordv1alpha1.FencedLease
-	if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
-		t.Fatal(err)
-	}
+	moved := g.touch(t, "job")
 	start := time.Now()
 	for {
-		if err := tn.Sync(ctx, &moved); err != nil {
+		if err := tn.Sync(ctx, moved); err != nil {
 			t.Fatal(err)
 		}
 		got := g.entry(t, "job")
-		if strings.HasPrefix(got, "5 ") && strings.HasSuffix(got, " alice") {
+		if namesAlice(got) {
 			break
 		}
 		if time.Since(start) > tn.RecheckAfter+5*time.Second {

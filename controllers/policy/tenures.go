@@ -221,6 +221,7 @@ func (t *Tenures) Sync(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 	if e, ok := t.remembered(lease.UID); ok && e.Same(EntryFor(lease, &lease.Status)) {
 		return nil
 	}
+	t.remember(lease.UID, nil) // before any write to the entry, as in Grant
 	var synced *Entry
 	var readErr error
 	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
@@ -265,9 +266,9 @@ func (t *Tenures) Sync(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 // accepted for it until a new incarnation is granted a higher token.
 func (t *Tenures) Deleted(ctx context.Context, lease *coordv1alpha1.FencedLease, high int64) error {
 	want := Entry{Token: high}
+	t.remember(lease.UID, nil)
 	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
 		return want, !found || cur != want
 	})
-	t.remember(lease.UID, nil)
 	return err
 }

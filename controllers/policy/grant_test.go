@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -128,8 +129,9 @@ func (g *grantEnv) enforces(t *testing.T, name string, token int64, what string)
 }
 
 // touch changes lease name (an annotation, as any spec write such as a
-// renewal would): its resourceVersion moves on.
-func (g *grantEnv) touch(t *testing.T, name string) {
+// renewal would): its resourceVersion moves on. It returns the lease as
+// written.
+func (g *grantEnv) touch(t *testing.T, name string) *coordv1alpha1.FencedLease {
 	t.Helper()
 	var l coordv1alpha1.FencedLease
 	if err := g.c.Get(t.Context(), client.ObjectKey{Namespace: g.ns, Name: name}, &l); err != nil {
@@ -139,6 +141,27 @@ func (g *grantEnv) touch(t *testing.T, name string) {
 	if err := g.c.Update(t.Context(), &l); err != nil {
 		t.Fatal(err)
 	}
+	return &l
+}
+
+// namesAlice tells whether a table entry names alice's tenure (token 5),
+// namesBob whether it names bob's (token 6).
+func namesAlice(entry string) bool {
+	return strings.HasPrefix(entry, "5 ") && strings.HasSuffix(entry, " alice")
+}
+
+func namesBob(entry string) bool {
+	return strings.HasPrefix(entry, "6 ") && strings.HasSuffix(entry, " bob")
+}
+
+// undone fails t unless lease name's entry names alice's tenure again and
+// the API server enforces it.
+func (g *grantEnv) undone(t *testing.T, name, what string) {
+	t.Helper()
+	if got := g.entry(t, name); !namesAlice(got) {
+		t.Fatalf("%s: the table names %q, want alice's token 5 again", what, got)
+	}
+	g.enforces(t, name, 5, what)
 }
 
 // TestGrantUndoneWhenItsStatusWriteFails: a grant written to the table and
@@ -156,7 +179,7 @@ func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Grant: %v", err)
 	}
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+	if got := g.entry(t, "job"); !namesBob(got) {
 		t.Fatalf("after Grant the table names %q, want bob's token 6", got)
 	}
 	g.touch(t, "job")
@@ -167,10 +190,7 @@ func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
 		t.Fatalf("the grant's status write on the old resourceVersion: %v, want a conflict", werr)
 	}
 	done(ctx, werr)
-	if got := g.entry(t, "job"); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
-		t.Fatalf("after the failed status write the table names %q, want alice's token 5 again", got)
-	}
-	g.enforces(t, "job", 5, "after the undo")
+	g.undone(t, "job", "after the failed status write")
 }
 
 // TestGrantAheadOfTheTable: Grant finds the table naming a higher token
@@ -207,7 +227,7 @@ func TestGrantAheadOfTheTable(t *testing.T) {
 				}
 				return
 			}
-			if !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
+			if !namesAlice(got) {
 				t.Errorf("the entry of a grant that can never commit is %q, want alice's token 5 again", got)
 			}
 			g.enforces(t, c.name, 5, "after the ahead path undid the entry")
@@ -254,24 +274,17 @@ func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
 				if err := restarted.Sync(ctx, late); err != nil {
 					t.Fatal(err)
 				}
-				if got := g.entry(t, name); !strings.HasPrefix(got, "6 ") || !strings.HasSuffix(got, " bob") {
+				if got := g.entry(t, name); !namesBob(got) {
 					t.Errorf("after the grant's status write the table names %q, want bob's token 6", got)
 				}
 				g.enforces(t, name, 6, "after the late status write")
 				return
 			}
-			g.touch(t, name)
-			var moved coordv1alpha1.FencedLease
-			if err := g.c.Get(ctx, client.ObjectKeyFromObject(l), &moved); err != nil {
+			moved := g.touch(t, name)
+			if err := restarted.Sync(ctx, moved); err != nil {
 				t.Fatal(err)
 			}
-			if err := restarted.Sync(ctx, &moved); err != nil {
-				t.Fatal(err)
-			}
-			if got := g.entry(t, name); !strings.HasPrefix(got, "5 ") || !strings.HasSuffix(got, " alice") {
-				t.Fatalf("after the lease moved on the table names %q, want alice's token 5 again", got)
-			}
-			g.enforces(t, name, 5, "after the undo")
+			g.undone(t, name, "after the lease moved on")
 			if err := g.c.Status().Update(ctx, late); !apierrors.IsConflict(err) {
 				t.Errorf("the dead controller's late status write: %v, want a conflict", err)
 			}
@@ -341,4 +354,90 @@ func TestBarrierTellsAQuotaFromThePolicy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// lostAnswer is a Writer whose next Update is sent and takes effect, and
+// then answers with a timeout, as when the answer is lost on the network.
+type lostAnswer struct {
+	client.Client
+	armed bool
+}
+
+func (w *lostAnswer) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := w.Client.Update(ctx, obj, opts...); err != nil || !w.armed {
+		return err
+	}
+	w.armed = false
+	return apierrors.NewTimeoutError("the answer to the tenure table write was lost", 1)
+}
+
+// TestGrantWhoseTableWriteAnswerIsLost: a grant's table write takes effect
+// but its answer is lost (a timeout). Grant fails before the barrier; the
+// holder renews (the lease moves on, so the grant can never commit). The
+// next Sync must see the table naming the grant and undo it, although this
+// controller last knew the entry to say what the status says: it must not
+// trust that memory once it sent a write to the entry (before the fix it
+// did, every Sync returned at once, and the holder's writes were refused
+// with the grant's token until the controller restarted).
+func TestGrantWhoseTableWriteAnswerIsLost(t *testing.T) {
+	g := startGrantEnv(t)
+	ctx := t.Context()
+	l := g.heldLease(t, "job")
+	w := &lostAnswer{Client: g.c}
+	tn := g.tenures()
+	tn.Table.Writer = w
+	if err := tn.Sync(ctx, l); err != nil { // this controller now knows alice's entry
+		t.Fatal(err)
+	}
+	w.armed = true
+	if _, err := tn.Grant(ctx, l, toBob(l)); !apierrors.IsTimeout(err) {
+		t.Fatalf("Grant with the table write's answer lost: %v, want the timeout", err)
+	}
+	if got := g.entry(t, "job"); !namesBob(got) {
+		t.Fatalf("the lost write did not take effect: the table names %q", got)
+	}
+	moved := g.touch(t, "job") // alice renews: bob's grant can never commit
+	if err := tn.Sync(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	g.undone(t, "job", "after Sync, with the grant unable to commit")
+}
+
+// TestSyncRereadsATableAnotherProcessWrote: another controller process (a
+// leader deposed while its grant was on the network) writes a grant to the
+// table and dies before its status write; this controller last knew the
+// entry to say what the status says. The lease moves on, so the grant can
+// never commit. Within RecheckAfter this controller's Sync reads the table
+// again and undoes the grant: a table naming a token no status names is
+// never left without the controller acting for longer than that (plus the
+// time to the lease's next reconcile).
+func TestSyncRereadsATableAnotherProcessWrote(t *testing.T) {
+	g := startGrantEnv(t)
+	ctx := t.Context()
+	l := g.heldLease(t, "job")
+	tn := g.tenures()
+	tn.RecheckAfter = 500 * time.Millisecond
+	if err := tn.Sync(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.tenures().Grant(ctx, l, toBob(l)); err != nil { // the other process
+		t.Fatalf("Grant: %v", err)
+	}
+	moved := g.touch(t, "job")
+	start := time.Now()
+	for {
+		if err := tn.Sync(ctx, moved); err != nil {
+			t.Fatal(err)
+		}
+		got := g.entry(t, "job")
+		if namesAlice(got) {
+			break
+		}
+		if time.Since(start) > tn.RecheckAfter+5*time.Second {
+			t.Fatalf("%v after the other process's grant, Sync still leaves the table naming %q, want alice's token 5 again", time.Since(start), got)
+		}
+		time.Sleep(50 * time.Millisecond) // the holder's renewals bring reconciles
+	}
+	t.Logf("undone %v after the other process's grant (RecheckAfter %v)", time.Since(start), tn.RecheckAfter)
+	g.enforces(t, "job", 5, "after the undo")
 }

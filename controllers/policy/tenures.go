@@ -44,20 +44,47 @@ type Tenures struct {
 	// the old holder had admitted before the API servers saw the entry have
 	// committed by then.
 	CommitLag time.Duration
+	// RecheckAfter bounds how long Sync trusts its memory of an entry
+	// instead of reading the table (default DefaultRecheckAfter): the
+	// table may have been written by another process since (a deposed
+	// leader's grant, landing late), and a table naming a token no status
+	// names would otherwise stay so until this process restarted.
+	RecheckAfter time.Duration
 
 	mu    sync.Mutex
-	known map[types.UID]Entry
+	known map[types.UID]knownEntry
 	// resets is Table.Resets() when known was last valid: a table emptied
 	// since (written for another incarnation) invalidates everything known.
 	resets int64
 }
 
+// DefaultRecheckAfter is Tenures.RecheckAfter's default: a lease whose
+// reconciles come every few seconds (its holder's renewals) reads its table
+// entry once per this long.
+const DefaultRecheckAfter = 10 * time.Second
+
+// knownEntry is an entry as this process last wrote or read it, and when.
+type knownEntry struct {
+	Entry
+	at time.Time
+}
+
+// remembered returns the entry this process last wrote or read for uid, if
+// that was less than RecheckAfter ago and it sent no write to the entry
+// since whose outcome it does not know.
 func (t *Tenures) remembered(uid types.UID) (Entry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.forgetAfterReset()
 	e, ok := t.known[uid]
-	return e, ok
+	recheck := t.RecheckAfter
+	if recheck <= 0 {
+		recheck = DefaultRecheckAfter
+	}
+	if !ok || time.Since(e.at) >= recheck {
+		return Entry{}, false
+	}
+	return e.Entry, true
 }
 
 func (t *Tenures) forgetAfterReset() {
@@ -71,13 +98,13 @@ func (t *Tenures) remember(uid types.UID, e *Entry) {
 	defer t.mu.Unlock()
 	t.forgetAfterReset()
 	if t.known == nil {
-		t.known = map[types.UID]Entry{}
+		t.known = map[types.UID]knownEntry{}
 	}
 	if e == nil {
 		delete(t.known, uid)
 		return
 	}
-	t.known[uid] = *e
+	t.known[uid] = knownEntry{Entry: *e, at: time.Now()}
 }
 
 // EventBarrierBlocked is the reason of the Warning event a lease gets when
@@ -101,6 +128,12 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 	want.Attempt = lease.ResourceVersion
 	var prev *int64
 	var ahead *Entry
+	// Forgotten before the write is sent: a write whose answer is lost
+	// (a timeout) may have taken effect, and an entry remembered from
+	// before would make every later Sync skip the table, leaving the grant
+	// in it with nobody to finish or undo it
+	// (TestGrantWhoseTableWriteAnswerIsLost).
+	t.remember(lease.UID, nil)
 	if _, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
 		prev, ahead = nil, nil
 		if found {
@@ -121,13 +154,11 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 	if ahead != nil {
 		// A grant written to the table whose status write failed (or one
 		// this controller has not seen yet): Sync undoes the first kind.
-		t.remember(lease.UID, nil)
 		if err := t.Sync(ctx, lease); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, TableName, ahead.Token, lease.Name, want.Token)
 	}
-	t.remember(lease.UID, nil)
 	if prev == nil && lease.Status.FencingToken > 0 {
 		// No entry before (a table emptied as another incarnation's, or
 		// written before a switch from webhook mode): the lease's last
@@ -190,6 +221,7 @@ func (t *Tenures) Sync(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 	if e, ok := t.remembered(lease.UID); ok && e.Same(EntryFor(lease, &lease.Status)) {
 		return nil
 	}
+	t.remember(lease.UID, nil) // before any write to the entry, as in Grant
 	var synced *Entry
 	var readErr error
 	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
@@ -234,9 +266,9 @@ func (t *Tenures) Sync(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 // accepted for it until a new incarnation is granted a higher token.
 func (t *Tenures) Deleted(ctx context.Context, lease *coordv1alpha1.FencedLease, high int64) error {
 	want := Entry{Token: high}
+	t.remember(lease.UID, nil)
 	_, _, err := t.Table.Update(ctx, lease.Namespace, lease.Name, func(cur Entry, found bool) (Entry, bool) {
 		return want, !found || cur != want
 	})
-	t.remember(lease.UID, nil)
 	return err
 }

@@ -122,7 +122,9 @@ func (e *Elector) Release(ctx context.Context) error {
 
 // StepDown ends the current tenure at once without withdrawing the request:
 // the holder's context is cancelled. A FencedClient calls it when a write is
-// refused as stale. Run keeps competing.
+// refused as stale. Run keeps competing, but does not lead that tenure (its
+// token) again: it waits until the lease changes (a new grant, or the
+// controller expires the tenure) and then competes again.
 func (e *Elector) StepDown() {
 	select {
 	case e.stepDown <- struct{}{}:
@@ -160,6 +162,12 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	var lastHolder string
 	var lastToken int64 = -1
+	// fenced is the token of a tenure this elector stepped down from on a
+	// stale refusal: the API server knows a newer tenure of the lease, so it
+	// does not lead that token again (its writes would be refused, and each
+	// acknowledging renewal would delay the controller's grant) but waits for
+	// the lease to change: a new grant, or its request expired and removed.
+	var fenced int64 = -1
 	for {
 		if ctx.Err() != nil {
 			return e.withdraw(context.WithoutCancel(ctx))
@@ -174,8 +182,11 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 			idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity)
 			switch {
-			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity:
-				e.lead(ctx, lease)
+			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity && lease.Status.FencingToken != fenced:
+				if e.lead(ctx, lease) {
+					fenced = lease.Status.FencingToken
+					log.Info("Waiting for the lease to change before leading again", "token", fenced)
+				}
 				continue
 			case idx < 0 && lease.Status.HolderIdentity != e.cfg.Identity:
 				// Queue (again) only once the controller no longer lists us as holder,
@@ -249,8 +260,10 @@ func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 	return nil
 }
 
-// lead runs one tenure, from the acknowledging renewal to its end.
-func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
+// lead runs one tenure, from the acknowledging renewal to its end. It
+// returns true when the tenure ended by a step-down (StepDown: a write was
+// refused as stale).
+func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (steppedDown bool) {
 	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
 	token := lease.Status.FencingToken
 	// The grant is acknowledged by a renewal: its send time starts the local clock.
@@ -337,7 +350,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) {
 		case <-e.stepDown:
 			timer.Stop()
 			log.Info("Stepping down: a write was refused as stale", "token", token)
-			return
+			return true
 		case <-e.view.changed:
 			timer.Stop()
 			if cur, _ := e.view.get(); cur == nil || cur.Status.HolderIdentity != e.cfg.Identity || cur.Status.FencingToken != token {

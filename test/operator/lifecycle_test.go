@@ -138,6 +138,34 @@ var _ = Describe("FencedLease lifecycle", func() {
 			Should(HaveLen(1), "alice's expired request is removed")
 	})
 
+	It("does not lead a tenure again after stepping down on a stale refusal, but once the lease has moved on", func() {
+		e, j, token := aliceLeads(users["alice"], ns, "stepdown", 2)
+		renewals := func() int64 {
+			l := getLease(ns, "stepdown")
+			if i := coordv1alpha1.RequestIndex(l.Spec.Requests, "alice"); i >= 0 {
+				return l.Spec.Requests[i].RenewSequence
+			}
+			return -1
+		}
+		// What a FencedClient does on a stale refusal. The status still names
+		// alice with her token (the controller expires her only after L): she
+		// must not acknowledge it again (each renewal would push the
+		// controller's expiry and grant back; before, she renewed at once and
+		// led again, a write every few milliseconds while it lasted).
+		e.StepDown()
+		Eventually(func() bool { return !j.Snapshot()[0].Stop.IsZero() }, 5*time.Second).Should(BeTrue(), "alice stopped leading")
+		before := renewals()
+		Consistently(func() bool {
+			h, t := holderOf(ns, "stepdown")
+			return h != "alice" || t != token || renewals() == before || renewals() == -1
+		}, time.Second, 50*time.Millisecond).Should(BeTrue(), "no renewal of the tenure alice stepped down from")
+		Expect(j.Len()).To(Equal(1), "alice did not lead token %d again", token)
+		// The controller expires her on its clock; she queues again and is
+		// granted a new, larger token.
+		Eventually(j.Len, 15*time.Second).Should(Equal(2))
+		Expect(j.Snapshot()[1].Token).To(BeNumerically(">", token))
+	})
+
 	It("says 'expired, nobody waiting' apart from 'superseded'", func() {
 		newLease(ns, "lonely", 1, 0)
 		joinRaw("alice", ns, "lonely", "alice")

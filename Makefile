@@ -294,7 +294,7 @@ GOTESTSUM_FORMAT ?= pkgname-and-test-fails
 # admission webhooks, every way a tenure ends, the controller, the install
 # manifests and chart, a rolling upgrade from the previous release); the
 # long fault, history and example suites stay on the default version.
-K8S_MINOR_PACKAGES ?= ./test/api/... ./test/tenure/... ./test/operator/... ./controllers/... ./test/install/... ./test/upgrade/...
+K8S_MINOR_PACKAGES ?= ./test/api/... ./test/tenure/... ./test/operator/... ./controllers/... ./pkg/certrotation/... ./test/install/... ./test/upgrade/...
 
 # K8S_MINOR_VERSION is the other Kubernetes version test-k8s-minor runs against.
 K8S_MINOR_VERSION ?= 1.36.3

@@ -26,10 +26,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/certrotation"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/metrics"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/pkg/certrotation"
 )
 
 var (
@@ -149,6 +150,7 @@ func main() {
 			SecretKey:             types.NamespacedName{Namespace: namespace, Name: webhookSecretName},
 			DNSNames:              certrotation.ServiceDNSNames(webhookServiceName, namespace),
 			WebhookConfigurations: webhookConfigs,
+			OnServing:             metrics.WebhookCertificateExpiry,
 		})
 		if err != nil {
 			setupLog.Error(err, "Invalid self-signed certificate settings")

@@ -1,7 +1,7 @@
 // Package metrics is every Prometheus metric the kubefence operator serves, in
 // one place, for the reconciler (controllers/fencedlease), both webhooks
-// (controllers/webhooks/...) and the certificate rotator
-// (controllers/certrotation). docs/metrics.md documents each name; the alerts
+// (controllers/webhooks/...) and the certificate rotator (pkg/certrotation,
+// through its Options.OnServing, which cmd/main.go sets). docs/metrics.md documents each name; the alerts
 // and dashboard in config/prometheus and test/observability depend on them.
 //
 // Nothing is registered on import: Register adds the collectors to a registry
@@ -192,7 +192,7 @@ func LeaseWriteRefused(reason string) {
 	leaseWritesRefused.WithLabelValues(reason).Inc()
 }
 
-// The certificate rotator's events (controllers/certrotation).
+// The certificate rotator's events (pkg/certrotation, Options.OnServing).
 
 // WebhookCertificateExpiry records the expiry (notAfter) of the webhook
 // serving certificate this replica serves, each time the rotator loads or

@@ -51,9 +51,9 @@
 //     are backdated by.
 //
 // It is infrastructure of the operator's binary, not a controller of
-// FencedLeases: it imports only controllers/metrics among kubefence packages
-// (to report the certificate's expiry), and must not import the reconciler,
-// the webhooks, the assembly, pkg/fence, or any test or hack package.
+// FencedLeases, and it imports no kubefence package: the operator passes its
+// metric in (Options.OnServing). It must not import the reconciler, the
+// webhooks, the assembly, pkg/fence, or any test or hack package.
 package certrotation
 
 // RBAC: config/rbac/cert_rotation_role.yaml grants exactly what the rotator

@@ -22,8 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // EventCertificateIssued is the reason of the event emitted on the Secret
@@ -220,8 +218,8 @@ func (r *Rotator) sync(ctx context.Context) (time.Duration, error) {
 	if cur := r.serving.Load(); cur == nil || !bytes.Equal(cur.Certificate[0], pair.Certificate[0]) {
 		r.serving.Store(&pair)
 	}
-	if pair.Leaf != nil {
-		metrics.WebhookCertificateExpiry(pair.Leaf.NotAfter)
+	if pair.Leaf != nil && r.opts.OnServing != nil {
+		r.opts.OnServing(pair.Leaf.NotAfter)
 	}
 	r.once.Do(func() {
 		r.log.Info("Webhook serving certificate is ready")

@@ -76,6 +76,12 @@ type Options struct {
 	// the CA is not injected anywhere.
 	WebhookConfigurations []string
 
+	// OnServing, when set, is called with the serving certificate's expiry
+	// (notAfter) each time the rotator has made it current (on start and
+	// after every rotation). The operator records it as the metric
+	// kubefence_webhook_certificate_expiry_timestamp_seconds.
+	OnServing func(notAfter time.Time)
+
 	// CAValidity is the lifetime of a generated CA. Default 10 years.
 	CAValidity time.Duration
 	// CertValidity is the lifetime of a generated serving certificate, capped

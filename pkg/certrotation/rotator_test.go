@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -30,8 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
-
-	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // startInstalled starts a rotator with opts and waits until it is ready and
@@ -245,7 +242,10 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		old := mustIssue(t, fixturePolicy(f), time.Now().Add(-300*day)) // 65 days left
 		seed(t, f, old)
 		dir := t.TempDir()
-		_, a := startInstalled(t, f, cluster.Config, f.options(dir))
+		opts := f.options(dir)
+		var served atomic.Pointer[time.Time]
+		opts.OnServing = func(notAfter time.Time) { served.Store(&notAfter) }
+		_, a := startInstalled(t, f, cluster.Config, opts)
 		if !bytes.Equal(a.CACert, old.CACert) || !bytes.Equal(a.CAKey, old.CAKey) {
 			t.Fatal("the CA was replaced, but it was not due")
 		}
@@ -253,8 +253,8 @@ func TestRotatesExpiringCertificate(t *testing.T) {
 		if got.Before(time.Now().Add(364 * day)) {
 			t.Fatalf("new serving certificate expires %s, want a year from now", got)
 		}
-		if exp := servedGauge(t, "kubefence_webhook_certificate_expiry_timestamp_seconds"); exp != float64(got.Unix()) {
-			t.Fatalf("kubefence_webhook_certificate_expiry_timestamp_seconds is %v, want the served certificate's notAfter %d", exp, got.Unix())
+		if exp := served.Load(); exp == nil || !exp.Equal(got) {
+			t.Fatalf("OnServing was given %v, want the served certificate's notAfter %s", exp, got)
 		}
 	})
 
@@ -635,25 +635,4 @@ func TestLoserUsesWinnersCertificates(t *testing.T) {
 			}
 		})
 	}
-}
-
-// servedGauge is the value of the operator's gauge name, as a registry that
-// metrics.Register filled serves it.
-func servedGauge(t *testing.T, name string) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	if err := metrics.Register(reg); err != nil {
-		t.Fatal(err)
-	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s is not served by a registry metrics.Register filled", name)
-	return 0
 }

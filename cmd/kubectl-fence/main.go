@@ -10,6 +10,10 @@
 // Install it by putting the binary on PATH as kubectl-fence, and
 // kubectl_complete-fence beside it for shell completion through kubectl
 // (`make install-plugin` does both).
+//
+// It imports only api/ and pkg/fence/protocol among kubefence packages (the
+// request protocol's writes it shares with the client helper), and must not
+// import controllers/ or any test or hack package: it is a client.
 package main
 
 import (

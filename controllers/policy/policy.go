@@ -6,6 +6,12 @@
 // namespace, written only by the controller, on grants and tenure ends), and
 // the propagation barrier that proves every API server enforces a grant
 // before its holder can learn of it (docs/design.md, "Policy mode").
+//
+// It imports api/ and controllers/fencedlease (the epoch store's shard names,
+// which its policies protect) among kubefence packages; it must not import
+// the webhooks, the operator assembly (controllers/operator wires it),
+// pkg/fence, or any test or hack package. controllers/fencedlease must not
+// import it: the reconciler reaches policy mode through its TenureTable hook.
 package policy
 
 import (

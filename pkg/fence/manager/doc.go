@@ -65,4 +65,8 @@
 //     lead (fence.ErrNotLeading).
 //   - GetClient is not fenced: only writes through GetFencedClient carry the
 //     token and the guard label. Use it for every write to a guarded kind.
+//
+// It imports only api/ and pkg/fence among kubefence packages (with
+// controller-runtime), and must not import controllers/, cmd/ or any test or
+// hack package: it is linked into users' controllers.
 package manager

@@ -73,4 +73,8 @@
 //     to create one.
 //   - A write refused as stale through Client makes the Lock refuse to renew
 //     that token, so the elector stops within its RenewDeadline.
+//
+// It imports only api/, pkg/fence and pkg/fence/protocol among kubefence
+// packages (with client-go), and must not import controllers/, cmd/ or any
+// test or hack package: it is linked into users' controllers.
 package resourcelock

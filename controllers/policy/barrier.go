@@ -164,9 +164,10 @@ func probeAnswer(err error) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), policyRefusal):
-		return false, nil
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		if strings.Contains(err.Error(), policyRefusal) {
+			return false, nil
+		}
 		return false, fmt.Errorf("%w: %v", ErrProbeRefusedElsewhere, err)
 	default:
 		return false, err

@@ -151,16 +151,17 @@ func lookup(cm *corev1.ConfigMap, name string) (Entry, bool, error) {
 // conflicts; it creates the table at its first entry. It returns the entry
 // written, or the current one when decide declined.
 func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Entry, found bool) (Entry, bool)) (Entry, bool, error) {
+	// Once per update, not per attempt: a conflict is about the table.
+	inc, err := InstalledIncarnation(ctx, t.Reader)
+	if err != nil {
+		return Entry{}, false, err
+	}
 	var out Entry
 	var wrote bool
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wrote = false
-		inc, err := InstalledIncarnation(ctx, t.Reader)
-		if err != nil {
-			return err
-		}
 		var cm corev1.ConfigMap
-		err = t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
+		err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
 		create := apierrors.IsNotFound(err)
 		if err != nil && !create {
 			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)

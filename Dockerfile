@@ -21,12 +21,11 @@ COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY pkg/ pkg/
 
-# Build
-# the GOARCH has no default value to allow the binary to be built according to the host where the command
-# was called. For example, if we call make docker-build in a local env which has the Apple Silicon M1 SO
-# the docker BUILDPLATFORM arg will be linux/arm64 when for Apple x86 it will be linux/amd64. Therefore,
-# by leaving it empty we can ensure that the container and binary shipped on it will have the same platform.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -a -o manager cmd/main.go
+# Build the package ./cmd, never the file cmd/main.go alone (the package has
+# more than one file). GOARCH has no default, so the binary matches the
+# platform the image is built for. test/install TestDockerfileBuildStage runs
+# this stage's COPY and RUN lines on the host, as docker would.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -o manager ./cmd
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details

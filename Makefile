@@ -85,7 +85,7 @@ tmux: ## Install tmux and bash-completion (the plugin's completion test drives b
 	@[ -f /usr/share/bash-completion/bash_completion ] || { echo "bash-completion could not be installed: install it with your package manager"; exit 1; }
 
 .PHONY: test-unit
-test-unit: kustomize ## Run every test that needs no API server (go test -short; seconds when cached, under a minute on 2 cores).
+test-unit: kustomize helm ## Run every test that needs no API server (go test -short; seconds when cached, under a minute on 2 cores).
 	go test -short ./... $(TEST_ARGS)
 
 HISTORY_WRITES ?= 100000
@@ -122,7 +122,7 @@ bench-scale-failover: setup-envtest ## Run only the scale benchmark's 500-lease 
 
 .PHONY: build
 build: manifests generate fmt vet ## Build the manager binary and the kubectl plugin.
-	go build -o bin/manager cmd/main.go
+	go build -o bin/manager ./cmd
 	go build -o bin/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: install-plugin
@@ -132,7 +132,7 @@ install-plugin: ## Install the kubectl fence plugin and its completion shim kube
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controller from your host against the current kubeconfig.
-	go run ./cmd/main.go
+	go run ./cmd
 
 .PHONY: docker-build
 docker-build: ## Build the manager image.

@@ -1,0 +1,238 @@
+package install
+
+// The commands a user runs to build the binaries, run by a test: what no test
+// runs breaks unnoticed (cmd/main.go alone stopped compiling once cmd/ had a
+// second file, and make build, make run and the Dockerfile all built the file).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestMakeBuildAndRunCommands runs the go commands of `make build` and `make
+// run` as make prints them (make -n), each writing its binary into a
+// temporary directory instead of bin/ (go run becomes the go build it starts
+// with).
+func TestMakeBuildAndRunCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries; skipped by -short (make test-unit)")
+	}
+	out, err := exec.Command("make", "--no-print-directory", "-n", "-C", root, "build", "run").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build run: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	var builds, runs int
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 || f[0] != "go" || (f[1] != "build" && f[1] != "run") {
+			continue
+		}
+		args := []string{"build", "-o", filepath.Join(dir, fmt.Sprintf("bin%d", builds+runs))}
+		if f[1] == "run" {
+			runs++
+			args = append(args, f[2:]...)
+		} else {
+			builds++
+			for i := 2; i < len(f); i++ {
+				if f[i] == "-o" && i+1 < len(f) {
+					i++ // the temporary output replaces bin/...
+					continue
+				}
+				args = append(args, f[i])
+			}
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%q (as go %s): %v\n%s", sc.Text(), strings.Join(args, " "), err, b)
+		}
+	}
+	if builds != 2 || runs != 1 {
+		t.Fatalf("make -n build run printed %d go build and %d go run commands, want 2 and 1 (the manager and the plugin; the manager):\n%s", builds, runs, out)
+	}
+}
+
+// TestDockerfileBuildStage runs the Dockerfile's builder stage on the host as
+// docker would: a workspace holding what its COPY lines copy, filtered by
+// .dockerignore, then its RUN lines with the stage's ARGs set for this
+// machine's platform. The built manager must answer --help. (No container
+// engine runs here; the final stage only copies this binary into distroless.)
+func TestDockerfileBuildStage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the manager; skipped by -short (make test-unit)")
+	}
+	stage := builderStage(t)
+	ignore := dockerignore(t)
+	ws := t.TempDir()
+	var copies, runs int
+	for _, ins := range stage {
+		switch ins.op {
+		case "COPY":
+			if len(ins.args) != 2 || strings.HasPrefix(ins.args[0], "--") {
+				t.Fatalf("COPY %v: the test copies one source to one destination; teach it this form", ins.args)
+			}
+			copies++
+			copyFiltered(t, ignore, ins.args[0], filepath.Join(ws, ins.args[1]))
+		case "RUN":
+			runs++
+			cmd := exec.Command("sh", "-c", strings.Join(ins.args, " "))
+			cmd.Dir = ws
+			cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("RUN %s: %v\n%s", strings.Join(ins.args, " "), err, b)
+			}
+		}
+	}
+	if copies == 0 || runs == 0 {
+		t.Fatalf("the builder stage has %d COPY and %d RUN lines; the test expects both", copies, runs)
+	}
+	if b, err := exec.Command(filepath.Join(ws, "manager"), "--help").CombinedOutput(); err != nil {
+		t.Fatalf("the built /workspace/manager --help: %v\n%s", err, b)
+	}
+}
+
+type instruction struct {
+	op   string
+	args []string
+}
+
+// builderStage is the instructions of the Dockerfile's first stage (FROM ...
+// AS builder up to the next FROM), with continuation lines joined.
+func builderStage(t *testing.T) []instruction {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins []instruction
+	froms := 0
+	line := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") {
+			continue
+		}
+		if strings.HasSuffix(l, "\\") {
+			line += strings.TrimSuffix(l, "\\") + " "
+			continue
+		}
+		line += l
+		f := strings.Fields(line)
+		line = ""
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "FROM" {
+			froms++
+			if froms == 2 {
+				break
+			}
+			if !strings.EqualFold(f[len(f)-1], "builder") {
+				t.Fatalf("the first stage is %q, want one named builder", strings.Join(f, " "))
+			}
+			continue
+		}
+		ins = append(ins, instruction{op: f[0], args: f[1:]})
+	}
+	if froms < 2 {
+		t.Fatal("the Dockerfile has no second stage to copy the manager into")
+	}
+	return ins
+}
+
+// ignoreRule is one line of .dockerignore.
+type ignoreRule struct {
+	negate  bool
+	pattern string
+}
+
+// dockerignore reads .dockerignore. The test understands the pattern forms
+// the file uses (**, **/<glob>, <name>) and fails on any other, so a new
+// form cannot be silently misread.
+func dockerignore(t *testing.T) []ignoreRule {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []ignoreRule
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		r := ignoreRule{}
+		if strings.HasPrefix(l, "!") {
+			r.negate, l = true, l[1:]
+		}
+		rest := strings.TrimPrefix(l, "**/")
+		if l != "**" && strings.Contains(rest, "/") {
+			t.Fatalf(".dockerignore pattern %q: the test knows **, **/<glob> and <name>; teach it this one", l)
+		}
+		r.pattern = l
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// ignored applies the rules to a path relative to the build context, the last
+// matching rule winning, as docker does.
+func ignored(rules []ignoreRule, rel string) bool {
+	out := false
+	for _, r := range rules {
+		var m bool
+		switch {
+		case r.pattern == "**":
+			m = true
+		case strings.HasPrefix(r.pattern, "**/"):
+			m, _ = filepath.Match(strings.TrimPrefix(r.pattern, "**/"), filepath.Base(rel))
+		default:
+			m = r.pattern == rel
+		}
+		if m {
+			out = !r.negate
+		}
+	}
+	return out
+}
+
+// copyFiltered copies src (relative to the repository, a file or a folder)
+// to dst, leaving out what .dockerignore excludes.
+func copyFiltered(t *testing.T, rules []ignoreRule, src, dst string) {
+	t.Helper()
+	if strings.HasSuffix(src, "/") || strings.HasSuffix(dst, "/") {
+		src, dst = strings.TrimSuffix(src, "/"), strings.TrimSuffix(dst, "/")
+	}
+	base := filepath.Join(root, src)
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if ignored(rules, filepath.ToSlash(rel)) {
+			return nil
+		}
+		inner, _ := filepath.Rel(base, p)
+		to := filepath.Join(dst, inner)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("COPY %s: %v", src, err)
+	}
+}

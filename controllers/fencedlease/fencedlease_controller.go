@@ -166,7 +166,7 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 	if !controllerutil.ContainsFinalizer(lease, coordv1alpha1.EpochFinalizer) {
 		return nil
 	}
-	high := max(lease.Status.FencingToken, lease.Spec.MinFencingToken, lease.Status.TokenBase)
+	high := EpochOf(lease)
 	if err := r.Epochs.Record(ctx, lease.Namespace, lease.Name, high); err != nil {
 		return err
 	}

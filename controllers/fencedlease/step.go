@@ -104,3 +104,10 @@ func (s Step) Transitions() []Transition { return s.d.transitions }
 
 // Renewed tells whether the step observed a new renewal of the holder.
 func (s Step) Renewed() bool { return s.d.renewed }
+
+// EpochOf is what the epoch finalizer records for a deleted lease: the
+// highest token its incarnation issued or reserved (its token, tokenBase and
+// minFencingToken), above which the next incarnation's tokens start (I1).
+func EpochOf(lease *coordv1alpha1.FencedLease) int64 {
+	return max(lease.Status.FencingToken, lease.Spec.MinFencingToken, lease.Status.TokenBase)
+}

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -30,32 +35,40 @@ const (
 // errConflict is the API server's answer to a write on an older version.
 var errConflict = fmt.Errorf("conflict: the object has been modified")
 
-// writer is who sends a lease write: a client (its index), or the
-// controller (-1).
+// writer is who sends a lease write: a client (its index), the controller
+// or an operator (client -1).
 type writer struct {
-	client int
-	user   authenticationv1.UserInfo
+	client     int
+	controller bool
+	user       authenticationv1.UserInfo
 }
 
 func (m *model) clientWriter(i int) writer {
 	return writer{client: i, user: authenticationv1.UserInfo{Username: m.cfg.Clients[i].Name}}
 }
 
-var controllerWriter = writer{client: -1, user: authenticationv1.UserInfo{Username: controllerUser}}
+var (
+	controllerWriter = writer{client: -1, controller: true, user: authenticationv1.UserInfo{Username: controllerUser}}
+	operatorWriter   = writer{client: -1, user: authenticationv1.UserInfo{Username: "operator", Groups: []string{adminGroup}}}
+)
 
 // admitLease runs the FencedLease webhook on a write of the lease.
 func (m *model) admitLease(s *state, w writer, sub string, old, obj *coordv1alpha1.FencedLease) error {
 	ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		Operation: admissionv1.Update, SubResource: sub, UserInfo: w.user, Namespace: leaseNamespace, Name: leaseName,
 	}})
-	v := &fencedlease.FencedLeaseValidator{
+	_, err := m.validator(s).ValidateUpdate(ctx, old, obj)
+	return err
+}
+
+// validator is the FencedLease webhook, on its clock.
+func (m *model) validator(s *state) *fencedlease.FencedLeaseValidator {
+	return &fencedlease.FencedLeaseValidator{
 		ControllerUsers: []string{controllerUser},
 		AdminGroups:     []string{adminGroup},
 		Clock:           clocktesting.NewFakePassiveClock(s.now(m.cfg, pLeaseWebhook)),
 		StampSkew:       m.cfg.Skew,
 	}
-	_, err := v.ValidateUpdate(ctx, old, obj)
-	return err
 }
 
 // updateLease is an update of the lease's main resource with obj (status
@@ -98,40 +111,71 @@ func (m *model) patchLease(s *state, w writer, p protocol.Patch) error {
 }
 
 // applyPatch applies p to obj. The protocol's patches (pkg/fence/protocol)
-// only test, replace, remove and add whole requests, or test the holder; any
-// other patch goes through a JSON patch library on the whole object.
+// test, replace, remove and move whole requests, test a request's identity
+// or user and the holder, and add an annotation; any other patch goes
+// through a JSON patch library on the whole object.
 func applyPatch(obj *coordv1alpha1.FencedLease, p protocol.Patch) error {
-	reqs := obj.Spec.Requests
+	reqs := slices.Clone(obj.Spec.Requests)
+	ann := maps.Clone(obj.Annotations)
+	index := func(path string) (int, string, bool) {
+		rest, ok := strings.CutPrefix(path, "/spec/requests/")
+		if !ok {
+			return 0, "", false
+		}
+		num, field, _ := strings.Cut(rest, "/")
+		i, err := strconv.Atoi(num)
+		return i, field, err == nil && i >= 0
+	}
 	for _, op := range p {
+		str, isString := op.Value.(string)
+		r, isRequest := op.Value.(coordv1alpha1.LeaseRequest)
+		i, field, isIndex := index(op.Path)
 		switch {
-		case op.Path == "/status/holderIdentity" && op.Op == "test":
-			if v, ok := op.Value.(string); !ok || v != obj.Status.HolderIdentity {
+		case op.Path == "/status/holderIdentity" && op.Op == "test" && isString:
+			if str != obj.Status.HolderIdentity {
 				return fmt.Errorf("test of %s failed", op.Path)
 			}
-			continue
-		case strings.HasPrefix(op.Path, "/spec/requests/"):
-			i, err := strconv.Atoi(strings.TrimPrefix(op.Path, "/spec/requests/"))
-			if err != nil {
+		case op.Op == "add" && op.Path == "/metadata/annotations" && ann == nil:
+			m, ok := op.Value.(map[string]string)
+			if !ok {
 				return applyJSONPatch(obj, p)
 			}
-			r, isRequest := op.Value.(coordv1alpha1.LeaseRequest)
-			switch {
-			case op.Op == "remove" && i < len(reqs):
-				reqs = append(reqs[:i:i], reqs[i+1:]...)
-				continue
-			case op.Op == "test" && isRequest:
-				if i >= len(reqs) || !sameJSON(reqs[i], r) {
-					return fmt.Errorf("test of %s failed", op.Path)
-				}
-				continue
-			case op.Op == "replace" && isRequest && i < len(reqs):
-				reqs = append(reqs[:i:i], append([]coordv1alpha1.LeaseRequest{r}, reqs[i+1:]...)...)
-				continue
+			ann = maps.Clone(m)
+		case op.Op == "add" && strings.HasPrefix(op.Path, "/metadata/annotations/") && ann != nil && isString:
+			key := strings.NewReplacer("~1", "/", "~0", "~").Replace(strings.TrimPrefix(op.Path, "/metadata/annotations/"))
+			ann[key] = str
+		case !isIndex:
+			return applyJSONPatch(obj, p)
+		case i >= len(reqs) && op.Op != "move":
+			return fmt.Errorf("%s: no such request", op.Path)
+		case op.Op == "test" && field == "holderIdentity" && isString:
+			if reqs[i].HolderIdentity != str {
+				return fmt.Errorf("test of %s failed", op.Path)
 			}
+		case op.Op == "test" && field == "user" && isString:
+			if reqs[i].User != str {
+				return fmt.Errorf("test of %s failed", op.Path)
+			}
+		case op.Op == "test" && field == "" && isRequest:
+			if !sameJSON(reqs[i], r) {
+				return fmt.Errorf("test of %s failed", op.Path)
+			}
+		case op.Op == "replace" && field == "" && isRequest:
+			reqs[i] = r
+		case op.Op == "remove" && field == "":
+			reqs = slices.Delete(reqs, i, i+1)
+		case op.Op == "move" && field == "":
+			from, ffield, ok := index(op.From)
+			if !ok || ffield != "" || from >= len(reqs) || i >= len(reqs) {
+				return applyJSONPatch(obj, p)
+			}
+			moved := reqs[from]
+			reqs = slices.Insert(slices.Delete(reqs, from, from+1), i, moved)
+		default:
+			return applyJSONPatch(obj, p)
 		}
-		return applyJSONPatch(obj, p)
 	}
-	obj.Spec.Requests = reqs
+	obj.Spec.Requests, obj.Annotations = reqs, ann
 	return nil
 }
 
@@ -162,6 +206,44 @@ func applyJSONPatch(obj *coordv1alpha1.FencedLease, p protocol.Patch) error {
 	return json.Unmarshal(out, obj)
 }
 
+// deleteLease deletes the lease: its finalizer keeps it, marked as being
+// deleted (the generation goes up), until the controller recorded its epoch.
+func (m *model) deleteLease(s *state, w writer) error {
+	cur := s.lease.obj
+	ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Delete, UserInfo: w.user, Namespace: leaseNamespace, Name: leaseName,
+	}})
+	if _, err := m.validator(s).ValidateDelete(ctx, cur); err != nil {
+		return err
+	}
+	obj := cur.DeepCopy()
+	now := metav1.NewTime(base.Add(time.Duration(s.t) * m.cfg.Tick))
+	obj.DeletionTimestamp = &now
+	obj.Generation++
+	m.commitLease(s, w, obj)
+	return nil
+}
+
+// createLease creates the lease again (a new incarnation, a new UID), with
+// the controller's finalizer and no requests.
+func (m *model) createLease(s *state) error {
+	s.incarnation++
+	obj := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: leaseName, UID: types.UID(fmt.Sprintf("lease-%d", s.incarnation+1)),
+			Generation: 1, Finalizers: []string{coordv1alpha1.EpochFinalizer}},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: m.cfg.LeaseSeconds, LockDelaySeconds: m.cfg.LockDelaySeconds,
+			IdentityBinding: coordv1alpha1.IdentityBindingNone},
+	}
+	ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, UserInfo: operatorWriter.user, Namespace: leaseNamespace, Name: leaseName,
+	}})
+	if _, err := m.validator(s).ValidateCreate(ctx, obj); err != nil {
+		return err
+	}
+	m.commitLease(s, operatorWriter, obj)
+	return nil
+}
+
 // updateStatus is the controller's status write, with its resourceVersion
 // as precondition.
 func (m *model) updateStatus(s *state, obj *coordv1alpha1.FencedLease) error {
@@ -185,17 +267,21 @@ func (m *model) updateStatus(s *state, obj *coordv1alpha1.FencedLease) error {
 // up to it: which request instances exist, and which tenure is live.
 func (m *model) commitLease(s *state, w writer, obj *coordv1alpha1.FencedLease) {
 	s.rev++
-	obj.ResourceVersion = strconv.FormatInt(s.rev, 10)
+	var requests []coordv1alpha1.LeaseRequest
+	if obj != nil {
+		obj.ResourceVersion = strconv.FormatInt(s.rev, 10)
+		requests = obj.Spec.Requests
+	}
 	s.lease = newVersion(obj, s.rev, s.t)
 
 	// Request instances: removed ones go, new ones belong to the writer.
 	kept := s.insts[:0:0]
 	for _, in := range s.insts {
-		if coordv1alpha1.RequestIndex(obj.Spec.Requests, in.identity) >= 0 {
+		if coordv1alpha1.RequestIndex(requests, in.identity) >= 0 {
 			kept = append(kept, in)
 		}
 	}
-	for _, r := range obj.Spec.Requests {
+	for _, r := range requests {
 		found := false
 		for _, in := range kept {
 			found = found || in.identity == r.HolderIdentity
@@ -219,9 +305,10 @@ func (s *state) instanceOf(identity string) (instance, bool) {
 }
 
 // judgeTenure ends the live tenure at the commit that ends it (status moved
-// on, or the granted request instance is gone) and starts the tenure a
-// status write grants. A tenure the controller ends (an expiry) while its
-// owner is inside its own deadline breaks live-refused.
+// on, the granted request instance is gone, the lease is being deleted) and
+// records the tenure a status write grants, with its owner. A tenure the
+// controller ends (an expiry) while its owner is inside its own deadline
+// breaks live-refused.
 func (m *model) judgeTenure(s *state, w writer) {
 	obj := s.lease.obj
 	if s.live.token != 0 {
@@ -230,8 +317,7 @@ func (m *model) judgeTenure(s *state, w writer) {
 			obj.Status.HolderIdentity != s.live.identity || !ok || in.id != s.live.inst {
 			ended := s.live
 			s.live = tenure{}
-			s.maxEnded = max(s.maxEnded, ended.token)
-			if w.client == -1 && ended.owner >= 0 {
+			if w.controller && ended.owner >= 0 {
 				if c := &s.clients[ended.owner]; c.phase == cLeading && c.token == ended.token && s.now(m.cfg, pClient0+ended.owner).Before(c.deadline) {
 					m.violate(s, propLiveRefused, fmt.Sprintf("the controller ended %s's tenure of token %d while %s is inside its own deadline %s",
 						m.cfg.Clients[ended.owner].Name, ended.token, m.cfg.Clients[ended.owner].Name, m.fmtClock(c.deadline)))
@@ -239,13 +325,16 @@ func (m *model) judgeTenure(s *state, w writer) {
 			}
 		}
 	}
-	if obj != nil && s.live.token == 0 && obj.Status.HolderIdentity != "" && obj.Status.FencingToken > s.maxEnded {
-		// A grant: every lower token has ended.
-		s.maxEnded = max(s.maxEnded, obj.Status.FencingToken-1)
-		if in, ok := s.instanceOf(obj.Status.HolderIdentity); ok && obj.DeletionTimestamp.IsZero() {
+	if obj != nil && obj.Status.HolderIdentity != "" && obj.Status.FencingToken > s.maxGranted {
+		s.maxGranted = obj.Status.FencingToken
+		in, ok := s.instanceOf(obj.Status.HolderIdentity)
+		owner := -1
+		if ok {
+			owner = in.owner
+		}
+		s.owners = append(s.owners, tokenOwner{token: obj.Status.FencingToken, owner: owner})
+		if ok && obj.DeletionTimestamp.IsZero() {
 			s.live = tenure{token: obj.Status.FencingToken, identity: in.identity, inst: in.id, owner: in.owner}
-		} else {
-			s.maxEnded = max(s.maxEnded, obj.Status.FencingToken)
 		}
 	}
 }

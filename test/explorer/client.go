@@ -9,10 +9,18 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
-// An honest client is an Elector (pkg/fence) with a FencedClient: it queues,
-// acknowledges its grant with a renewal (its deadline counts from when it
-// sent it: fence.Config.Deadline), renews, writes only before its deadline,
-// steps down on a stale refusal, and notices when the lease moved on.
+// An honest client is an Elector (pkg/fence) with a FencedClient: it queues
+// once the controller no longer names it, acknowledges its grant with a
+// renewal (its deadline counts from when it sent it: fence.Config.Deadline),
+// renews, writes only before its deadline, steps down on a stale refusal,
+// notices when the lease moved on, and releases by closing its write gate,
+// waiting for its writes under way, and withdrawing its request
+// (protocol.WithdrawPatch).
+//
+// A malicious client (identityBinding None) appends requests under any
+// identity, renews them with the latest stamp the FencedLease webhook takes,
+// and sends tokenless writes, and writes with the lease's current token,
+// whenever it likes.
 
 // leading tells whether client i's write gate is open: it leads and its
 // deadline has not passed on its clock.
@@ -28,7 +36,7 @@ func (m *model) ackDue(s *state, i int) bool {
 	spec := &m.cfg.Clients[i]
 	c := &s.clients[i]
 	lease := s.lease.obj
-	if spec.Malicious || c.phase == cCrashed || lease == nil || m.leading(s, i) {
+	if spec.Malicious || c.phase == cCrashed || c.phase == cReleasing || lease == nil || m.leading(s, i) {
 		return false
 	}
 	if lease.Status.FencingToken == c.acked && c.renewals >= spec.Renewals {
@@ -41,6 +49,9 @@ func (m *model) ackDue(s *state, i int) bool {
 
 func (m *model) clientActions(s *state, i int, out []succ) []succ {
 	spec := &m.cfg.Clients[i]
+	if spec.Malicious {
+		return m.maliciousActions(s, i, out)
+	}
 	c := &s.clients[i]
 	name := spec.Name
 	lease := s.lease.obj
@@ -63,18 +74,19 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 			out = append(out, m.renew(s, i, false))
 		}
 		if c.writes < spec.Writes {
-			n := s.clone()
-			n.clients[i].writes++
-			n.clients[i].inflight++
-			n.writes = append(n.writes, write{client: i, token: c.token, arrived: n.t, old: n.obj})
-			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sends a guarded write with token %d", name, c.token), n})
+			out = append(out, m.send(s, i, false, c.token, fmt.Sprintf("%s sends a guarded write with token %d", name, c.token)))
 		}
 		if c.tokenless < spec.Tokenless && s.obj.exists {
+			out = append(out, m.send(s, i, true, c.token, fmt.Sprintf("%s sends a tokenless /status write (holding token %d)", name, c.token)))
+		}
+		if c.releases < spec.Releases {
+			// Elector.Release: the leadership context is cancelled and the
+			// write gate closes; the request goes once the writes under way
+			// returned.
 			n := s.clone()
-			n.clients[i].tokenless++
-			n.clients[i].inflight++
-			n.writes = append(n.writes, write{client: i, tokenless: true, token: c.token, arrived: n.t, old: n.obj})
-			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sends a tokenless /status write (holding token %d)", name, c.token), n})
+			n.clients[i].phase = cReleasing
+			n.clients[i].releases++
+			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s releases token %d: stops leading", name, c.token), n})
 		}
 		if !holder || lease.Status.FencingToken != c.token {
 			// Its watch shows the lease moved on.
@@ -83,24 +95,66 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sees the lease no longer names it with token %d and stops leading", name, c.token), n})
 		}
 	}
+	if c.phase == cReleasing && c.inflight == 0 {
+		out = append(out, m.withdraw(s, i))
+	}
 	// Queue (again): only once the controller no longer names it as holder.
-	if idx < 0 && !holder && c.phase != cLeading && (c.phase == cIdle || c.joins < spec.Joins) {
-		n := s.clone()
-		updated := lease.DeepCopy()
-		updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: spec.Identity, User: spec.Name})
-		label := fmt.Sprintf("%s queues a request", name)
-		if err := m.updateLease(n, m.clientWriter(i), updated, true); err != nil {
-			label += fmt.Sprintf(": refused: %v", err)
-		} else {
-			label += fmt.Sprintf(": committed at rev %d", n.rev)
-			if c.phase != cIdle {
-				n.clients[i].joins++
-			}
-			n.clients[i].phase = cQueued
-		}
-		out = append(out, succ{pClient0 + i, label, n})
+	if idx < 0 && !holder && c.phase != cLeading && c.phase != cReleasing && (c.phase == cIdle || c.joins < spec.Joins) {
+		out = append(out, m.join(s, i, spec.Identity, c.phase != cIdle))
 	}
 	return out
+}
+
+// join appends a request of identity for client i (an update with the
+// resourceVersion it read).
+func (m *model) join(s *state, i int, identity string, counts bool) succ {
+	spec := &m.cfg.Clients[i]
+	n := s.clone()
+	updated := n.lease.obj.DeepCopy()
+	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: spec.Name})
+	label := fmt.Sprintf("%s queues a request as %q", spec.Name, identity)
+	if counts {
+		n.clients[i].joins++
+	}
+	if err := m.updateLease(n, m.clientWriter(i), updated, true); err != nil {
+		return succ{pClient0 + i, label + fmt.Sprintf(": refused: %v", err), n}
+	}
+	if !spec.Malicious {
+		n.clients[i].phase = cQueued
+	}
+	return succ{pClient0 + i, label + fmt.Sprintf(": committed at rev %d", n.rev), n}
+}
+
+// withdraw removes client i's request after a release
+// (protocol.WithdrawPatch, testing the request as read).
+func (m *model) withdraw(s *state, i int) succ {
+	spec := &m.cfg.Clients[i]
+	n := s.clone()
+	p := protocol.WithdrawPatch(n.lease.obj, spec.Identity)
+	if p == nil {
+		n.clients[i].phase = cLost
+		return succ{pClient0 + i, fmt.Sprintf("%s has no request left to withdraw", spec.Name), n}
+	}
+	if err := m.patchLease(n, m.clientWriter(i), p); err != nil {
+		return succ{pClient0 + i, fmt.Sprintf("%s withdraws its request: refused: %v", spec.Name, err), n}
+	}
+	n.clients[i].phase = cLost
+	return succ{pClient0 + i, fmt.Sprintf("%s withdraws its request: committed at rev %d", spec.Name, n.rev), n}
+}
+
+// send starts a guarded write of client i: it reaches the fencing webhook at
+// once, with the guarded object as it is now (its oldObject).
+func (m *model) send(s *state, i int, tokenless bool, token int64, label string) succ {
+	n := s.clone()
+	c := &n.clients[i]
+	if tokenless {
+		c.tokenless++
+	} else {
+		c.writes++
+	}
+	c.inflight++
+	n.writes = append(n.writes, write{client: i, tokenless: tokenless, token: token, arrived: n.t, old: n.obj})
+	return succ{pClient0 + i, label, n}
 }
 
 // renew sends client i's renewal (ack: the one acknowledging its grant):
@@ -150,7 +204,64 @@ func (m *model) renew(s *state, i int, ack bool) succ {
 		return succ{pClient0 + i, fmt.Sprintf("%s %s: %v", spec.Name, what, err), n}
 	}
 	c.phase, c.token, c.deadline = cLeading, token, deadline
+	if o := n.ownerOf(token); o != i {
+		m.violate(n, propNotHolder, fmt.Sprintf("%s leads token %d, granted to a request of %s", spec.Name, token, m.clientName(o)))
+	}
 	return succ{pClient0 + i, fmt.Sprintf("%s %s (stamp %s), committed at rev %d; its deadline is %s", spec.Name, what, m.fmtClock(sent), n.rev, m.fmtClock(deadline)), n}
+}
+
+// maliciousActions: client i appends requests under any identity, renews
+// its own requests with the latest stamp allowed, and writes without a
+// gate: tokenless, or with the lease's current token.
+func (m *model) maliciousActions(s *state, i int, out []succ) []succ {
+	spec := &m.cfg.Clients[i]
+	c := &s.clients[i]
+	lease := s.lease.obj
+	if lease == nil {
+		return out
+	}
+	if c.joins < spec.Joins {
+		for _, other := range m.cfg.Clients {
+			if coordv1alpha1.RequestIndex(lease.Spec.Requests, other.Identity) < 0 {
+				out = append(out, m.join(s, i, other.Identity, true))
+			}
+		}
+	}
+	if c.renewals < spec.Renewals {
+		for _, r := range lease.Spec.Requests {
+			if r.User != spec.Name {
+				continue
+			}
+			n := s.clone()
+			n.clients[i].renewals++
+			stamp := n.now(m.cfg, pLeaseWebhook).Add(m.cfg.Skew)
+			p, err := protocol.RenewPatch(n.lease.obj, r.HolderIdentity, stamp)
+			if err == nil {
+				err = m.patchLease(n, m.clientWriter(i), p)
+			}
+			label := fmt.Sprintf("%s renews the request of %q (stamp %s)", spec.Name, r.HolderIdentity, m.fmtClock(stamp))
+			if err != nil {
+				label += fmt.Sprintf(": refused: %v", err)
+			} else {
+				label += fmt.Sprintf(": committed at rev %d", n.rev)
+			}
+			out = append(out, succ{pClient0 + i, label, n})
+		}
+	}
+	if c.tokenless < spec.Tokenless && s.obj.exists {
+		out = append(out, m.send(s, i, true, 0, fmt.Sprintf("%s sends a tokenless /status write", spec.Name)))
+	}
+	if t := lease.Status.FencingToken; c.writes < spec.Writes && t > 0 {
+		out = append(out, m.send(s, i, false, t, fmt.Sprintf("%s sends a guarded write with the lease's token %d", spec.Name, t)))
+	}
+	return out
+}
+
+func (m *model) clientName(i int) string {
+	if i < 0 {
+		return "nobody"
+	}
+	return m.cfg.Clients[i].Name
 }
 
 // writeActions move guarded write j on: its lease read, its answer, its
@@ -160,15 +271,33 @@ func (m *model) writeActions(s *state, j int, out []succ) []succ {
 	name := m.cfg.Clients[w.client].Name
 	switch w.phase {
 	case wArrived:
-		n := s.clone()
-		n.writes[j].snap, n.writes[j].phase = n.lease, wRead
-		out = append(out, succ{pFencing, fmt.Sprintf("the fencing webhook reads the lease for %s's write (rev %d)", name, n.lease.rev), n})
-	case wRead:
+		// The lease read, then the decision: answered now or later, within
+		// the decision delay.
+		for at := s.t; at <= w.arrived+m.cfg.DecisionDelay; at++ {
+			n := s.clone()
+			nw := &n.writes[j]
+			nw.verdict = m.admitGuarded(n, nw, at)
+			nw.phase, nw.answerAt, nw.readRev = wDecided, at, n.lease.rev
+			nw.checked = w.token
+			if w.tokenless && n.lease.obj != nil {
+				nw.checked = n.lease.obj.Status.FencingToken
+			}
+			out = append(out, succ{pFencing, fmt.Sprintf("the fencing webhook reads the lease for %s's write (rev %d); it will answer at %s",
+				name, n.lease.rev, m.fmtClock(base.Add(time.Duration(at)*m.cfg.Tick+s.offsets[pFencing]))), n})
+		}
+	case wDecided:
+		if s.t < w.answerAt {
+			break
+		}
 		n := s.clone()
 		nw := &n.writes[j]
-		v := m.admitGuarded(n, nw, nw.old)
-		label := fmt.Sprintf("the fencing webhook answers %s's write (token %d, decision started at %s, lease rev %d): %s",
-			name, w.token, m.fmtClock(base.Add(time.Duration(w.arrived)*m.cfg.Tick+s.offsets[pFencing])), w.snap.rev, v)
+		v := w.verdict
+		what := fmt.Sprintf("write (token %d)", w.token)
+		if w.tokenless {
+			what = "tokenless write"
+		}
+		label := fmt.Sprintf("the fencing webhook answers %s's %s (decision started at %s, lease rev %d): %s",
+			name, what, m.fmtClock(base.Add(time.Duration(w.arrived)*m.cfg.Tick+s.offsets[pFencing])), w.readRev, v)
 		if v.allowed {
 			nw.phase, nw.answered = wAnswered, n.t
 			return append(out, succ{pFencing, label, n})
@@ -193,7 +322,7 @@ func (m *model) writeActions(s *state, j int, out []succ) []succ {
 		if n.obj.rev != w.old.rev {
 			if w.retries < m.cfg.WriteRetries {
 				nw := &n.writes[j]
-				nw.phase, nw.arrived, nw.old, nw.snap = wArrived, n.t, n.obj, nil
+				nw.phase, nw.arrived, nw.old = wArrived, n.t, n.obj
 				nw.retries++
 				return append(out, succ{pAPIServer, fmt.Sprintf("%s's write meets a newer object at its commit: admitted again", name), n})
 			}
@@ -202,19 +331,17 @@ func (m *model) writeActions(s *state, j int, out []succ) []succ {
 		}
 		n.rev++
 		n.obj.rev = n.rev
-		label := fmt.Sprintf("%s's tokenless write commits at rev %d", name, n.rev)
+		label := fmt.Sprintf("%s's tokenless write (admitted as the holder of token %d) commits at rev %d", name, w.checked, n.rev)
 		if !w.tokenless {
 			n.obj.exists, n.obj.hasToken, n.obj.token = true, true, w.token
 			label = fmt.Sprintf("%s's write with token %d commits at rev %d", name, w.token, n.rev)
-			if w.token <= n.maxEnded {
-				m.violate(n, propStaleCommit, fmt.Sprintf("a write with token %d committed after the commit that ended that tenure (tokens up to %d have ended)", w.token, n.maxEnded))
-			}
-		} else if n.live.token == 0 || n.live.owner != w.client {
-			who := "nobody"
-			if n.live.token != 0 {
-				who = fmt.Sprintf("%s (token %d)", m.cfg.Clients[n.live.owner].Name, n.live.token)
-			}
-			m.violate(n, propNotHolder, fmt.Sprintf("%s's tokenless write committed while the live tenure is %s's", name, who))
+		}
+		switch owner := n.ownerOf(w.checked); {
+		case w.tokenless && owner != w.client:
+			m.violate(n, propNotHolder, fmt.Sprintf("%s's tokenless write committed as the holder of token %d, which was granted to a request of %s",
+				name, w.checked, m.clientName(owner)))
+		case w.checked < n.maxGranted:
+			m.violate(n, propStaleCommit, fmt.Sprintf("%s's write admitted under token %d committed after token %d was granted", name, w.checked, n.maxGranted))
 		}
 		m.endWrite(n, j)
 		out = append(out, succ{pAPIServer, label, n})

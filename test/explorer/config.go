@@ -53,6 +53,17 @@ type Config struct {
 	// ControllerRestarts bounds how often the controller restarts (losing
 	// its memory); while down it may stay down arbitrarily long.
 	ControllerRestarts int
+	// OperatorActions bounds an operator's actions: with Revocations,
+	// releases and hand-overs (kubectl fence release and handover:
+	// protocol.ReleasePatch, protocol.HandoverPatch, as a lease admin); with
+	// LeaseDeletes, deleting the lease and creating it again.
+	OperatorActions int
+	Revocations     bool
+	LeaseDeletes    bool
+	// CacheLag, when positive, gives the controller an informer cache that
+	// catches up with the lease at most that many ticks after its latest
+	// commit (it may skip versions); otherwise it reads the lease as stored.
+	CacheLag int
 	// Check lists the invariants judged (empty: all of them).
 	Check []string
 	// WriteRetries bounds how often a guarded write is admitted again
@@ -71,8 +82,11 @@ type ClientSpec struct {
 	// Renewals, Writes and Tokenless bound its renewals, its token writes
 	// and its tokenless writes (a /status update) of the guarded object.
 	Renewals, Writes, Tokenless int
-	// Joins bounds how often it queues a request (after the first).
+	// Joins bounds how often it queues a request (after the first; a
+	// malicious client: every request it appends).
 	Joins int
+	// Releases bounds how often it releases the lease.
+	Releases int
 	// Malicious: any identity, any write its RBAC allows (identityBinding None).
 	Malicious bool
 	// MayCrash: an honest client may stop for good at any time (its writes

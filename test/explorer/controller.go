@@ -7,16 +7,42 @@ import (
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
-// ctrlDue tells whether the controller has something to look at (the lease
-// changed since it last reconciled, or its requeue came) and since when.
+// The controller runs the reconciler's loop: a reconcile decides on the
+// lease as its informer cache has it (fencedlease.Decide), sends the write
+// (Step.Write) with that version's resourceVersion, and goes on deciding on
+// its own write's result until it has nothing to write; after a conflict it
+// reads the lease from the API server and decides again. A lease being
+// deleted is finalized: its epoch (fencedlease.EpochOf) goes to the epoch
+// store, then the finalizer.
+
+// view is the lease version the controller's next decision reads: its
+// loop's own (after a write, or a re-read after a conflict), else its cache.
+func (m *model) view(s *state) *version {
+	switch {
+	case s.ctrl.loop != nil:
+		return s.ctrl.loop
+	case m.cfg.CacheLag > 0:
+		return s.ctrl.cache
+	}
+	return s.lease
+}
+
+// ctrlDue tells whether the controller has something to look at (its loop
+// goes on, the lease it sees changed since it last reconciled, or its
+// requeue came) and since when.
 func (m *model) ctrlDue(s *state) (bool, int) {
 	c := &s.ctrl
-	if !c.up || s.lease == nil {
+	v := m.view(s)
+	if !c.up || v == nil || v.obj == nil {
 		return false, 0
 	}
+	if c.loop != nil {
+		// The loop goes on at once: since its write (or read) returned.
+		return true, c.loop.at
+	}
 	due, since := false, 0
-	if s.lease.rev != c.done {
-		due, since = true, s.lease.at
+	if v.rev != c.done {
+		due, since = true, v.at
 	}
 	if c.requeue >= 0 && s.t >= c.requeue && (!due || c.requeue < since) {
 		due, since = true, c.requeue
@@ -24,22 +50,38 @@ func (m *model) ctrlDue(s *state) (bool, int) {
 	return due, since
 }
 
-// reconcile is one pass of the controller's loop (fencedlease.Decide, the
-// write it produces, what it remembers), on the lease as the API server has
-// it: the write is sent with its resourceVersion.
+// cacheDue tells whether the controller's cache is behind, and whether it
+// must catch up before time passes.
+func (m *model) cacheDue(s *state) (behind, urgent bool) {
+	if m.cfg.CacheLag <= 0 || !s.ctrl.up || s.ctrl.cache == s.lease {
+		return false, false
+	}
+	return true, s.t-s.lease.at >= m.cfg.CacheLag
+}
+
+// reconcile is one pass of the controller's loop.
 func (m *model) reconcile(s *state) (*state, string) {
 	n := s.clone()
-	lease := n.lease.obj
+	v := m.view(n)
+	lease := v.obj
+	n.ctrl.loop = nil
+	if !lease.DeletionTimestamp.IsZero() {
+		return m.finalize(n, v)
+	}
 	now := n.now(m.cfg, pController)
-	step, err := fencedlease.Decide(lease, n.ctrl.mem, 0, now, m.cfg.Timing)
+	var stored int64
+	if lease.Status.ObservedGeneration == 0 {
+		stored = n.epoch
+	}
+	step, err := fencedlease.Decide(lease, n.ctrl.mem, stored, now, m.cfg.Timing)
 	if err != nil {
-		n.ctrl.done, n.ctrl.requeue = n.lease.rev, n.t+1
+		n.ctrl.done, n.ctrl.requeue = v.rev, n.t+1
 		return n, fmt.Sprintf("decides: %v", err)
 	}
 	updated, statusWrite := step.Write(lease)
 	if updated == nil {
 		n.ctrl.mem = step.Remember(false, now)
-		n.ctrl.done, n.ctrl.requeue = n.lease.rev, -1
+		n.ctrl.done, n.ctrl.requeue = v.rev, -1
 		if d := step.RequeueAfter(); d > 0 {
 			n.ctrl.requeue = n.t + m.cfg.ticks(d)
 		}
@@ -47,7 +89,7 @@ func (m *model) reconcile(s *state) (*state, string) {
 		if step.Renewed() {
 			what = "observes a renewal, nothing to write"
 		}
-		return n, fmt.Sprintf("decides %s (requeue after %v)", what, step.RequeueAfter())
+		return n, fmt.Sprintf("decides %s on rev %d (requeue after %v)", what, v.rev, step.RequeueAfter())
 	}
 	kind := "request removal"
 	if statusWrite {
@@ -57,11 +99,14 @@ func (m *model) reconcile(s *state) (*state, string) {
 		err = m.updateLease(n, controllerWriter, updated, true)
 	}
 	if err != nil {
-		// The reconciler reads the lease again and decides at once.
-		return n, fmt.Sprintf("%s refused: %v", kind, err)
+		// The reconciler reads the lease from the API server and decides
+		// again at once.
+		n.ctrl.loop = n.lease
+		return n, fmt.Sprintf("%s decided on rev %d refused: %v", kind, v.rev, err)
 	}
 	n.ctrl.mem = step.Remember(true, now)
 	n.ctrl.requeue = -1
+	n.ctrl.loop = n.lease
 	var trs []string
 	for _, tr := range step.Transitions() {
 		switch {
@@ -74,7 +119,23 @@ func (m *model) reconcile(s *state) (*state, string) {
 		}
 	}
 	if len(trs) == 0 {
-		return n, fmt.Sprintf("%s committed at rev %d", kind, n.rev)
+		return n, fmt.Sprintf("%s decided on rev %d committed at rev %d", kind, v.rev, n.rev)
 	}
-	return n, fmt.Sprintf("%s committed at rev %d (%s)", kind, n.rev, strings.Join(trs, "; "))
+	return n, fmt.Sprintf("%s decided on rev %d committed at rev %d (%s)", kind, v.rev, n.rev, strings.Join(trs, "; "))
+}
+
+// finalize records a deleted lease's epoch in the epoch store and removes
+// the finalizer (with the resourceVersion it read: a grant meanwhile makes
+// it conflict); the lease is then gone.
+func (m *model) finalize(n *state, v *version) (*state, string) {
+	high := fencedlease.EpochOf(v.obj)
+	n.epoch = max(n.epoch, high)
+	if v.rev != n.lease.rev {
+		n.ctrl.loop = n.lease
+		return n, fmt.Sprintf("records epoch %d of the deleted lease; its finalizer removal on rev %d is refused: conflict", high, v.rev)
+	}
+	m.commitLease(n, controllerWriter, nil)
+	n.ctrl.mem = fencedlease.Memory{}
+	n.ctrl.done, n.ctrl.requeue = n.lease.rev, -1
+	return n, fmt.Sprintf("records epoch %d of the deleted lease and removes its finalizer: the lease is gone (rev %d)", high, n.rev)
 }

@@ -2,7 +2,11 @@ package explorer
 
 import (
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Result is one exploration.
@@ -13,8 +17,11 @@ type Result struct {
 	States, Transitions, Depth int
 	Elapsed                    time.Duration
 	// Complete: every state within the bounds was explored (no state limit
-	// was hit). A state in which an invariant broke is not explored further.
+	// was hit, it did not stop at the first violation). A state in which an
+	// invariant broke is not explored further.
 	Complete bool
+	// Stopped: it stopped at the first violation.
+	Stopped bool
 	// Violations holds the shortest counterexample found to each invariant
 	// that broke, in the order found.
 	Violations []*Trace
@@ -32,9 +39,12 @@ func (r *Result) Violation(prop string) *Trace {
 
 func (r *Result) String() string {
 	s := fmt.Sprintf("%s: %d states, %d transitions, depth %d, %v", r.Config, r.States, r.Transitions, r.Depth, r.Elapsed.Round(time.Millisecond))
-	if r.Complete {
+	switch {
+	case r.Complete:
 		s += ", exhaustive"
-	} else {
+	case r.Stopped:
+		s += ", stopped at the first violation"
+	default:
 		s += ", state limit reached"
 	}
 	if len(r.Violations) == 0 {
@@ -53,14 +63,27 @@ type node struct {
 	k      uint16
 }
 
+// Options bound one exploration's work.
+type Options struct {
+	// MaxStates stops it after that many states (0: no limit).
+	MaxStates int
+	// StopAtFirst stops it at the first violation.
+	StopAtFirst bool
+}
+
+var quietLogs sync.Once
+
 // Explore runs cfg breadth-first until every state within its bounds was
-// seen or maxStates states were reached (0: no limit). The first violation
-// of each invariant found is on a shortest path to one.
-func Explore(cfg Config, maxStates int) (*Result, error) {
+// seen (or as opts says). The first violation of each invariant found is on
+// a shortest path to one.
+func Explore(cfg Config, opts Options) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &model{cfg: &cfg}
+	// The rules log every refusal; the explorer makes millions.
+	quietLogs.Do(func() { logf.SetLogger(logr.Discard()) })
+	maxStates := opts.MaxStates
+	m := &model{cfg: &cfg, objects: map[int64][]byte{}}
 	start := time.Now()
 	res := &Result{Config: cfg.Name}
 	var nodes []node
@@ -96,6 +119,12 @@ func Explore(cfg Config, maxStates int) (*Result, error) {
 			if v := sc.next.violation; v != nil {
 				if res.Violation(v.prop) == nil {
 					res.Violations = append(res.Violations, m.trace(nodes, int32(len(nodes)-1)))
+				}
+				if opts.StopAtFirst {
+					res.Stopped = true
+					res.States = len(nodes)
+					res.Elapsed = time.Since(start)
+					return res, nil
 				}
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // The invariants.
@@ -31,6 +32,8 @@ type succ struct {
 
 type model struct {
 	cfg *Config
+	// objects caches the guarded object's JSON by token (-1: none).
+	objects map[int64][]byte
 }
 
 func (m *model) violate(s *state, prop, what string) {
@@ -64,6 +67,7 @@ func (m *model) initial() []*state {
 	s0 := &state{rev: 2, lease: newVersion(lease, 1, 0), insts: insts, nextInst: len(insts),
 		obj:  guarded{exists: true, rev: 2},
 		ctrl: ctrlState{up: true, done: -1, requeue: -1}}
+	s0.ctrl.cache = s0.lease
 	for i, c := range m.cfg.Clients {
 		s0.clients[i].ackSince = -1
 		if c.Queued {
@@ -132,6 +136,7 @@ func (m *model) successors(s *state) []succ {
 	for i := range m.cfg.Clients {
 		out = m.clientActions(s, i, out)
 	}
+	out = m.environmentActions(s, out)
 	if m.canTick(s) {
 		n := s.clone()
 		n.t++
@@ -157,6 +162,68 @@ func (m *model) settle(s *state) {
 	}
 }
 
+// environmentActions: the controller's cache catches up; the controller
+// stops (losing its memory) and starts again; an operator releases the
+// holder, hands the lease over, deletes it (as a lease admin may) and
+// creates it again.
+func (m *model) environmentActions(s *state, out []succ) []succ {
+	c := &s.ctrl
+	if behind, _ := m.cacheDue(s); behind {
+		n := s.clone()
+		n.ctrl.cache = n.lease
+		out = append(out, succ{pController, fmt.Sprintf("the controller's cache catches up (rev %d)", n.lease.rev), n})
+	}
+	switch {
+	case c.up && c.restarts < m.cfg.ControllerRestarts:
+		n := s.clone()
+		n.ctrl = ctrlState{up: false, done: -1, requeue: -1, restarts: c.restarts + 1, operator: c.operator}
+		out = append(out, succ{pController, "the controller stops (a restart or a leader change: what it remembered is lost)", n})
+	case !c.up:
+		n := s.clone()
+		n.ctrl.up, n.ctrl.cache = true, n.lease
+		out = append(out, succ{pController, "the controller starts, remembering nothing", n})
+	}
+	lease := s.lease.obj
+	if c.operator >= m.cfg.OperatorActions {
+		return out
+	}
+	operator := func(label string, do func(n *state) error) {
+		n := s.clone()
+		n.ctrl.operator++
+		if err := do(n); err != nil {
+			label += fmt.Sprintf(": refused: %v", err)
+		} else {
+			label += fmt.Sprintf(": committed at rev %d", n.rev)
+		}
+		out = append(out, succ{pOperator, label, n})
+	}
+	switch {
+	case lease == nil:
+		if m.cfg.LeaseDeletes {
+			operator("an operator creates the lease again", func(n *state) error { return m.createLease(n) })
+		}
+		return out
+	case m.cfg.LeaseDeletes && lease.DeletionTimestamp.IsZero():
+		operator("an operator deletes the lease", func(n *state) error { return m.deleteLease(n, operatorWriter) })
+	}
+	if h := lease.Status.HolderIdentity; m.cfg.Revocations && h != "" && lease.DeletionTimestamp.IsZero() {
+		if p, err := protocol.ReleasePatch(lease, h); err == nil {
+			operator(fmt.Sprintf("an operator releases %s (kubectl fence release)", h), func(n *state) error { return m.patchLease(n, operatorWriter, p) })
+		}
+		for _, r := range lease.Spec.Requests {
+			if r.HolderIdentity == h {
+				continue
+			}
+			if p, err := protocol.HandoverPatch(lease, r.HolderIdentity); err == nil {
+				operator(fmt.Sprintf("an operator hands the lease over to %s (kubectl fence handover)", r.HolderIdentity),
+					func(n *state) error { return m.patchLease(n, operatorWriter, p) })
+			}
+			break
+		}
+	}
+	return out
+}
+
 // canTick tells whether time may pass: nothing is due that must happen
 // within the current tick, and the horizon is not reached.
 func (m *model) canTick(s *state) bool {
@@ -166,6 +233,9 @@ func (m *model) canTick(s *state) bool {
 	if due, since := m.ctrlDue(s); due && s.t-since >= m.cfg.ControllerDelay {
 		return false
 	}
+	if _, urgent := m.cacheDue(s); urgent {
+		return false
+	}
 	for i := range m.cfg.Clients {
 		if c := &s.clients[i]; c.ackSince >= 0 && s.t-c.ackSince >= m.cfg.ClientDelay {
 			return false
@@ -173,8 +243,12 @@ func (m *model) canTick(s *state) bool {
 	}
 	for _, w := range s.writes {
 		switch w.phase {
-		case wArrived, wRead:
+		case wArrived:
 			if s.t-w.arrived >= m.cfg.DecisionDelay {
+				return false
+			}
+		case wDecided:
+			if s.t >= w.answerAt {
 				return false
 			}
 		case wAnswered:

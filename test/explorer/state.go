@@ -20,6 +20,9 @@ const maxClients = 3
 // placed by true time (it has no clock the rules read).
 const pAPIServer = -2
 
+// pOperator stands for an operator's kubectl fence actions in traces.
+const pOperator = -3
+
 // Parties, by index: their clocks.
 const (
 	pController = iota
@@ -146,21 +149,26 @@ type guarded struct {
 type ctrlState struct {
 	up  bool
 	mem fencedlease.Memory
+	// cache is the version its informer cache has (with Config.CacheLag);
+	// loop the version its reconcile loop goes on with (its own write's, or
+	// the one it read after a conflict), nil when the loop has ended.
+	cache, loop *version
 	// done is the revision of the lease version it last reconciled (-1:
 	// none), requeue the tick it asked to be woken at (-1: none).
 	done    int64
 	requeue int
-	// restarts counts its restarts.
-	restarts int
+	// restarts counts its restarts; operator counts the operator's actions.
+	restarts, operator int
 }
 
 // Client phases.
 const (
-	cIdle    = iota // no request
-	cQueued         // request made, not leading
-	cLeading        // acknowledged its grant: leads until its deadline
-	cLost           // knows its tenure ended; may queue again
-	cCrashed        // stopped for good
+	cIdle      = iota // no request
+	cQueued           // request made, not leading
+	cLeading          // acknowledged its grant: leads until its deadline
+	cLost             // knows its tenure ended (or released it); may queue again
+	cCrashed          // stopped for good
+	cReleasing        // released: the gate is closed, the request goes once its writes returned
 )
 
 type clientState struct {
@@ -174,8 +182,8 @@ type clientState struct {
 	ackSince int
 	// deadline is its local deadline (its clock), valid while leading.
 	deadline time.Time
-	// renewals, writes, tokenless and joins count what it did.
-	renewals, writes, tokenless, joins int
+	// renewals, writes, tokenless, joins and releases count what it did.
+	renewals, writes, tokenless, joins, releases int
 	// inflight counts its guarded writes under way.
 	inflight int
 }
@@ -183,7 +191,7 @@ type clientState struct {
 // Write phases.
 const (
 	wArrived  = iota // at the fencing webhook
-	wRead            // its lease read returned
+	wDecided         // its lease read and decision are done, its answer is due at answerAt
 	wAnswered        // admitted, not committed yet
 )
 
@@ -194,12 +202,18 @@ type write struct {
 	token     int64
 	phase     int
 	// arrived is the tick the webhook took it (its decision's start),
-	// answered the tick of the answer.
-	arrived, answered int
+	// answered the tick of the answer (due: answerAt).
+	arrived, answerAt, answered int
 	// old is the guarded object its admission saw (oldObject); a commit on
 	// a newer one admits it again.
-	old     guarded
-	snap    *version
+	old guarded
+	// checked is the token of the tenure the webhook admitted a tokenless
+	// write under (the lease's, as it read it).
+	checked int64
+	// verdict is the webhook's answer, decided on the lease it read (at
+	// readRev).
+	verdict verdict
+	readRev int64
 	retries int
 }
 
@@ -211,21 +225,43 @@ type state struct {
 	// offsets are the parties' clock offsets from the controller's.
 	offsets [maxParties]time.Duration
 
-	lease    *version
-	insts    []instance
-	nextInst int
-	obj      guarded
-	ctrl     ctrlState
-	clients  [maxClients]clientState
-	writes   []write
+	// lease is the stored lease (lease.obj nil: there is none); epoch the
+	// epoch store's entry for its name.
+	lease *version
+	epoch int64
+	// incarnation counts the lease's re-creations.
+	incarnation int
+	insts       []instance
+	nextInst    int
+	obj         guarded
+	ctrl        ctrlState
+	clients     [maxClients]clientState
+	writes      []write
 
-	// Ground truth: the live tenure (token 0: none) and the highest token
-	// whose tenure ended.
-	live     tenure
-	maxEnded int64
+	// Ground truth: the live tenure (token 0: none), the highest token
+	// granted (by commit order) and who owns each granted token (the client
+	// whose request instance was granted it).
+	live       tenure
+	maxGranted int64
+	owners     []tokenOwner
 
 	// violation is set on the state in which an invariant broke.
 	violation *violation
+}
+
+type tokenOwner struct {
+	token int64
+	owner int
+}
+
+// ownerOf is the client that owns the tenure of token (-1: none).
+func (s *state) ownerOf(token int64) int {
+	for _, o := range s.owners {
+		if o.token == token {
+			return o.owner
+		}
+	}
+	return -1
 }
 
 // tenure is a grant as the model knows it: which request instance got it.
@@ -240,6 +276,7 @@ func (s *state) clone() *state {
 	c := *s
 	c.insts = append([]instance(nil), s.insts...)
 	c.writes = append([]write(nil), s.writes...)
+	c.owners = append([]tokenOwner(nil), s.owners...)
 	return &c
 }
 
@@ -282,16 +319,18 @@ func (m *model) keyBytes(s *state) []byte {
 			revs = append(revs, r)
 		}
 	}
-	if s.lease != nil {
-		addRev(s.lease.rev)
+	addRev(s.lease.rev)
+	if s.ctrl.cache != nil && m.cfg.CacheLag > 0 {
+		addRev(s.ctrl.cache.rev)
+	}
+	if s.ctrl.loop != nil {
+		addRev(s.ctrl.loop.rev)
 	}
 	addRev(s.ctrl.done)
 	addRev(s.obj.rev)
 	for _, w := range s.writes {
 		addRev(w.old.rev)
-		if w.snap != nil {
-			addRev(w.snap.rev)
-		}
+
 	}
 	slices.Sort(revs)
 	rank := func(r int64) int64 { return int64(slices.Index(revs, r)) }
@@ -310,7 +349,11 @@ func (m *model) keyBytes(s *state) []byte {
 	}
 	putVersion := func(v *version) {
 		if v == nil {
-			put(0)
+			put(-1)
+			return
+		}
+		if v.obj == nil {
+			put(0, rank(v.rev), ticksAgo(v.at))
 			return
 		}
 		put(1, int64(v.key[0]), int64(v.key[1]), rank(v.rev), ticksAgo(v.at))
@@ -319,12 +362,17 @@ func (m *model) keyBytes(s *state) []byte {
 		}
 	}
 	putVersion(s.lease)
+	if m.cfg.CacheLag > 0 {
+		putVersion(s.ctrl.cache)
+	}
+	putVersion(s.ctrl.loop)
+	put(s.epoch, int64(s.incarnation))
 	for _, in := range s.insts {
 		b = append(b, in.identity...)
 		put(idRank(in.id), int64(in.owner))
 	}
 	put(b2i(s.obj.exists), b2i(s.obj.hasToken), s.obj.token, rank(s.obj.rev))
-	put(b2i(s.ctrl.up), rank(s.ctrl.done), int64(s.ctrl.restarts))
+	put(b2i(s.ctrl.up), rank(s.ctrl.done), int64(s.ctrl.restarts), int64(s.ctrl.operator))
 	if s.ctrl.requeue >= 0 {
 		put(int64(max(s.ctrl.requeue-s.t, -m.cfg.ControllerDelay-1)))
 	} else {
@@ -340,7 +388,7 @@ func (m *model) keyBytes(s *state) []byte {
 	}
 	for i := range m.cfg.Clients {
 		c := &s.clients[i]
-		put(int64(c.phase), c.token, c.fenced, c.acked, int64(c.renewals), int64(c.writes), int64(c.tokenless), int64(c.joins), int64(c.inflight))
+		put(int64(c.phase), c.token, c.fenced, c.acked, int64(c.renewals), int64(c.writes), int64(c.tokenless), int64(c.joins), int64(c.releases), int64(c.inflight))
 		if c.ackSince >= 0 {
 			put(int64(s.t - c.ackSince))
 		} else {
@@ -353,17 +401,21 @@ func (m *model) keyBytes(s *state) []byte {
 		}
 	}
 	for _, w := range s.writes {
-		put(int64(w.client), b2i(w.tokenless), w.token, int64(w.phase), int64(s.t-w.arrived), int64(w.retries))
-		if w.phase == wAnswered {
+		put(int64(w.client), b2i(w.tokenless), w.token, w.checked, int64(w.phase), int64(s.t-w.arrived), int64(w.retries))
+		switch w.phase {
+		case wDecided:
+			put(int64(w.answerAt-s.t), b2i(w.verdict.allowed), b2i(w.verdict.stale), int64(w.verdict.code))
+		case wAnswered:
 			put(int64(s.t - w.answered))
 		}
 		put(b2i(w.old.exists), b2i(w.old.hasToken), w.old.token, rank(w.old.rev))
-		if w.snap != nil {
-			putVersion(w.snap)
-		}
+
 	}
 	b = append(b, s.live.identity...)
-	put(s.live.token, int64(s.live.owner), s.maxEnded)
+	put(s.live.token, int64(s.live.owner), s.maxGranted)
+	for _, o := range s.owners {
+		put(o.token, int64(o.owner))
+	}
 	if s.live.token != 0 {
 		put(idRank(s.live.inst))
 	}

@@ -46,6 +46,8 @@ func (t *Trace) String() string {
 			clock = fmt.Sprintf(" [%s's clock %s]", m.partyName(st.Who), m.fmtClock(st.State.now(t.cfg, st.Who)))
 		case st.Who == pAPIServer:
 			clock = " [API server]"
+		case st.Who == pOperator:
+			clock = " [operator]"
 		}
 		if st.Who == -1 {
 			fmt.Fprintf(&b, "%3d. t=%s: time passes\n", i+1, m.fmtClock(base.Add(time.Duration(at)*t.cfg.Tick)))

@@ -43,16 +43,13 @@ func (r *snapshotReader) List(context.Context, client.ObjectList, ...client.List
 	return errors.New("the explorer's lease reader only gets")
 }
 
-// objects caches objectJSON.
-var objects = map[int64][]byte{}
-
 // objectJSON is the guarded object as admission sees it: the guard, and the
-// token when it has one (token -1: none).
-func objectJSON(token int64, withToken bool) []byte {
+// token when it has one.
+func (m *model) objectJSON(token int64, withToken bool) []byte {
 	if !withToken {
 		token = -1
 	}
-	if raw, ok := objects[token]; ok {
+	if raw, ok := m.objects[token]; ok {
 		return raw
 	}
 	meta := map[string]any{"name": "y", "namespace": leaseNamespace, "labels": map[string]string{coordv1alpha1.GuardLeaseLabel: leaseName}}
@@ -63,7 +60,7 @@ func objectJSON(token int64, withToken bool) []byte {
 	if err != nil {
 		panic(err)
 	}
-	objects[token] = raw
+	m.objects[token] = raw
 	return raw
 }
 
@@ -77,17 +74,17 @@ type verdict struct {
 }
 
 // admitGuarded runs the fencing webhook's handler on write w: its decision
-// started when w arrived, read the lease version w.snap, and answers now.
-func (m *model) admitGuarded(s *state, w *write, old guarded) verdict {
+// started when w arrived, reads the lease as it is now, and answers at tick
+// answerAt.
+func (m *model) admitGuarded(s *state, w *write, answerAt int) verdict {
 	start := base.Add(time.Duration(w.arrived)*m.cfg.Tick + s.offsets[pFencing])
+	answer := base.Add(time.Duration(answerAt)*m.cfg.Tick + s.offsets[pFencing])
 	clock := clocktesting.NewFakePassiveClock(start)
-	var snap *coordv1alpha1.FencedLease
-	if w.snap != nil {
-		snap = w.snap.obj
-	}
+	snap := s.lease.obj
+	old := w.old
 	h := &fencing.Handler{
 		Mode:      fencing.ModeGuarded,
-		Leases:    &fencing.LeaseReader{Reader: &snapshotReader{snap: snap, clock: clock, answer: s.now(m.cfg, pFencing)}},
+		Leases:    &fencing.LeaseReader{Reader: &snapshotReader{snap: snap, clock: clock, answer: answer}},
 		Clock:     clock,
 		Skew:      m.cfg.Skew,
 		CommitLag: m.cfg.CommitLag,
@@ -100,7 +97,7 @@ func (m *model) admitGuarded(s *state, w *write, old guarded) verdict {
 		Namespace: leaseNamespace,
 		UserInfo:  authenticationv1.UserInfo{Username: m.cfg.Clients[w.client].Name},
 	}}
-	oldRaw := objectJSON(old.token, old.hasToken)
+	oldRaw := m.objectJSON(old.token, old.hasToken)
 	switch {
 	case w.tokenless:
 		// A /status update: a custom resource drops metadata changes there.
@@ -108,10 +105,10 @@ func (m *model) admitGuarded(s *state, w *write, old guarded) verdict {
 		req.OldObject.Raw, req.Object.Raw = oldRaw, oldRaw
 	case !old.exists:
 		req.Operation = admissionv1.Create
-		req.Object.Raw = objectJSON(w.token, true)
+		req.Object.Raw = m.objectJSON(w.token, true)
 	default:
 		req.Operation = admissionv1.Update
-		req.OldObject.Raw, req.Object.Raw = oldRaw, objectJSON(w.token, true)
+		req.OldObject.Raw, req.Object.Raw = oldRaw, m.objectJSON(w.token, true)
 	}
 	resp := h.Handle(context.Background(), req)
 	if resp.Allowed {

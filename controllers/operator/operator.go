@@ -37,8 +37,9 @@ import (
 // RecorderName is the name the reconciler's events are recorded under.
 const RecorderName = "kubefence-controller"
 
-// Options configures Setup. Start from DefaultOptions: in Timing, WebhookSkew
-// and CleanupUsers the zero value means "none", not "the default".
+// Options configures Setup. Start from DefaultOptions: in WebhookSkew,
+// CleanupUsers and Timing's drift fields the zero value means "none", not
+// "the default", and a zero Timing.CommitLag is refused (fencedlease.Timing).
 type Options struct {
 	// Reconciler sets up the FencedLease reconciler (default true).
 	Reconciler bool

@@ -179,9 +179,9 @@ func (s *delayingServer) Register(path string, h http.Handler) {
 }
 
 // readDelay holds the answers to the webhook manager's GETs of FencedLeases
-// in one namespace (the fencing webhook's live lease reads; its cache lists
-// and watches) for a while after they arrived: a read linearised at once,
-// whose decision ends late.
+// in one namespace (the fencing webhook's live lease reads: its cache only
+// lists and watches) for a while after they arrived: a read linearised at
+// once, whose decision ends late.
 type readDelay struct {
 	mu        sync.Mutex
 	namespace string

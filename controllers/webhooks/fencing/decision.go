@@ -413,8 +413,8 @@ func FullMarginLease(skew, commitLag time.Duration) time.Duration {
 	return 10 * (skew + commitLag)
 }
 
-// CommitBudget is the commit-lag budget of a tenure: how long a write
-// admitted just before the cut-off may take from its lease read to its
+// CommitBudget is the commit-lag budget of a tenure: how long a write whose
+// fencing decision started just before the cut-off may take from then to its
 // commit and still commit before the controller may expire the tenure. It is
 // the cut-off margin less the clock offset: commitLag for leases of
 // FullMarginLease and longer, leaseDuration/10 - skew for shorter ones, and
@@ -449,8 +449,9 @@ func ShortLeaseWarning(leaseDuration, skew, commitLag time.Duration) string {
 	if leaseDuration <= 0 || leaseDuration >= full {
 		return ""
 	}
-	left := CommitBudget(leaseDuration, skew, commitLag).String()
-	if left == "0s" {
+	budget := CommitBudget(leaseDuration, skew, commitLag)
+	left := budget.String()
+	if budget == 0 {
 		left = "nothing (L/10 is not more than the skew)"
 	}
 	return fmt.Sprintf("kubefence: lease duration %v is shorter than 10 x (webhook clock skew %v + max commit lag %v) = %v, so its commit-lag bound shrinks to L/10 = %v, clock skew included: the fencing webhook stops accepting the holder's token only %v before its expiry, which leaves %s, not %v, for a write admitted just before then to commit; a write that takes longer from admission to commit may commit after the next holder's grant. Set leaseDurationSeconds to at least %d for the full bound (docs/design.md)",

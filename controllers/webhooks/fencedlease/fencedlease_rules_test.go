@@ -165,6 +165,52 @@ func TestValidateUpdateRules(t *testing.T) {
 	}
 }
 
+// A lease the fencing webhook cannot fully protect (the assembly passes
+// fencing.ShortLeaseWarning: shorter than 10 x (skew + commit lag)) is
+// warned about when it is created with that duration or changed to it, and
+// not on its renewals.
+func TestShortLeaseIsWarnedAbout(t *testing.T) {
+	v := &FencedLeaseValidator{ControllerUsers: []string{ruleController}, DurationWarning: func(l time.Duration) string {
+		if l < 11*time.Second {
+			return "short " + l.String()
+		}
+		return ""
+	}}
+	withDuration := func(seconds int32, reqs ...coordv1alpha1.LeaseRequest) *coordv1alpha1.FencedLease {
+		l := ruleLease("", reqs...)
+		l.Spec.LeaseDurationSeconds = seconds
+		return l
+	}
+	admin := asUser("root", "system:masters")
+	for _, tc := range []struct {
+		name     string
+		old, cur *coordv1alpha1.FencedLease // old nil: a create
+		user     authenticationv1.UserInfo
+		want     []string
+	}{
+		{"create 2 s", nil, withDuration(2, rq("a", "alice", 0)), asUser("alice"), []string{"short 2s"}},
+		{"create 15 s", nil, withDuration(15, rq("a", "alice", 0)), asUser("alice"), nil},
+		{"create 2 s, refused", nil, withDuration(2, rq("a", "bob", 0)), asUser("alice"), nil},
+		{"renew a 2 s lease", withDuration(2, rq("a", "alice", 0)), withDuration(2, rq("a", "alice", 1)), asUser("alice"), nil},
+		{"an admin shortens a lease to 2 s", withDuration(15), withDuration(2), admin, []string{"short 2s"}},
+		{"an admin lengthens a lease to 15 s", withDuration(2), withDuration(15), admin, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got admission.Warnings
+			if tc.old == nil {
+				got, _ = v.ValidateCreate(ruleContext(tc.user, admissionv1.Create, ""), tc.cur)
+			} else {
+				var err error
+				got, err = v.ValidateUpdate(ruleContext(tc.user, admissionv1.Update, ""), tc.old, tc.cur)
+				wantRefusal(t, err, "")
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("warnings %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestSettingsChanged(t *testing.T) {
 	l := ruleLease("")
 	for _, tc := range []struct {

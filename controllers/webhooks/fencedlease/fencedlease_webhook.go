@@ -49,6 +49,26 @@ type FencedLeaseValidator struct {
 	// never later than the renewal's commit (docs/design.md).
 	Clock     clock.PassiveClock
 	StampSkew time.Duration
+	// DurationWarning, if set, is the warning for a lease duration that the
+	// fencing webhook cannot protect fully ("" for none): the assembly passes
+	// fencing.ShortLeaseWarning with its clock skew and commit lag (webhook
+	// mode). It is sent to whoever creates a lease of that duration or
+	// changes a lease to it, and logged.
+	DurationWarning func(leaseDuration time.Duration) string
+}
+
+// durationWarnings is DurationWarning for lease, logged.
+func (v *FencedLeaseValidator) durationWarnings(ctx context.Context, lease *coordv1alpha1.FencedLease) admission.Warnings {
+	if v.DurationWarning == nil {
+		return nil
+	}
+	w := v.DurationWarning(time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second)
+	if w == "" {
+		return nil
+	}
+	logf.FromContext(ctx).Info("Warned about a lease too short for the full commit-lag bound",
+		"lease", lease.Namespace+"/"+lease.Name, "leaseDurationSeconds", lease.Spec.LeaseDurationSeconds, "warning", w)
+	return admission.Warnings{w}
 }
 
 // checkRenewTimes refuses a renewTime later than the webhook's clock plus
@@ -124,7 +144,7 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 			return nil, v.refuse(lease, "foreign-request", err.Error())
 		}
 	}
-	return nil, nil
+	return v.durationWarnings(ctx, lease), nil
 }
 
 // ValidateUpdate enforces who may change what.
@@ -187,6 +207,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 		return nil, v.refuse(lease, "settings", fmt.Sprintf(
 			"only the kubefence controller and members of %v may change leaseDurationSeconds, lockDelaySeconds or minFencingToken of an existing lease; %q may only queue, renew and withdraw its own requests",
 			v.adminGroups(), user.Username))
+	}
+	if oldLease.Spec.LeaseDurationSeconds != lease.Spec.LeaseDurationSeconds {
+		return v.durationWarnings(ctx, lease), nil
 	}
 	return nil, nil
 }

@@ -84,10 +84,15 @@ func decodeEntry(s string) (Entry, error) {
 	return e, nil
 }
 
-// EntryFor is the entry that says what status (of lease) says.
+// EntryFor is the entry that says what status (of lease) says, but for a
+// tenure that has ended in the API server before status says so: an entry
+// names a holder only while a request carries the tenure
+// (coordv1alpha1.HolderRequestIndex), with that request's user, never that
+// of a request made again under the holder's identity.
 func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus) Entry {
 	e := Entry{Token: st.FencingToken}
-	if st.HolderIdentity == "" {
+	i := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, st)
+	if i < 0 {
 		return e
 	}
 	e.Held = true
@@ -97,9 +102,7 @@ func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseSta
 			e.Pod = "!" // names no pod: nobody passes the identity path
 		}
 	}
-	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity); i >= 0 {
-		e.User = lease.Spec.Requests[i].User
-	}
+	e.User = lease.Spec.Requests[i].User
 	return e
 }
 

@@ -491,6 +491,7 @@ func TestFencingTable(t *testing.T) {
 			runExpiry(t, h)
 			runLeaseRules(t, h)
 			runFutureStamp(t, h)
+			runRequeuedHolder(t, h) // stops and restarts the operator
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
 			}

@@ -108,6 +108,13 @@ func TestValidateUpdateRules(t *testing.T) {
 		f(l)
 		return l
 	}
+	// heldBy is l with status naming holder (token 7), as the controller wrote it.
+	heldBy := func(holder string, l *coordv1alpha1.FencedLease) *coordv1alpha1.FencedLease {
+		return change(l, func(l *coordv1alpha1.FencedLease) {
+			l.Status.HolderIdentity, l.Status.HolderUser, l.Status.FencingToken = holder, "alice", 7
+		})
+	}
+	const requeued = `(holderIdentity "a") queues the identity status.holderIdentity still names as the holder of token 7, whose request was withdrawn`
 	for _, tc := range []struct {
 		name     string
 		old, cur *coordv1alpha1.FencedLease
@@ -133,6 +140,16 @@ func TestValidateUpdateRules(t *testing.T) {
 		{"Pod binding, renew own pod's", pod(rq("worker-1", sa, 1), rq("worker-2", sa, 0)), pod(rq("worker-1", sa, 2), rq("worker-2", sa, 0)), asPod(sa, "worker-1"), "", nil, ""},
 		{"Pod binding, sibling pod renews", pod(rq("worker-1", sa, 1), rq("worker-2", sa, 0)), pod(rq("worker-1", sa, 2), rq("worker-2", sa, 0)), asPod(sa, "worker-2"), "", nil,
 			`it belongs to pod "worker-1"`},
+		// The identity status names as holder, its request withdrawn: the
+		// controller has not ended the tenure yet, and a request made under
+		// it now would be taken for the tenure.
+		{"the released holder queues again before status changed", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "alice", 0)), alice, "", nil, requeued},
+		{"another user queues under the released holder's identity", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "mallory", 0)), asUser("mallory"), "", nil,
+			`wait until status.holderIdentity no longer names "a", then request again`},
+		{"an operator queues under the released holder's identity", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "mallory", 0)), asUser("root", "system:masters"), "", nil, requeued},
+		{"the holder renews while status names it", heldBy("a", base(rq("a", "alice", 3))), base(rq("a", "alice", 4)), alice, "", nil, ""},
+		{"another queues while status names the holder", heldBy("a", base(rq("a", "alice", 3))), base(rq("a", "alice", 3), rq("b", "bob", 0)), bob, "", nil, ""},
+		{"the released holder queues again once status names the next holder", heldBy("b", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "alice", 0)), alice, "", nil, ""},
 		// What only the controller writes.
 		{"status", base(rq("a", "alice", 0)), base(rq("a", "alice", 0)), alice, "status", nil, "status is written only by the kubefence controller"},
 		{"another subresource", base(), base(), alice, "scale", nil, `subresource "scale" of a FencedLease cannot be written`},

@@ -325,6 +325,9 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
 	}
+	if err := (&policy.NamespaceMarker{Client: mgr.GetClient(), Excluded: settings.ExcludedNamespaces}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
+	}
 	return &policy.Tenures{
 		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 		Leases: mgr.GetAPIReader(),

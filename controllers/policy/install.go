@@ -18,7 +18,8 @@ import (
 // Objects are the policies and bindings of s, in the order they are applied.
 // s.Incarnation must be set (Apply sets it).
 func (s Settings) Objects() []client.Object {
-	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(), s.FencingPolicy(), s.GuardedBinding()}
+	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(),
+		s.TerminatingPolicy(), s.TerminatingBinding(), s.FencingPolicy(), s.GuardedBinding()}
 	if b := s.RequiredBinding(); b != nil {
 		objs = append(objs, b)
 	}

@@ -519,8 +519,10 @@ func TestFencingTable(t *testing.T) {
 			runExpiry(t, h)
 			runLeaseRules(t, h)
 			runFutureStamp(t, h)
+			runNamespaceDeletion(t, h)
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
+				runMarkedLiveNamespace(t, h)
 			}
 			runOperatorDown(t, h) // last: it stops the operator
 		})

@@ -100,6 +100,11 @@ func TestPolicyComponent(t *testing.T) {
 	if !can("", "configmaps", "update") {
 		t.Error("the policy role cannot update the tenure tables")
 	}
+	for _, v := range []string{"list", "watch", "patch"} {
+		if !can("", "namespaces", v) {
+			t.Errorf("the policy role cannot %s namespaces: the manager marks namespaces being deleted (policy.NamespaceMarker)", v)
+		}
+	}
 	var bound bool
 	for _, b := range decodeKind[rbacv1.ClusterRoleBinding](t, docs, "ClusterRoleBinding") {
 		if b.RoleRef.Name == role.Name && len(b.Subjects) == 1 && b.Subjects[0].Name == deps[0].Spec.Template.Spec.ServiceAccountName &&

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -214,7 +213,8 @@ func (i *Installer) keepOne(ctx context.Context, s Settings, want client.Object)
 		logf.FromContext(ctx).Info("A fencing policy or binding is not as generated (deleted or edited); writing it again", "object", name)
 		if err := s.writeAgain(ctx, i.Client, want); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(admissionregistrationv1.Resource(strings.ToLower(want.GetObjectKind().GroupVersionKind().Kind)+"s"), want.GetName(), err)
+				// Another replica wrote it meanwhile: compare again.
+				return apierrors.NewConflict(admissionregistrationv1.Resource(name), want.GetName(), err)
 			}
 			i.report(name, false, false)
 			return fmt.Errorf("writing %s again as generated: %w", name, err)

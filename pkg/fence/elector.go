@@ -48,11 +48,9 @@ type Elector struct {
 	sentBoot     time.Duration
 	lastSent     time.Time
 
-	// writes tracks the FencedClient writes in flight; unknown is set when one
-	// ended without an answer from the API server (it may still commit).
-	writes  int
-	unknown bool
-	idle    chan struct{}
+	// writes counts the FencedClient writes in flight; its lock is taken
+	// before mu (Writes.Begin reads Token under it), never after.
+	writes Writes
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -314,9 +312,6 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		}
 		log.Info("Stopped leading", "token", token)
 		if releaseDone != nil || ctx.Err() != nil {
-			// The writes of this tenure must have committed (or failed) before
-			// the request goes: the next holder is granted at once.
-			e.quiesce(context.WithoutCancel(ctx), l)
 			err := e.withdraw(context.WithoutCancel(ctx))
 			if releaseDone != nil {
 				e.mu.Lock()
@@ -441,72 +436,9 @@ func (e *Elector) bootExpired() bool {
 	return e.leading && e.boot != nil && e.boot() >= e.bootDeadline
 }
 
-// beginWrite counts a FencedClient write in flight; the returned function
-// ends it with the write's error.
-func (e *Elector) beginWrite() func(error) {
-	e.mu.Lock()
-	e.writes++
-	e.mu.Unlock()
-	return func(err error) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.writes--
-		if err != nil && outcomeUnknown(err) {
-			e.unknown = true
-		}
-		if e.writes == 0 && e.idle != nil {
-			close(e.idle)
-			e.idle = nil
-		}
-	}
-}
-
-// quiesce waits (at most max) until no FencedClient write is in flight; if a
-// write ended without an answer, it then waits MaxCommitLag more, the longest
-// the API server may take to commit a write it admitted. Only then may the
-// request be withdrawn: the next holder is granted at once after a release.
-func (e *Elector) quiesce(ctx context.Context, max time.Duration) {
-	e.mu.Lock()
-	var idle chan struct{}
-	if e.writes > 0 {
-		if e.idle == nil {
-			e.idle = make(chan struct{})
-		}
-		idle = e.idle
-	}
-	e.mu.Unlock()
-	if idle != nil {
-		t := e.clock.NewTimer(max)
-		select {
-		case <-idle:
-		case <-t.C():
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	e.mu.Lock()
-	unknown := e.unknown || e.writes > 0
-	e.unknown = false
-	e.mu.Unlock()
-	if unknown {
-		lag := e.cfg.MaxCommitLag
-		if lag <= 0 {
-			lag = DefaultMaxCommitLag
-		}
-		sleep(ctx, e.clock, lag)
-	}
-}
-
-// outcomeUnknown tells whether a write's error leaves open whether the API
-// server committed it: no answer (a cancelled context, a broken connection) or
-// a server-side timeout.
-func outcomeUnknown(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true
-	}
-	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
-}
+// Writes counts the FencedClient writes of this Elector in flight: a release
+// withdraws the request only after they returned (Writes.Quiesce).
+func (e *Elector) Writes() *Writes { return &e.writes }
 
 // renew raises this identity's renewSequence with one JSON patch that first
 // tests the request is exactly as last seen. It returns the time the patch was
@@ -550,11 +482,23 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	return sent, updated, nil
 }
 
-// withdraw removes this identity's request, if it is there.
+// withdraw removes this identity's request, if it is there, once every
+// FencedClient write sent with its token has returned (Writes.Quiesce): the
+// controller grants the next request at once. A write that returned without
+// an answer may still commit: then it waits MaxCommitLag more.
 func (e *Elector) withdraw(ctx context.Context) error {
 	if e.cfg.DisableReleaseOnCancel {
 		return nil
 	}
+	lease, _ := e.view.get()
+	if lease == nil || coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity) < 0 {
+		return nil
+	}
+	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
+	if l == 0 {
+		l = time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	e.writes.Quiesce(ctx, e.clock, l, e.cfg.MaxCommitLag)
 	for attempt := 0; attempt < 5; attempt++ {
 		lease, _ := e.view.get()
 		if lease == nil {

@@ -51,7 +51,18 @@ type Config struct {
 	// EventRecorder records the elector's events on the FencedLease. Optional.
 	EventRecorder rl.EventRecorder
 
-	// Clock measures token deadlines; it must be monotonic. Default: the real clock.
+	// MaxCommitLag is how long the API server may take to commit a write it
+	// admitted. A release (Update with an empty record, client-go's
+	// ReleaseOnCancel) waits for the writes of Client in flight to end before
+	// it withdraws the request (the next holder is granted at once); if one
+	// ended without an answer (it may still commit), it waits this long too.
+	// Default fence.DefaultMaxCommitLag; keep it at least the operator's
+	// --max-commit-lag.
+	MaxCommitLag time.Duration
+
+	// Clock measures token deadlines; it must be monotonic. Default: the real
+	// clock. A release's waits use its timers when it is a clock.Clock, the
+	// real clock's otherwise.
 	Clock clock.PassiveClock
 }
 
@@ -60,7 +71,14 @@ type Config struct {
 type Lock struct {
 	cfg   Config
 	clock clock.PassiveClock
-	key   types.NamespacedName
+	// timers is clock when it is a clock.Clock, else the real clock: a
+	// release's waits.
+	timers clock.Clock
+	key    types.NamespacedName
+
+	// writes counts the writes of Client in flight; its lock is taken before
+	// mu (Writes.Begin reads Token under it), never after.
+	writes fence.Writes
 
 	// op serialises Get, Create and Update, which share the last version seen.
 	op sync.Mutex
@@ -73,16 +91,18 @@ type Lock struct {
 }
 
 var (
-	_ rl.Interface      = (*Lock)(nil)
-	_ fence.TokenSource = (*Lock)(nil)
+	_ rl.Interface       = (*Lock)(nil)
+	_ fence.WriteCounter = (*Lock)(nil)
 )
 
 // New validates cfg and returns a Lock. Nothing is sent to the API server
 // until the elector calls it.
 func New(cfg Config) (*Lock, error) {
 	errs := protocol.ValidateClientConfig(cfg.Client, cfg.Namespace, cfg.Name, cfg.Identity)
-	if cfg.SafetyMargin < 0 {
-		errs = append(errs, fmt.Errorf("SafetyMargin is %v: expected a positive duration, or 0 for the default", cfg.SafetyMargin))
+	for name, d := range map[string]time.Duration{"SafetyMargin": cfg.SafetyMargin, "MaxCommitLag": cfg.MaxCommitLag} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v: expected a positive duration, or 0 for the default", name, d))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid resourcelock.Config: %w", err)
@@ -91,7 +111,11 @@ func New(cfg Config) (*Lock, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Lock{cfg: cfg, clock: c, key: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}}, nil
+	timers, ok := c.(clock.Clock)
+	if !ok {
+		timers = clock.RealClock{}
+	}
+	return &Lock{cfg: cfg, clock: c, timers: timers, key: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}}, nil
 }
 
 // Identity returns the holder identity this Lock competes as.
@@ -113,10 +137,15 @@ func (l *Lock) Token() (int64, bool) {
 
 // Client returns a FencedClient stamping this Lock's token on every write. A
 // write refused as stale makes the Lock refuse to renew that token, so the
-// elector stops leading within its RenewDeadline.
+// elector stops leading within its RenewDeadline. Its writes are counted in
+// flight (Writes): a release withdraws the request only after they returned.
 func (l *Lock) Client(c client.Client) *fence.FencedClient {
 	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }})
 }
+
+// Writes counts the writes of Client in flight: a release withdraws the
+// request only after they returned (fence.Writes.Quiesce).
+func (l *Lock) Writes() *fence.Writes { return &l.writes }
 
 // stepDown drops the current token and refuses to renew it again.
 func (l *Lock) stepDown() {
@@ -317,13 +346,23 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 	return fmt.Errorf("%w: queued the request of %q in %s", ErrNotGranted, l.cfg.Identity, l.key)
 }
 
-// withdraw drops the token, then removes this identity's request (releasing
-// the lease if held).
+// withdraw drops the token, waits until every write of Client sent with it
+// has returned (and MaxCommitLag more if one returned without an answer: it
+// may still commit), then removes this identity's request, releasing the
+// lease if held: the controller grants the next request at once.
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
 	patch := protocol.WithdrawPatch(lease, l.cfg.Identity)
 	if patch == nil {
 		return nil
+	}
+	d := lease.Status.LeaseDurationSeconds
+	if d == 0 {
+		d = lease.Spec.LeaseDurationSeconds
+	}
+	l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, l.cfg.MaxCommitLag)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("withdrawing the request of %q from %s: gave up waiting for the writes in flight: %w", l.cfg.Identity, l.key, err)
 	}
 	updated := lease.DeepCopy()
 	if err := l.cfg.Client.Patch(ctx, updated, patch); err != nil {

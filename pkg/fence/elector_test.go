@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,5 +85,41 @@ func TestWatchdogEndsATenureSuspendedPastItsDeadline(t *testing.T) {
 	}
 	if left := e.Deadline().Sub(clk.Now()); left <= 0 {
 		t.Fatalf("the monotonic deadline has passed (%v): the test shows nothing about CLOCK_BOOTTIME", left)
+	}
+}
+
+// An Elector withdraws only its own request: one of its identity that another
+// process made (or renewed since) stays, since withdrawing it would end that
+// process's tenure without waiting for its writes.
+func TestWithdrawLeavesARequestNotItsOwn(t *testing.T) {
+	ev := &events{}
+	c := recordingClient(t, ev)
+	e := leadingElector(t, c)
+	e.setLeading(false, 0, time.Time{})
+	e.own.Disown() // a fresh Elector: it did not append the request it sees
+	if err := e.withdraw(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Its own, then renewed by another process.
+	e = leadingElector(t, c)
+	e.setLeading(false, 0, time.Time{})
+	twin := heldLease()
+	twin.ResourceVersion = "999"
+	twin.Spec.Requests[0].RenewSequence++
+	e.view.offer(twin)
+	if err := e.withdraw(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.get(); len(got) != 0 {
+		t.Fatalf("sent %v, want nothing", got)
+	}
+	// Its own: withdrawn.
+	e = leadingElector(t, c)
+	e.setLeading(false, 0, time.Time{})
+	if err := e.withdraw(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.get(); !slices.Equal(got, []string{"withdraw"}) {
+		t.Fatalf("sent %v, want the withdraw of its own request", got)
 	}
 }

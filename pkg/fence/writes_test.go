@@ -76,7 +76,8 @@ func recordingClient(t *testing.T, ev *events) client.WithWatch {
 }
 
 // leadingElector is an Elector of identity a that leads jobs/job with token
-// 42 and has seen the lease, as lead leaves it after the acknowledgement.
+// 42 and has seen the lease, its own request as its acknowledgement left it,
+// as lead leaves it.
 func leadingElector(t *testing.T, c client.WithWatch) *Elector {
 	t.Helper()
 	e, err := New(Config{Client: c, Namespace: "jobs", Name: "job", Identity: "a", User: "a",
@@ -84,7 +85,9 @@ func leadingElector(t *testing.T, c client.WithWatch) *Elector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.view.offer(heldLease())
+	lease := heldLease()
+	e.view.offer(lease)
+	e.own.Appended(lease.Spec.Requests[0])
 	e.setLeading(true, 42, time.Now().Add(time.Minute))
 	return e
 }

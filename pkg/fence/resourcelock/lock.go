@@ -80,8 +80,12 @@ type Lock struct {
 	// mu (Writes.Begin reads Token under it), never after.
 	writes fence.Writes
 
-	// op serialises Get, Create and Update, which share the last version seen.
+	// op serialises Get, Create and Update, which share the last version seen
+	// and own.
 	op sync.Mutex
+	// own is this Lock's own request, the only one it renews and withdraws
+	// (a request of its identity another process made or renewed is not).
+	own protocol.OwnRequest
 
 	mu       sync.Mutex
 	lease    *coordv1alpha1.FencedLease // the newest version seen; nil before the first read
@@ -281,6 +285,12 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		}
 		return l.join(ctx, lease)
 	}
+	if !l.own.Owns(lease.Spec.Requests[idx]) {
+		// Another process uses this identity (or this identity's previous
+		// process left its request): neither the request nor a tenure granted
+		// to it is ours. Wait until it is gone, then queue our own.
+		return fmt.Errorf("%w: %w; waiting until it is gone", ErrNotGranted, l.own.NotOwn(lease, l.cfg.Identity))
+	}
 	if lease.Status.HolderIdentity != l.cfg.Identity {
 		return fmt.Errorf("%w: %s is held by %q; the request of %q is queued", ErrNotGranted, l.key, lease.Status.HolderIdentity, l.cfg.Identity)
 	}
@@ -294,7 +304,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 
 	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
 	// request is exactly as last seen.
-	patch, err := protocol.RenewPatch(lease, l.cfg.Identity, time.Now())
+	patch, err := l.own.RenewPatch(lease, l.cfg.Identity, time.Now())
 	if err != nil {
 		return err
 	}
@@ -306,6 +316,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		}
 		return fmt.Errorf("renewing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
 	}
+	l.own.Renewed(updated, l.cfg.Identity)
 	l.seen(updated)
 	if updated.Status.HolderIdentity != l.cfg.Identity || updated.Status.FencingToken != token {
 		return fmt.Errorf("%w: %s is now held by %q with token %d", fence.ErrLost, l.key, updated.Status.HolderIdentity, updated.Status.FencingToken)
@@ -342,17 +353,20 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 		}
 		return fmt.Errorf("queueing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
 	}
+	l.own.Appended(updated.Spec.Requests[len(updated.Spec.Requests)-1])
 	l.seen(updated)
 	return fmt.Errorf("%w: queued the request of %q in %s", ErrNotGranted, l.cfg.Identity, l.key)
 }
 
 // withdraw drops the token, waits until every write of Client sent with it
 // has returned (and MaxCommitLag more if one returned without an answer: it
-// may still commit), then removes this identity's request, releasing the
-// lease if held: the controller grants the next request at once.
+// may still commit), then removes this Lock's own request, releasing the
+// lease if held: the controller grants the next request at once. A request of
+// this identity that another process made or renewed stays: withdrawing it
+// would end that process's tenure without waiting for its writes.
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
-	patch := protocol.WithdrawPatch(lease, l.cfg.Identity)
+	patch := l.own.WithdrawPatch(lease, l.cfg.Identity)
 	if patch == nil {
 		return nil
 	}
@@ -395,12 +409,23 @@ func (l *Lock) read(ctx context.Context) (*coordv1alpha1.FencedLease, error) {
 }
 
 // seen records a version of the lease and drops the token if that version no
-// longer names this identity with it.
+// longer names this identity with it. A request of this Lock's that changed
+// without its doing (another process with its identity renewed it) makes it
+// step down and disown the request. Callers hold op.
 func (l *Lock) seen(lease *coordv1alpha1.FencedLease) {
+	l.own.Observe(lease, l.cfg.Identity)
+	coHolder := false
+	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, l.cfg.Identity); i >= 0 && l.own.Made() && !l.own.Owns(lease.Spec.Requests[i]) {
+		coHolder = true
+		l.own.Disown()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lease = lease
-	if l.token != 0 && (lease.Status.HolderIdentity != l.cfg.Identity || lease.Status.FencingToken != l.token) {
+	if coHolder {
+		l.refused = max(l.refused, l.token)
+	}
+	if l.token != 0 && (coHolder || lease.Status.HolderIdentity != l.cfg.Identity || lease.Status.FencingToken != l.token) {
 		l.token, l.deadline = 0, time.Time{}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 func TestRecordOf(t *testing.T) {
@@ -108,10 +110,11 @@ func TestTokenNeedsGrantAndDeadline(t *testing.T) {
 	}
 }
 
-// heldLock is a Lock of identity a holding jobs/job with token 42, on a fake
+// heldLock is a Lock of identity a holding jobs/job with token 42 (its own
+// request), on a fake
 // API server whose guarded creates block until the test answers them
 // (answer), and which records what is sent: "create sent", "create
-// returned", "withdraw".
+// returned", "renew", "withdraw".
 func heldLock(t *testing.T, clk clock.Clock, answer <-chan error, ev *events) *Lock {
 	t.Helper()
 	scheme := runtime.NewScheme()
@@ -136,7 +139,12 @@ func heldLock(t *testing.T, clk clock.Clock, answer <-chan error, ev *events) *L
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 			if _, ok := obj.(*coordv1alpha1.FencedLease); ok {
-				ev.add("withdraw")
+				data, _ := p.Data(obj)
+				if strings.Contains(string(data), `"op":"remove"`) {
+					ev.add("withdraw")
+				} else {
+					ev.add("renew")
+				}
 			}
 			return c.Patch(ctx, obj, p, opts...)
 		},
@@ -148,6 +156,7 @@ func heldLock(t *testing.T, clk clock.Clock, answer <-chan error, ev *events) *L
 	if _, _, err := l.Get(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	l.own.Appended(lease.Spec.Requests[0]) // its own, as its acknowledgement left it
 	l.token, l.deadline = 42, clk.Now().Add(time.Minute)
 	return l
 }
@@ -235,5 +244,66 @@ func TestReleaseWaitsForTheWritesInFlight(t *testing.T) {
 				t.Fatalf("sent %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// A Lock renews, leads and withdraws only its own request: not one of its
+// identity another process made (a fresh Lock finding it), nor its own once
+// another process renewed it (2026-12-01 review, finding 13).
+func TestLockLeadsOnlyItsOwnRequest(t *testing.T) {
+	ctx := context.Background()
+	leader := rl.LeaderElectionRecord{HolderIdentity: "a"}
+
+	ev := &events{}
+	fresh := heldLock(t, clocktesting.NewFakeClock(time.Now()), nil, ev)
+	fresh.own.Disown()
+	fresh.token = 0
+	if err := fresh.Update(ctx, leader); !errors.Is(err, ErrNotGranted) || !errors.Is(err, protocol.ErrNotOwnRequest) {
+		t.Fatalf("a fresh Lock renewing a request of its identity it did not make: %v, want ErrNotGranted and ErrNotOwnRequest", err)
+	}
+	if _, ok := fresh.Token(); ok {
+		t.Fatal("a fresh Lock leads a tenure of its identity it did not acquire")
+	}
+	if err := fresh.Update(ctx, rl.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.get(); len(got) != 0 {
+		t.Fatalf("a fresh Lock sent %v, want nothing", got)
+	}
+
+	ev = &events{}
+	l := heldLock(t, clocktesting.NewFakeClock(time.Now()), nil, ev)
+	if err := l.Update(ctx, leader); err != nil {
+		t.Fatalf("renewing its own request: %v", err)
+	}
+	if tok, ok := l.Token(); !ok || tok != 42 {
+		t.Fatalf("Token() = %d, %v after renewing its own request; want 42, true", tok, ok)
+	}
+	// Another process with identity a renews the request.
+	var lease coordv1alpha1.FencedLease
+	if err := l.cfg.Client.Get(ctx, l.key, &lease); err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.RenewPatch(&lease, "a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.cfg.Client.Patch(ctx, &lease, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Get(ctx); err != nil { // client-go's elector reads before each try
+		t.Fatal(err)
+	}
+	if _, ok := l.Token(); ok {
+		t.Fatal("the Lock still leads after another process renewed its request")
+	}
+	if err := l.Update(ctx, leader); !errors.Is(err, protocol.ErrNotOwnRequest) {
+		t.Fatalf("renewing a request another process renewed: %v, want ErrNotOwnRequest", err)
+	}
+	if err := l.Update(ctx, rl.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ev.get(), []string{"renew", "renew"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v (its renewal, the other process's; no withdraw)", got, want)
 	}
 }

@@ -22,8 +22,8 @@
 //   - The token handed to OnStartedLeading is the one the server granted; a
 //     renewal succeeds only if the server's answer still names this identity with
 //     that token.
-//   - Two processes with one identity never lead one tenure together: an
-//     Elector leads, renews and withdraws only the request it appended itself,
+//   - Two Electors with one identity, in two processes, do not lead one
+//     tenure together: an Elector leads, renews and withdraws only the request it appended itself,
 //     as its own writes left it (protocol.OwnRequest). A new Elector that finds
 //     a request of its identity (another process's, or its previous process's
 //     after a restart) waits until the controller expired and removed it, or

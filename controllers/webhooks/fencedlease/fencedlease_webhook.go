@@ -186,6 +186,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if hadAnn != hasAnn || oldAnn != newAnn {
 		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
+	if err := checkHolderRequeued(oldLease, lease); err != nil {
+		return nil, v.refuse(lease, "requeued-holder", err.Error())
+	}
 	if v.isAdmin(user) {
 		// An operator action: it may remove and reorder others' requests, but
 		// removing the holder's must say so, so that the controller waits for
@@ -333,6 +336,28 @@ func ownsRequest(lease *coordv1alpha1.FencedLease, r coordv1alpha1.LeaseRequest,
 		}
 	}
 	return nil
+}
+
+// checkHolderRequeued refuses, from anyone but the controller, a request
+// added under the identity status still names as holder after that
+// holder's request was withdrawn: the controller has not ended the tenure
+// yet, and until it has, a request under that identity could be taken for
+// the tenure (by a controller that restarted, by the live reads of the
+// fencing webhook and the tenure table; status.holderUser tells the
+// granted request from one another user makes, nothing tells it from one
+// the same user makes). The client waits until status names another
+// holder or none (docs/protocol.md; the Go helper does).
+func checkHolderRequeued(oldLease, lease *coordv1alpha1.FencedLease) error {
+	h := oldLease.Status.HolderIdentity
+	if h == "" || coordv1alpha1.RequestIndex(oldLease.Spec.Requests, h) >= 0 {
+		return nil
+	}
+	i := coordv1alpha1.RequestIndex(lease.Spec.Requests, h)
+	if i < 0 {
+		return nil
+	}
+	return fmt.Errorf("spec.requests[%d] (holderIdentity %q) queues the identity status.holderIdentity still names as the holder of token %d, whose request was withdrawn: until the kubefence controller has ended that tenure, a new request under that identity would be taken for it; wait until status.holderIdentity no longer names %q, then request again",
+		i, h, oldLease.Status.FencingToken, h)
 }
 
 // checkRequestChanges lets a client append its own requests, renew (raise the

@@ -35,9 +35,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +82,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/policy"
 	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // Incarnation is the fencing policy's incarnation in process: the tenure
@@ -149,17 +148,27 @@ type Admission struct {
 func New(root string, o operator.Options) (*Admission, error) {
 	a := &Admission{mode: o.Enforcement, options: o,
 		compiler: admissioncel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))}
-	for _, file := range []string{"manifests.yaml", "fencing.yaml"} {
-		cfg, err := readWebhooks(filepath.Join(root, "config", "webhook", file))
+	var configs []*admissionregistrationv1.ValidatingWebhookConfiguration
+	if o.Enforcement == operator.EnforcementPolicy {
+		// config/components/policy: the fencing configuration's /scale and
+		// eviction entries; the policies judge the rest.
+		cfg, err := testenv.PolicyModeFencingWebhooks(root)
 		if err != nil {
 			return nil, err
 		}
+		configs = append(configs, cfg)
+	} else {
+		for _, path := range testenv.WebhookPaths(root) {
+			cfg, err := readWebhooks(path)
+			if err != nil {
+				return nil, err
+			}
+			configs = append(configs, cfg)
+		}
+	}
+	for _, cfg := range configs {
 		for i := range cfg.Webhooks {
 			w := &cfg.Webhooks[i]
-			if o.Enforcement == operator.EnforcementPolicy && !strings.HasPrefix(w.Name, "scale.") && !strings.HasPrefix(w.Name, "eviction.") {
-				// config/components/policy: the policies judge the rest.
-				continue
-			}
 			defaultWebhook(w)
 			a.webhooks = append(a.webhooks, webhook.NewValidatingWebhookAccessor(w.Name, cfg.Name, w))
 		}
@@ -170,10 +179,24 @@ func New(root string, o operator.Options) (*Admission, error) {
 		if err := a.settings.Validate(); err != nil {
 			return nil, err
 		}
-		a.hooks = []validating.PolicyHook{
-			{Policy: a.settings.FencingPolicy(), Bindings: nonNil(a.settings.GuardedBinding(), a.settings.RequiredBinding())},
-			{Policy: a.settings.LeasePolicy(), Bindings: nonNil(a.settings.LeaseBinding())},
-			{Policy: a.settings.TablePolicy(), Bindings: nonNil(a.settings.TableBinding())},
+		// What the operator installs (policy.Installer), each policy with
+		// its bindings.
+		byName := map[string]int{}
+		objs := a.settings.Objects()
+		for _, obj := range objs {
+			if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
+				byName[p.Name] = len(a.hooks)
+				a.hooks = append(a.hooks, validating.PolicyHook{Policy: p})
+			}
+		}
+		for _, obj := range objs {
+			if b, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding); ok {
+				i, ok := byName[b.Spec.PolicyName]
+				if !ok {
+					return nil, fmt.Errorf("binding %s names policy %s, which the operator does not install", b.Name, b.Spec.PolicyName)
+				}
+				a.hooks[i].Bindings = append(a.hooks[i].Bindings, b)
+			}
 		}
 		for i := range a.hooks {
 			defaultPolicy(a.hooks[i].Policy)
@@ -246,16 +269,6 @@ func defaultRule(r *admissionregistrationv1.Rule) {
 	if r.Scope == nil {
 		r.Scope = ptr.To(admissionregistrationv1.AllScopes)
 	}
-}
-
-func nonNil(bs ...*admissionregistrationv1.ValidatingAdmissionPolicyBinding) []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	var out []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	for _, b := range bs {
-		if b != nil {
-			out = append(out, b)
-		}
-	}
-	return out
 }
 
 func readWebhooks(path string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
@@ -59,8 +60,9 @@ type Write struct {
 	Op, Sub string
 	Kind    Kind
 	In      Where
-	// Old is the stored object (nil on CREATE); New what the write asks
-	// for (nil on DELETE; on /scale the parent, unchanged).
+	// Old is the stored object (nil on CREATE, but the evicted pod of an
+	// eviction); New what the write asks for (nil on DELETE and eviction;
+	// on /scale the parent, unchanged).
 	Old, New *Object
 	As       User
 	// Via are the cluster tier's paths of an UPDATE (default: Put).
@@ -99,13 +101,17 @@ func (r FencingRow) For(m string) Want {
 	return r.Want
 }
 
-// Namespaces the unit tier writes in.
+// Unit is the namespace the unit tier writes in.
 func (w Where) Unit() string {
 	switch w {
 	case Required:
 		return "required"
 	case Excluded:
 		return "kubefence-system"
+	case Terminating:
+		return "terminating"
+	case MarkedLive:
+		return "marked"
 	}
 	return "jobs"
 }
@@ -122,7 +128,7 @@ func (r FencingRow) Check(m string, err error, tk Tokens, ns string) string {
 		return ""
 	}
 	judge := "webhook "
-	if m == Policy && r.Write.Sub != "scale" {
+	if m == Policy && r.Write.Sub != "scale" && r.Write.Sub != "eviction" {
 		judge = "policy " + policyFencing
 	}
 	msg := tk.Render(ns, want.Msg)
@@ -207,6 +213,14 @@ func scale(o *Object, as User) Write {
 	return Write{Op: "UPDATE", Sub: "scale", Kind: Widget, In: Plain, Old: o, New: o, As: as}
 }
 
+func evict(o *Object, as User) Write {
+	return Write{Op: "CREATE", Sub: "eviction", Kind: Pod, In: Plain, Old: o, As: as}
+}
+
+func debug(o *Object, as User) Write {
+	return Write{Op: "UPDATE", Sub: "ephemeralcontainers", Kind: Pod, In: Plain, Old: o, New: o.WithPhase("debug"), As: as}
+}
+
 func remove(o *Object, as User) Write {
 	return Write{Op: "DELETE", Kind: Widget, In: Plain, Old: o, As: as}
 }
@@ -217,7 +231,8 @@ func (w Write) in(where Where) Write { w.In = where; return w }
 var allPatches = []Path{Put, JSONPatch, MergePatch, Apply}
 
 const (
-	noClock = "CEL has no clock: the tenure table names bob until the controller, on its own clock, ends the tenure (and a grant after an expiry waits the commit lag after the API servers enforce the new entry), while the webhook refuses his token from its cut-off before the expiry"
+	terminating = "in a namespace being deleted the tenure table may be gone (the namespace controller deletes it in any order) and none can be created, so policy mode's operator marks the namespace (policy.NamespaceMarker) and a policy of its own accepts only the clean-up users' clean-up writes there (docs/design.md, \"A terminating namespace\"); the webhook reads the leases, which stay until their epoch finalizer is done"
+	noClock     = "CEL has no clock: the tenure table names bob until the controller, on its own clock, ends the tenure (and a grant after an expiry waits the commit lag after the API servers enforce the new entry), while the webhook refuses his token from its cut-off before the expiry"
 )
 
 // FencingRows is the fencing rule's table. Every row runs in both modes
@@ -317,6 +332,13 @@ func FencingRows() []FencingRow {
 		{Name: "deployments/status removing the guard, by a non-holder", Lease: Held,
 			Write: status(Deployment, Guarded(Current), Unguarded(), Alice), Want: refused(notHolder, "alice is not the holder of lease {ns}/job")},
 
+		{Name: "/eviction of a guarded pod by a non-holder", Lease: Held, Write: evict(Guarded(Current), Alice),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "writes to /eviction"},
+		{Name: "/eviction of a guarded pod by the holder", Lease: Held, Write: evict(Guarded(Current), Bob), Want: Allowed},
+		{Name: "pods/ephemeralcontainers of a guarded pod by a non-holder", Lease: Held, Write: debug(Guarded(Current), Alice),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "writes to /ephemeralcontainers", PolicyMsg: "writes to /ephemeralcontainers"},
+		{Name: "pods/ephemeralcontainers of a guarded pod by the holder", Lease: Held, Write: debug(Guarded(Current), Bob), Want: Allowed},
+
 		// Mandatory fencing of the listed kinds in a namespace labelled for it.
 		{Name: "required: an unguarded create", Lease: Held, Write: create(Widget, Required, Unguarded(), Bob),
 			Want: refused(unguarded, "fencing is required for this kind")},
@@ -330,6 +352,36 @@ func FencingRows() []FencingRow {
 			Write: remove(Unguarded(), NamespaceController).in(Required), Want: Allowed},
 		{Name: "required: others deleting an unguarded object", Lease: Held, Write: remove(Unguarded(), Bob).in(Required),
 			Want: refused(unguarded, "fencing is required for this kind")},
+		{Name: "required: /scale by a non-holder", Lease: Held, Write: scale(Guarded(Current), Alice).in(Required),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "writes to /scale"},
+		{Name: "required: /scale by the holder", Lease: Held, Write: scale(Guarded(Current), Bob).in(Required), Want: Allowed},
+		{Name: "required: /status by a non-holder", Lease: Held, Write: status(Widget, Guarded(Current), Guarded(Current).WithPhase("alice"), Alice).in(Required),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "writes to /status", PolicyMsg: "writes to /status"},
+		{Name: "required: /eviction of a guarded pod by a non-holder", Lease: Held, Write: evict(Guarded(Current), Alice).in(Required),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job")},
+		{Name: "required: pods/ephemeralcontainers of a guarded pod by a non-holder", Lease: Held, Write: debug(Guarded(Current), Alice).in(Required),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job")},
+
+		// A namespace being deleted.
+		{Name: "terminating: the holder's update", Lease: Held, Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob).in(Terminating),
+			Want: Allowed, Policy: differs(Refused(ReasonTerminating, "namespace {ns} is being deleted")), Why: terminating,
+			UnitOnly: "test/enforcement runNamespaceDeletion deletes a namespace on a cluster, playing the namespace controller"},
+		{Name: "terminating: a non-holder's delete", Lease: Held, Write: remove(Guarded(Current), Alice).in(Terminating),
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), Policy: differs(Refused(ReasonTerminating, "namespace {ns} is being deleted")), Why: terminating,
+			UnitOnly: "test/enforcement runNamespaceDeletion"},
+		{Name: "terminating: the namespace controller changing the spec", Lease: Held,
+			Write: update(Widget, Guarded(Current), Guarded(Current).By("namespace-controller"), NamespaceController).in(Terminating),
+			Want:  refused(notHolder, "is not the holder of lease {ns}/job"), Policy: differs(Refused(ReasonTerminating, "namespace {ns} is being deleted")), Why: terminating,
+			UnitOnly: "test/enforcement runNamespaceDeletion"},
+		{Name: "terminating: the namespace controller deleting it", Lease: Held, Write: remove(Guarded(Current), NamespaceController).in(Terminating), Want: Allowed,
+			UnitOnly: "test/enforcement runNamespaceDeletion"},
+		{Name: "terminating: the garbage collector finishing a cascade", Lease: Held, Write: update(Widget, Guarded(Current), cascade, GC).in(Terminating), Want: Allowed,
+			UnitOnly: "test/enforcement runNamespaceDeletion"},
+		{Name: "a live namespace marked terminating by hand: the holder's update", Lease: Held,
+			Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob).in(MarkedLive),
+			Want:  Allowed, Policy: differs(Refused(ReasonTerminating, "is labelled "+policy.TerminatingLabel+" but is not being deleted")),
+			Why:      "the mark moves the namespace's guarded objects to the terminating policy, which admits no more than the fencing policy would; the webhook ignores it",
+			UnitOnly: "test/enforcement runMarkedLiveNamespace"},
 
 		// After a release.
 		{Name: "released: update inheriting the token", Lease: Released, Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob),

@@ -29,6 +29,12 @@ const (
 	// Free is a lease nobody holds or asks for, created by the controller
 	// (a fresh one per row in the cluster tier).
 	Free LeaseBase = "free"
+	// Withdrawn is lease q whose status still names alice as the holder
+	// after her request was withdrawn, bob waiting: the controller has not
+	// ended her tenure yet.
+	Withdrawn LeaseBase = "q, alice withdrawn"
+	// NextHolder is lease q once bob, queued behind alice, holds it.
+	NextHolder LeaseBase = "q, bob holds"
 )
 
 // LeaseWant is what a lease row expects of one mode: allowed, or refused
@@ -175,6 +181,13 @@ func (r LeaseRow) UnitBase() *coordv1alpha1.FencedLease {
 		if r.Base == QueueMallory {
 			l.Spec.Requests = append(l.Spec.Requests, LeaseRequest("mallory", "mallory"))
 		}
+	case Withdrawn:
+		l = HeldLease(ns, "q", "alice", "alice", 5)
+		l.Spec.LeaseDurationSeconds, l.Status.LeaseDurationSeconds = 600, 600
+		l.Spec.Requests = []coordv1alpha1.LeaseRequest{LeaseRequest("bob", "bob")}
+	case NextHolder:
+		l = HeldLease(ns, "q", "bob", "bob", 6)
+		l.Spec.LeaseDurationSeconds, l.Status.LeaseDurationSeconds = 600, 600
 	case PodQueue:
 		l = HeldLease(ns, "pods", "a", "alice", 1)
 		l.Spec.LeaseDurationSeconds, l.Status.LeaseDurationSeconds = 600, 600
@@ -264,6 +277,11 @@ var anOwner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name
 
 func allowedLease() LeaseWant           { return LeaseWant{Allowed: true} }
 func refusedLease(msg string) LeaseWant { return LeaseWant{Msg: msg} }
+
+const (
+	requeued            = "queues the identity status.holderIdentity still names as the holder of token 5, whose request was withdrawn"
+	withdrawnOnACluster = "the controller ends such a tenure at once; test/enforcement runRequeuedHolder stops the reconciler to write it on a cluster"
+)
 
 const noLeaseClock = "CEL has no clock: the policy cannot bound a renewTime by the time of its admission; in policy mode the controller clamps a stamp ahead of its own clock (Timing.ClampStamps), which test/enforcement runFutureStamp proves on a cluster"
 
@@ -423,6 +441,19 @@ func LeaseRows() []LeaseRow {
 				annotate(revoked, fmt.Sprintf("alice/%d", l.Status.FencingToken))(l, now)
 			},
 			Want: allowedLease()},
+		{Name: "the released holder queues again once status names the next holder", Op: "UPDATE", Base: NextHolder, As: LeaseAlice,
+			Change: appendRequest("alice", "alice"), Want: allowedLease()},
+
+		// A holder's request withdrawn before the controller ended its
+		// tenure: a request under that identity would be taken for it.
+		{Name: "the released holder queues again before status changed", Op: "UPDATE", Base: Withdrawn, As: LeaseAlice,
+			Change: appendRequest("alice", "alice"), Want: refusedLease(requeued), WebhookMsg: `(holderIdentity "alice") ` + requeued,
+			PolicyMsg: "(holderIdentity alice) " + requeued, UnitOnly: withdrawnOnACluster},
+		{Name: "another user queues under the released holder's identity", Op: "UPDATE", Base: Withdrawn, As: LeaseMallory,
+			Change: appendRequest("alice", "mallory"), Want: refusedLease("wait until status.holderIdentity no longer names"),
+			WebhookMsg: `no longer names "alice", then request again`, UnitOnly: withdrawnOnACluster},
+		{Name: "an operator queues under the released holder's identity", Op: "UPDATE", Base: Withdrawn, As: LeaseOps,
+			Change: appendRequest("alice", "mallory"), Want: refusedLease(requeued), UnitOnly: withdrawnOnACluster},
 
 		// Fresh leases nobody holds.
 		{Name: "a client deletes a lease nobody holds", Op: "DELETE", Base: Free, As: LeaseAlice, Want: allowedLease()},

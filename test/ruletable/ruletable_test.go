@@ -26,7 +26,7 @@ func TestTablesAreWellFormed(t *testing.T) {
 		if w.Kind == Widget && w.Sub == "status" && (w.Old.Lease != w.New.Lease || w.Old.Token != w.New.Token) {
 			t.Errorf("%s: a Widget's /status write cannot change its metadata", r.Name)
 		}
-		if (w.Op == "CREATE") != (w.Old == nil) || (w.Op == "DELETE") != (w.New == nil) {
+		if eviction := w.Sub == "eviction"; (w.Op == "CREATE" && !eviction) != (w.Old == nil) || (w.Op == "DELETE" || eviction) != (w.New == nil) {
 			t.Errorf("%s: %s with old %v and new %v", r.Name, w.Op, w.Old, w.New)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,10 +48,16 @@ var UnitNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // UnitNamespaces are the namespaces of the unit tier.
 func UnitNamespaces() []*corev1.Namespace {
 	var out []*corev1.Namespace
-	for _, name := range []string{Plain.Unit(), Required.Unit(), Excluded.Unit(), "kube-system"} {
+	for _, name := range []string{Plain.Unit(), Required.Unit(), Excluded.Unit(), Terminating.Unit(), MarkedLive.Unit(), "kube-system"} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/metadata.name": name}}}
-		if name == Required.Unit() {
+		switch name {
+		case Required.Unit():
 			ns.Labels[coordv1alpha1.FencingNamespaceLabel] = "required"
+		case Terminating.Unit():
+			ns.Labels[policy.TerminatingLabel] = "true"
+			ns.Status.Phase = corev1.NamespaceTerminating
+		case MarkedLive.Unit():
+			ns.Labels[policy.TerminatingLabel] = "true"
 		}
 		out = append(out, ns)
 	}
@@ -65,7 +72,7 @@ func HeldLease(ns, name, holder, user string, token int64) *coordv1alpha1.Fenced
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 15,
 			Requests: []coordv1alpha1.LeaseRequest{{HolderIdentity: holder, User: user, RenewSequence: 1}}},
-		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: holder, FencingToken: token, ExpireTime: &expire,
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: holder, HolderUser: user, FencingToken: token, ExpireTime: &expire,
 			LeaseDurationSeconds: 15, RenewSequence: 1, ObservedGeneration: 1},
 	}
 }
@@ -85,7 +92,7 @@ func (r FencingRow) World() inprocess.World {
 	switch r.Lease {
 	case Released:
 		job.Spec.Requests = nil
-		job.Status.HolderIdentity, job.Status.ExpireTime = "", nil
+		job.Status.HolderIdentity, job.Status.HolderUser, job.Status.ExpireTime = "", "", nil
 	case Expired:
 		gone := metav1.NewMicroTime(UnitNow.Add(-5 * time.Second))
 		job.Status.ExpireTime = &gone
@@ -107,7 +114,7 @@ func (r FencingRow) World() inprocess.World {
 	if r.Lease != NoLeases {
 		w.Leases = []*coordv1alpha1.FencedLease{job, other}
 	}
-	if r.Write.Sub == "scale" {
+	if r.Write.Sub == "scale" || r.Write.Sub == "eviction" {
 		w.Objects = append(w.Objects, r.Write.Kind.Render(r.Write.Old, tk, r.Write.In.Unit(), "w"))
 	}
 	return w
@@ -124,12 +131,25 @@ func (r FencingRow) Request() inprocess.Request {
 	if wr.Op != "DELETE" {
 		req.Object = wr.Kind.Render(wr.New, UnitTokens, ns, "w")
 	}
-	if wr.Sub == "scale" {
+	switch wr.Sub {
+	case "scale":
 		// The API server hands admission the Scale, not the parent.
 		req.Kind = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
 		req.OldObject, req.Object = scaleOf(ns, 1), scaleOf(ns, 3)
+	case "eviction":
+		// And the Eviction, not the pod it deletes.
+		req.Kind = policyv1.SchemeGroupVersion.WithKind("Eviction")
+		req.OldObject, req.Object = nil, evictionOf(ns)
 	}
 	return req
+}
+
+func evictionOf(ns string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetGroupVersionKind(policyv1.SchemeGroupVersion.WithKind("Eviction"))
+	u.SetNamespace(ns)
+	u.SetName("w")
+	return u
 }
 
 func scaleOf(ns string, replicas int64) *unstructured.Unstructured {

@@ -30,6 +30,10 @@ const (
 	// ReasonNoTable: the namespace has no tenure table (no lease there
 	// was ever granted or recorded).
 	ReasonNoTable fencing.Reason = "no-table"
+	// ReasonTerminating: the namespace is marked as being deleted; only
+	// the clean-up users' clean-up writes are accepted (the terminating
+	// policy).
+	ReasonTerminating fencing.Reason = "terminating"
 	// ReasonCRD: the CRD's own validation refused the write (422), before
 	// any admission.
 	ReasonCRD fencing.Reason = "crd"
@@ -164,6 +168,8 @@ func StaleClass(r fencing.Reason) bool {
 // webhook's rule they are.
 func PolicyReason(msg string) fencing.Reason {
 	switch {
+	case strings.HasPrefix(msg, "namespace ") && (strings.Contains(msg, " is being deleted: ") || strings.Contains(msg, " but is not being deleted")):
+		return ReasonTerminating
 	case strings.Contains(msg, "was not written for the installed fencing policy"):
 		return ReasonTable
 	case strings.Contains(msg, "no params found"):

@@ -67,8 +67,9 @@ type Object struct {
 	// Writer is spec.writer of a Widget, data.writer of a ConfigMap,
 	// spec.holderIdentity of a coordination.k8s.io Lease.
 	Writer string
-	// Phase, if set, is a status change: status.phase of a Widget,
-	// status.observedGeneration (7) of a Deployment.
+	// Phase, if set, is a subresource's change: status.phase of a Widget,
+	// status.observedGeneration (7) of a Deployment, an ephemeral
+	// container of a Pod.
 	Phase      string
 	Finalizers []string
 }
@@ -102,6 +103,9 @@ const (
 	Deployment Kind = "deployment"
 	// CoordinationLease is a coordination.k8s.io Lease: never fenced (I7).
 	CoordinationLease Kind = "coordination-lease"
+	// Pod is a built-in kind with the subresources that change a pod
+	// (ephemeralcontainers) or delete it (eviction).
+	Pod Kind = "pod"
 )
 
 // GVK is the kind's group, version and kind.
@@ -113,6 +117,8 @@ func (k Kind) GVK() schema.GroupVersionKind {
 		return schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
 	case CoordinationLease:
 		return schema.GroupVersionKind{Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"}
+	case Pod:
+		return schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 	}
 	return schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
 }
@@ -154,6 +160,11 @@ func (k Kind) Render(o *Object, tk Tokens, ns, name string) *unstructured.Unstru
 		set(o.Writer, "data", "writer")
 	case CoordinationLease:
 		set(o.Writer, "spec", "holderIdentity")
+	case Pod:
+		set([]any{map[string]any{"name": "c", "image": "example.invalid/c"}}, "spec", "containers")
+		if o.Phase != "" {
+			set([]any{map[string]any{"name": o.Phase, "image": "example.invalid/d"}}, "spec", "ephemeralContainers")
+		}
 	case Deployment:
 		app := map[string]any{"app": name}
 		set(app, "spec", "selector", "matchLabels")
@@ -177,6 +188,12 @@ const (
 	Required Where = "required"
 	// Excluded is the operator's own namespace: never fenced (I7).
 	Excluded Where = "excluded"
+	// Terminating is a lease namespace being deleted, which the operator
+	// has marked policy.TerminatingLabel (policy mode's NamespaceMarker).
+	Terminating Where = "terminating"
+	// MarkedLive is a live lease namespace labelled policy.TerminatingLabel
+	// by hand.
+	MarkedLive Where = "marked-live"
 )
 
 // User is who sends a write.

@@ -166,7 +166,7 @@ func fuzzRow(op, sub, oldLease, oldToken, newLease, newToken, user string, lease
 		job := ruletable.HeldLease(ns, "job", holder, holder, leaseToken)
 		if holder == "" {
 			job.Spec.Requests = nil
-			job.Status.HolderIdentity, job.Status.ExpireTime = "", nil
+			job.Status.HolderIdentity, job.Status.HolderUser, job.Status.ExpireTime = "", "", nil
 		} else {
 			expire := metav1.NewMicroTime(ruletable.UnitNow.Add(time.Hour))
 			job.Status.ExpireTime = &expire

@@ -25,7 +25,8 @@
 //     TestLeaseRuleTable in controllers/webhooks/fencedlease, both modes
 //     through test/inprocess (the API server's own admission code around
 //     the operator's handlers and generated policies);
-//   - cluster: test/enforcement TestFencingTable, both modes on a real
+//   - cluster: test/enforcement TestFencingTable (runFencingRows,
+//     runLeaseRows), both modes on a real
 //     API server (rows marked UnitOnly say why they are not replayed).
 //
 // It imports the production packages it names and test/inprocess; no

@@ -329,8 +329,9 @@ func FencingRows() []FencingRow {
 			Want:  refused(stale, "stale fencing token {stale} for lease {ns}/job"), WebhookMsg: "the object already accepted token {current}"},
 		{Name: "deployments/status rewriting the token to one never issued, by the holder", Lease: Held,
 			Write: status(Deployment, Guarded(Current), Guarded(Unissued), Bob), Want: refused(notIssued, "was never issued")},
-		{Name: "deployments/status removing the guard, by a non-holder", Lease: Held,
-			Write: status(Deployment, Guarded(Current), Unguarded(), Alice), Want: refused(notHolder, "alice is not the holder of lease {ns}/job")},
+		{Name: "pods/status removing the guard, by a non-holder", Lease: Held,
+			Write: status(Pod, Guarded(Current), Unguarded(), Alice), Want: refused(notHolder, "alice is not the holder of lease {ns}/job")},
+		{Name: "pods/status removing the guard, by the holder", Lease: Held, Write: status(Pod, Guarded(Current), Unguarded(), Bob), Want: Allowed},
 
 		{Name: "/eviction of a guarded pod by a non-holder", Lease: Held, Write: evict(Guarded(Current), Alice),
 			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "writes to /eviction"},

@@ -249,7 +249,15 @@ func renew(id string, at func(prev *metav1.MicroTime, now time.Time) *metav1.Mic
 	}
 }
 
-func stampNow(_ *metav1.MicroTime, now time.Time) *metav1.MicroTime { return micro(now) }
+// stampNow stamps a renewal now, or just after the previous stamp if that
+// is later (an earlier row of the cluster tier may have stamped ahead
+// within the skew): a stamp that moves forward.
+func stampNow(prev *metav1.MicroTime, now time.Time) *metav1.MicroTime {
+	if prev != nil && !now.After(prev.Time) {
+		return micro(prev.Add(time.Millisecond))
+	}
+	return micro(now)
+}
 
 func appendRequest(id, user string) func(*coordv1alpha1.FencedLease, time.Time) {
 	return func(l *coordv1alpha1.FencedLease, _ time.Time) {

@@ -23,8 +23,14 @@ func TestTablesAreWellFormed(t *testing.T) {
 			t.Errorf("%s: a row whose modes differ says why, and only such a row", r.Name)
 		}
 		w := r.Write
+		// The API server's status strategies: a custom resource's drops
+		// metadata changes, deployments/status keeps annotations only,
+		// pods/status keeps labels and annotations.
 		if w.Kind == Widget && w.Sub == "status" && (w.Old.Lease != w.New.Lease || w.Old.Token != w.New.Token) {
 			t.Errorf("%s: a Widget's /status write cannot change its metadata", r.Name)
+		}
+		if w.Kind == Deployment && w.Sub == "status" && w.Old.Lease != w.New.Lease {
+			t.Errorf("%s: a Deployment's /status write cannot change its labels", r.Name)
 		}
 		if eviction := w.Sub == "eviction"; (w.Op == "CREATE" && !eviction) != (w.Old == nil) || (w.Op == "DELETE" || eviction) != (w.New == nil) {
 			t.Errorf("%s: %s with old %v and new %v", r.Name, w.Op, w.Old, w.New)

@@ -75,6 +75,7 @@ func FuzzDecide(f *testing.F) {
 		{"UPDATE", "", "job", "abc", "", "", "bob", 7, "bob"},
 		{"UPDATE", "", "job", "42", "other", "7", "bob", 42, "bob"},
 		{"UPDATE", "", "job", "43", "job", "43", "bob", 42, "bob"},
+		{"UPDATE", "", "job", "41", "job", "41", "bob", 42, "bob"}, // an inherited token below the lease's
 	} {
 		f.Add(s.op, s.sub, s.oldLease, s.oldToken, s.newLease, s.newToken, s.user, s.leaseToken, s.holder)
 	}

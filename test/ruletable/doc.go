@@ -18,16 +18,17 @@
 // messages differ) the row says so (Webhook, Policy and Why; WebhookMsg and
 // PolicyMsg), and the check holds each mode to exactly its own verdict.
 //
-// Three tiers run the same rows:
+// Three runners read the same rows:
 //
-//   - unit, in process (go test -short): TestFencingRuleTable and the
-//     differential FuzzDecide in controllers/webhooks/fencing,
-//     TestLeaseRuleTable in controllers/webhooks/fencedlease, both modes
-//     through test/inprocess (the API server's own admission code around
-//     the operator's handlers and generated policies);
-//   - cluster: test/enforcement TestFencingTable (runFencingRows,
-//     runLeaseRows), both modes on a real
-//     API server (rows marked UnitOnly say why they are not replayed).
+//   - the Go back end in process (webhook mode) and
+//   - the CEL back end in process (policy mode), both through test/inprocess
+//     (the API server's own admission code around the operator's handlers
+//     and generated policies): TestFencingRuleTable and the differential
+//     FuzzDecide in controllers/webhooks/fencing, TestLeaseRuleTable in
+//     controllers/webhooks/fencedlease (go test -short, make test-unit);
+//   - both modes on a real API server: test/enforcement TestFencingTable
+//     (runFencingRows, runLeaseRows), but for the rows marked UnitOnly,
+//     which say why.
 //
 // It imports the production packages it names and test/inprocess; no
 // production package may import it.

@@ -329,7 +329,9 @@ func TestFencedClientRefusesUnfenceableObjects(t *testing.T) {
 		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "cr"}}
 	}
 	inNamespace := func(ns string) func() client.Object {
-		return func() client.Object { return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}} }
+		return func() client.Object {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}
+		}
 	}
 	for _, tc := range []struct {
 		name    string

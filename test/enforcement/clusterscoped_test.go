@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,6 +76,10 @@ func TestClusterScopedGuardIsRefused(t *testing.T) {
 				refused("create guarded with token "+token, h.admin.Create(h.ctx, clusterWidget(prefix+"guarded-"+token, true, token)))
 			}
 			refused("create guarded by alice", h.users["alice"].Create(h.ctx, clusterWidget(prefix+"alice", true, "1")))
+			// A Namespace is cluster-scoped too, although the API server
+			// names it as its own request's namespace.
+			refused("create a guarded Namespace", h.admin.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "guarded",
+				Labels: map[string]string{coordv1alpha1.GuardLeaseLabel: "job"}, Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "1"}}}))
 
 			plain := clusterWidget(prefix+"plain", false, "")
 			if err := h.admin.Create(h.ctx, plain); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
 )
 
 // clusterWidget is a ClusterWidget (test/crds, cluster-scoped) called name,
@@ -33,9 +34,6 @@ func clusterWidget(name string, guarded bool, token string) *unstructured.Unstru
 
 // uncheckableMessage is in both back ends' refusal of a guard on a
 // cluster-scoped object.
-// clusterScopedPolicy is policy.ClusterScopedPolicyName.
-const clusterScopedPolicy = "kubefence-fencing-cluster-scoped"
-
 const uncheckableMessage = "this object is cluster-scoped, so no FencedLease can check its fencing guard"
 
 // TestClusterScopedGuardIsRefused: a cluster-scoped object names no
@@ -61,8 +59,8 @@ func TestClusterScopedGuardIsRefused(t *testing.T) {
 					t.Errorf("%s: not an API status: %v", what, err)
 				case !strings.Contains(st.Status().Message, uncheckableMessage) || !strings.Contains(st.Status().Message, "remove the "+coordv1alpha1.GuardLeaseLabel+" label"):
 					t.Errorf("%s: message %q does not say the guard cannot be checked and what to do", what, st.Status().Message)
-				case mode == operator.EnforcementPolicy && !strings.Contains(st.Status().Message, "ValidatingAdmissionPolicy '"+clusterScopedPolicy+"'"):
-					t.Errorf("%s: refused, but not by policy %s: %s", what, clusterScopedPolicy, st.Status().Message)
+				case mode == operator.EnforcementPolicy && !strings.Contains(st.Status().Message, "ValidatingAdmissionPolicy '"+policy.ClusterScopedPolicyName+"'"):
+					t.Errorf("%s: refused, but not by policy %s: %s", what, policy.ClusterScopedPolicyName, st.Status().Message)
 				}
 			}
 			prefix := mode + "-"

@@ -56,7 +56,7 @@ type cluster struct {
 	connect   *connectProxy
 	cfg       *rest.Config
 	scheme    *runtime.Scheme
-	admin     client.Client
+	admin     client.WithWatch
 	// adminUser is the envtest admin's username: the operator runs as it and
 	// the FencedLease webhook trusts it as the controller.
 	adminUser       string
@@ -142,7 +142,7 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 		return nil, err
 	}
 	c := &cluster{env: env, cfg: cfg, two: two, etcdProxy: etcdProxy, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
-	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if c.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return c, err
 	}
 	review := &authenticationv1.SelfSubjectReview{}

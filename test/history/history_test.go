@@ -161,6 +161,24 @@ func runHistory(t *testing.T, prof profile) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The commit log: every version of the Widgets and FencedLeases, from
+	// before the first is written, placed by its etcd revision.
+	commitsOut, err := os.Create(filepath.Join(dir, "commits.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer commitsOut.Close()
+	start := time.Now()
+	rec, err := checker.StartCommitRecorder(ctx, cl.admin, historyNamespace, start, commitsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording := true
+	defer func() {
+		if recording {
+			_, _ = rec.Stop()
+		}
+	}()
 	if err := cl.startOperator(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +191,6 @@ func runHistory(t *testing.T, prof profile) {
 		}
 	}
 
-	start := time.Now()
 	ws := &workerSet{bin: workerBin, seed: prof.seed, args: []string{
 		"--namespace=" + historyNamespace,
 		"--leases=" + joinLeases(leases),
@@ -259,6 +276,9 @@ func runHistory(t *testing.T, prof profile) {
 		if harnessErr == nil {
 			harnessErr = inj.deadWorker()
 		}
+		if harnessErr == nil {
+			harnessErr = rec.Err()
+		}
 		if harnessErr != nil || (n >= prof.writes && inj.Total() >= prof.faults) ||
 			(prof.maxRun > 0 && time.Since(start) >= prof.maxRun) {
 			break
@@ -291,6 +311,16 @@ func runHistory(t *testing.T, prof profile) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every version committed before the final read is in the log once the
+	// watches deliver what is committed after it.
+	if err := rec.Sync(ctx, cl.admin, 30*time.Second); err != nil {
+		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
+	}
+	commits, err := rec.Stop()
+	recording = false
+	if err != nil {
+		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
+	}
 	var records []checker.Record
 	for _, path := range ws.logPaths() {
 		f, err := os.Open(path)
@@ -306,7 +336,7 @@ func runHistory(t *testing.T, prof profile) {
 	}
 	ops := checker.Ops(records)
 	checkStart := time.Now()
-	res := checker.Check(ops, finals, checker.Options{VisualizeDir: dir})
+	res := checker.Check(ops, finals, checker.Options{VisualizeDir: dir, Commits: commits})
 	checkTime := time.Since(checkStart)
 
 	s := summarize(prof, ops, records, finals, inj.Counts(), inj.Total(), res, runTime, checkTime)
@@ -319,6 +349,9 @@ func runHistory(t *testing.T, prof profile) {
 	}
 	if len(res.Inconclusive) > 0 {
 		t.Errorf("linearizability check inconclusive (timed out) for %v", res.Inconclusive)
+	}
+	for _, g := range res.CommitLogGaps {
+		t.Errorf("the commit log is incomplete, so commit order is unproven (the harness failed, not kubefence): %s", g)
 	}
 	if prof.required {
 		if n := countAppends(ops); n < prof.writes {
@@ -416,6 +449,10 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 	fmt.Fprintf(&b, "  violations: %d (%s)\n", total, strings.Join(counts, " "))
 	fmt.Fprintf(&b, "  linearizability: %d ops checked with porcupine in %v, %d inconclusive\n", res.LinearizableOps,
 		checkTime.Round(time.Millisecond), len(res.Inconclusive))
+	c := res.Commits
+	fmt.Fprintf(&b, "  commit log: %d Widget and %d FencedLease versions by etcd revision, %d gaps; %d grants (%d in the commit that ended the previous tenure), "+
+		"%d tenure ends without a grant, %d lease deletions\n", c.WidgetVersions, c.LeaseVersions, len(res.CommitLogGaps), c.Grants, c.HandOvers, c.Ends, c.Deletions)
+	fmt.Fprintf(&b, "  commits after their tenure's end, before the next grant (allowed): %d, at most %d revisions late\n", c.LateCommits, c.MaxLateBy)
 	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
 	return b.String()
 }

@@ -30,12 +30,23 @@ const (
 	faultRevoke        = "revoke"             // an operator revokes a held lease (kubectl fence release / handover), writes in flight
 	faultAPIServerLag  = "apiserver-lag"      // delay what etcd sends the second kube-apiserver: its caches (the policy's parameters) lag
 	faultAPIServerStop = "apiserver-pause"    // SIGSTOP the second kube-apiserver, then SIGCONT: what queued runs on a stale cache
+	faultCommitDelay   = "commit-delay"       // delay the kube-apiservers' Widget writes to etcd after admission, revoking the leases meanwhile
 	faultHealReset     = "reset"              // heal by resetting the connections
 	faultHealLate      = "late"               // heal by delivering what was held
 )
 
 var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,
-	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke}
+	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke, faultCommitDelay}
+
+// The settings of the commit-delay fault (HISTORY_COMMIT_DELAY).
+const (
+	// commitDelayWithin delays commits by a quarter to a half of the commit
+	// lag the run's leases are fenced for: no violation may follow.
+	commitDelayWithin = "within"
+	// commitDelayBeyond delays them by 1.5 to 3 times --max-commit-lag:
+	// commit-order violations must follow (the run fails without one).
+	commitDelayBeyond = "beyond"
+)
 
 // twoServerFaults are the faults of a control plane of two kube-apiservers
 // (policy mode's): they act on the second.
@@ -61,11 +72,15 @@ type injector struct {
 	workers *workerSet
 	leases  []string
 	lease   time.Duration // the lease duration
-	minGap  time.Duration
-	maxGap  time.Duration
-	log     *os.File
-	start   time.Time
-	errs    chan error
+	// commitLag is the operator's --max-commit-lag, commitDelay the
+	// commit-delay fault's setting.
+	commitLag   time.Duration
+	commitDelay string
+	minGap      time.Duration
+	maxGap      time.Duration
+	log         *os.File
+	start       time.Time
+	errs        chan error
 
 	mu      sync.Mutex
 	busy    map[string]bool
@@ -334,7 +349,73 @@ func (in *injector) plan(kind string) func() {
 				kind, delay.Round(time.Millisecond), d.Round(time.Millisecond), scope, marked)
 			in.cluster.etcdProxy.SetDownDelay(delay, configMapsOnly)
 			time.Sleep(d)
-			in.cluster.etcdProxy.Heal(false)
+			in.cluster.etcdProxy.SetDownDelay(0, false) // not Heal: a commit delay may be under way
+		}
+	case faultCommitDelay:
+		// What a kube-apiserver has admitted commits late: a slow etcd, a
+		// slow network to it, or an API server starved after admission. It
+		// matters where a tenure ends, so tenures end inside the window: an
+		// operator revokes (or hands over) every lease not under another
+		// fault, one after another, each while its holder's writes are in
+		// flight (the next grant waits the commit lag); expiries and
+		// releases meanwhile count too.
+		lo, hi := in.commitDelayRange()
+		delay := in.between(lo, hi)
+		type revocation struct {
+			lease    string
+			after    time.Duration
+			handover bool
+		}
+		var revs []revocation
+		for _, i := range in.rnd.Perm(len(in.leases)) {
+			revs = append(revs, revocation{lease: in.leases[i], after: in.between(300*time.Millisecond, 900*time.Millisecond),
+				handover: in.rnd.Intn(2) == 0})
+		}
+		rest := in.between(time.Second, 2*time.Second)
+		if !in.claim("apiserver/commit") {
+			return nil
+		}
+		claimed := revs[:0]
+		for _, r := range revs {
+			if in.claim("lease/" + r.lease) {
+				claimed = append(claimed, r)
+			}
+		}
+		revs = claimed
+		return func() {
+			defer in.release("apiserver/commit")
+			for _, r := range revs {
+				defer in.release("lease/" + r.lease)
+			}
+			delayed := func() (n int) {
+				for _, p := range in.cluster.etcdProxies {
+					n += p.DelayedWrites()
+				}
+				return n
+			}
+			before, start := delayed(), time.Now()
+			in.logf("%s: delay the kube-apiservers' Widget writes to etcd by %v (%s the commit lag), revoking the holders of %d leases meanwhile",
+				kind, delay.Round(time.Millisecond), in.commitDelay, len(revs))
+			for _, p := range in.cluster.etcdProxies {
+				p.SetWriteDelay(delay)
+			}
+			for _, r := range revs {
+				time.Sleep(r.after)
+				holder, err := in.cluster.revoke(context.Background(), r.lease, r.handover)
+				switch {
+				case err != nil:
+					in.logf("%s: revoking %s: %v", kind, r.lease, err)
+				case holder == "":
+					in.logf("%s: %s has no holder to revoke", kind, r.lease)
+				default:
+					in.logf("%s: revoked %s's tenure of %s (hand-over to the next waiting: %v)", kind, holder, r.lease, r.handover)
+				}
+			}
+			time.Sleep(rest)
+			for _, p := range in.cluster.etcdProxies {
+				p.SetWriteDelay(0)
+			}
+			in.logf("%s: lifted after %v, %d Widget writes delayed", kind, time.Since(start).Round(time.Millisecond), delayed()-before)
 		}
 	case faultAPIServerStop:
 		// Shorter than its master lease (15 s): the server stays listed. It
@@ -376,6 +457,20 @@ func (in *injector) plan(kind string) func() {
 		}
 	}
 	panic("unknown fault kind " + kind)
+}
+
+// commitDelayRange is the commit-delay fault's range of delays. The commit
+// lag the run's leases are fenced for is --max-commit-lag C, but at most L/10
+// (the fencing webhook stops admitting a tenure's writes min(S + C, L/10)
+// before its expiry, fencing.CutOff): 200 ms for the 2 s leases here. Within
+// it the fault delays by a quarter to a half of that; beyond it by 1.5 to 3 C,
+// past the wait after a revocation too.
+func (in *injector) commitDelayRange() (lo, hi time.Duration) {
+	if in.commitDelay == commitDelayBeyond {
+		return in.commitLag * 3 / 2, in.commitLag * 3
+	}
+	bound := min(in.commitLag, in.lease/10)
+	return bound / 4, bound / 2
 }
 
 // pickWorker picks a worker: mostly one that holds a lease right now (a

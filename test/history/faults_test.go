@@ -399,6 +399,15 @@ func (in *injector) plan(kind string) func() {
 			for _, p := range in.cluster.etcdProxies {
 				p.SetWriteDelay(delay)
 			}
+			// The revocations begin once writes are delayed: not while nobody
+			// writes (after an operator-kill, until the new leader has waited
+			// out the killed one's Lease, nothing is granted).
+			for delayed() == before && time.Since(start) < 30*time.Second {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if waited := time.Since(start); waited > time.Second {
+				in.logf("%s: the first Widget write was delayed after %v", kind, waited.Round(time.Millisecond))
+			}
 			for _, r := range revs {
 				time.Sleep(r.after)
 				holder, err := in.cluster.revoke(context.Background(), r.lease, r.handover)

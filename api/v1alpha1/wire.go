@@ -66,6 +66,31 @@ func RequestIndex(requests []LeaseRequest, identity string) int {
 	return -1
 }
 
+// HolderRequestIndex is the position in requests (a lease's spec.requests)
+// of the request that carries the tenure st (its status) names, or -1 when
+// none does: nobody holds the lease, or the tenure has ended in the API
+// server whatever status still says, because the holder's request is gone
+// (released, revoked, removed at expiry) or the request of that identity is
+// not the one granted: made again by another user than st.HolderUser, or
+// with a renewSequence below st.RenewSequence. The controller, the fencing
+// webhook and the tenure table all judge a tenure by it. A status without
+// holderUser (written before the field existed) leaves the user test out:
+// any request of the holder's identity counts.
+func HolderRequestIndex(requests []LeaseRequest, st *FencedLeaseStatus) int {
+	if st.HolderIdentity == "" {
+		return -1
+	}
+	i := RequestIndex(requests, st.HolderIdentity)
+	if i < 0 {
+		return -1
+	}
+	r := &requests[i]
+	if (st.HolderUser != "" && r.User != st.HolderUser) || r.RenewSequence < st.RenewSequence {
+		return -1
+	}
+	return i
+}
+
 // How a refusal of a stale write reaches a client.
 //
 // The fencing webhook refuses a write whose token (or whose writer's tenure)

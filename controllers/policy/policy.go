@@ -40,6 +40,17 @@ const (
 	FencingPolicyName   = coordv1alpha1.FencingPolicyName
 	GuardedBindingName  = "kubefence-fencing-guarded"
 	RequiredBindingName = "kubefence-fencing-required"
+	// TerminatingPolicyName judges guarded objects in the namespaces the
+	// operator has marked as being deleted (TerminatingLabel), where the
+	// guarded and required bindings no longer apply: only the clean-up
+	// users' clean-up writes are accepted there, tenure table or not; its
+	// binding has the same name.
+	TerminatingPolicyName = "kubefence-fencing-terminating"
+	// TerminatingLabel, set to "true" by the operator (NamespaceMarker) on
+	// a namespace being deleted, moves its guarded objects from the fencing
+	// policy to TerminatingPolicyName (docs/design.md, "A terminating
+	// namespace").
+	TerminatingLabel = "kubefence.io/terminating"
 	// TablePolicyName refuses writes to the tenure tables from anyone but
 	// the controller (and deletes from the cluster's clean-up controllers);
 	// its binding has the same name.
@@ -147,6 +158,12 @@ func (s Settings) namespaceNotExcluded() metav1.LabelSelectorRequirement {
 		Values: append([]string(nil), s.ExcludedNamespaces...)}
 }
 
+// notTerminating leaves the namespaces marked TerminatingLabel out of the
+// fencing policy's bindings: their tenure table may be gone, and a binding
+// with parameterNotFoundAction: Deny would then refuse even the clean-up
+// users' deletes, before any CEL runs; TerminatingBinding judges them.
+var notTerminating = metav1.LabelSelectorRequirement{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpDoesNotExist}
+
 // The fencing rule in CEL, the same rule as controllers/webhooks/fencing
 // Decide (docs/design.md, "Policy mode"): the tenure table entry of a lease
 // is "<token>" (no holder) or "<token> <attempt> <pod> <user>", where pod is "-"
@@ -162,7 +179,6 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 	v := func(name, expr string) admissionregistrationv1.Variable {
 		return admissionregistrationv1.Variable{Name: name, Expression: expr}
 	}
-	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
 	entry := func(lease string) string {
 		return fmt.Sprintf("params.?data[?%s].orValue('').split(' ', 4)", lease)
 	}
@@ -182,10 +198,7 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("guardedOld", "variables.oldLease != ''"),
 		v("guardedNew", "variables.newLease != ''"),
 		v("metadataWrite", "request.operation != 'DELETE' && (variables.sub == '' || (oldObject != null && object != null && (variables.oldLease != variables.newLease || variables.hasOldTok != variables.hasNewTok || variables.oldTok != variables.newTok)))"),
-		v("cleanup", fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
-			"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
-			"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
-			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
+		s.cleanupVariable(),
 		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
 			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
 		// A table written for another installation of the fencing policy
@@ -219,6 +232,17 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
         variables.holderNew) :
 (variables.guardedOld && variables.hasOldTok && variables.oldTokOK) ? variables.tokenNewAccepted : variables.tokenNew`),
 	}
+}
+
+// cleanupVariable is the clean-up exemption: a clean-up user's DELETE, or
+// its UPDATE that changes nothing but finalizers, ownerReferences and what
+// the API server sets itself.
+func (s Settings) cleanupVariable() admissionregistrationv1.Variable {
+	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
+	return admissionregistrationv1.Variable{Name: "cleanup", Expression: fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
+		"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
+		"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
+		"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)}
 }
 
 // holderCheck is the webhook's checkHolder: the requester must be the
@@ -263,17 +287,10 @@ size(variables.newEntry) < 4 ?
 // its IncarnationAnnotation.
 func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
-		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
-		MatchConstraints: &admissionregistrationv1.MatchResources{
-			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
-			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
-					Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-			}}},
-		},
-		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
-		Variables:       s.variables(),
+		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+		MatchConstraints: guardedWrites(),
+		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
+		Variables:        s.variables(),
 		Validations: []admissionregistrationv1.Validation{{
 			Expression:        "variables.verdict == ''",
 			MessageExpression: "variables.verdict",
@@ -282,6 +299,55 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 	})
 	p.Annotations = map[string]string{IncarnationAnnotation: s.Incarnation}
 	return p
+}
+
+// guardedWrites are the writes the fencing policies may judge: CREATE,
+// UPDATE and DELETE of every namespaced kind and of the subresources whose
+// object is the guarded object itself.
+func guardedWrites() *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+				Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}}},
+	}
+}
+
+// TerminatingPolicy judges guarded objects in the namespaces marked
+// TerminatingLabel: it needs no tenure table (a terminating namespace's
+// may be gone, and none can be created there), and accepts only the
+// clean-up users' clean-up writes, which the fencing policy accepts from
+// them whatever the tenure (variables.cleanup, the same expression); every
+// other write is refused, the holder's too. A namespace marked while it is
+// not being deleted is refused with a message that says so.
+func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: guardedWrites(),
+		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
+		Variables:        []admissionregistrationv1.Variable{s.cleanupVariable()},
+		Validations: []admissionregistrationv1.Validation{{
+			Expression: "variables.cleanup",
+			MessageExpression: fmt.Sprintf("namespaceObject.status.?phase.orValue('') == 'Terminating' ? "+
+				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
+				"'namespace ' + request.namespace + ' is labelled %[1]s but is not being deleted: no write to a guarded object is accepted until the label is removed (the kubefence operator sets it on namespaces being deleted)'", TerminatingLabel),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
+}
+
+// TerminatingBinding binds TerminatingPolicy to every guarded object in the
+// namespaces marked TerminatingLabel (outside the excluded ones).
+func (s Settings) TerminatingBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	b := bindEverywhere(TerminatingPolicyName)
+	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpExists}, s.namespaceNotExcluded()}},
+	}
+	return b
 }
 
 func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
@@ -301,18 +367,19 @@ func (s Settings) binding(name string, match *admissionregistrationv1.MatchResou
 }
 
 // GuardedBinding binds the fencing policy to every guarded object outside
-// the excluded namespaces.
+// the excluded namespaces and the terminating ones (TerminatingBinding).
 func (s Settings) GuardedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return s.binding(GuardedBindingName, &admissionregistrationv1.MatchResources{
 		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
-		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded(), notTerminating}},
 	})
 }
 
 // RequiredBinding binds the fencing policy to every object of the required
-// kinds in namespaces labelled kubefence.io/fencing=required; nil without
-// required kinds.
+// kinds in namespaces labelled kubefence.io/fencing=required (but the
+// terminating ones: nothing can be created there); nil without required
+// kinds.
 func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	if len(s.RequiredKinds) == 0 {
 		return nil
@@ -329,7 +396,7 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 		ResourceRules: rules,
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: coordv1alpha1.FencingNamespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"required"}},
-			s.namespaceNotExcluded()}},
+			s.namespaceNotExcluded(), notTerminating}},
 	}
 	if slices.Contains(s.RequiredKinds, schema.GroupResource{Resource: "configmaps"}) {
 		// The operator's own ConfigMaps in lease namespaces carry no guard.

@@ -17,6 +17,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 // The FencedLease rules (I6) on a real API server, one table in both modes:
@@ -404,4 +405,77 @@ func runFutureStamp(t *testing.T, h *harness) {
 	if d := time.Since(renewed); d < 2*time.Second {
 		t.Errorf("bob was granted %v after alice's last renewal, before L = 2 s", d)
 	}
+}
+
+// runRequeuedHolder: a released holder's identity, queued again by someone
+// else before the controller ended the tenure, does not carry the tenure on
+// (docs/design.md, "Which request carries the tenure"). alice leads lease
+// ns/held and writes object y, bob waits. The reconciler stops while the
+// webhooks keep serving (a leader hand-off: the other replicas still serve
+// admission); alice's elector releases. Admission refuses mallory's
+// request under the identity alice, which status still names as holder.
+// A request that admission did not judge (an earlier release's admitted
+// it; here the controller's own user appends it) is not alice's tenure
+// either: mallory's DELETE of y is refused before a controller runs again,
+// and once one does, bob, queued first, is granted the lease and her
+// DELETE is still refused.
+func runRequeuedHolder(t *testing.T, h *harness) {
+	ns := h.namespace(t, nil)
+	h.lease(t, ns, "held", 30)
+	alice, _ := h.lead(t, "alice", ns, "held")
+	must(t, fence.NewFencedClient(h.users["alice"], "held", alice.el).Create(h.ctx, widget(ns, "y", "", "", "alice")))
+	bob := h.elect(t, "bob", ns, "held")
+	r := &leaseRules{h: h, ns: ns, users: h.clients()}
+	h.eventually(t, 10*time.Second, "bob is queued behind alice", func() error {
+		if l := r.get(t, "held"); coordv1alpha1.RequestIndex(l.Spec.Requests, "bob") < 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	h.stopOperator()
+	webhooksOnly := h.options()
+	webhooksOnly.Reconciler = false
+	h.runOperator(t, webhooksOnly)
+	alice.stop()
+	h.eventually(t, 10*time.Second, "alice's elector withdraws her request", func() error {
+		if l := r.get(t, "held"); coordv1alpha1.RequestIndex(l.Spec.Requests, "alice") >= 0 || l.Status.HolderIdentity != "alice" {
+			return fmt.Errorf("requests %v, holder %q", l.Spec.Requests, l.Status.HolderIdentity)
+		}
+		return nil
+	})
+	queue := func(l *coordv1alpha1.FencedLease) {
+		l.Spec.Requests = append(l.Spec.Requests, request("alice", "mallory"))
+	}
+	checkLease(t, h, "mallory queues under the identity alice, which status names as the holder after alice withdrew",
+		r.update(t, "mallory", "held", queue), "queues the identity status.holderIdentity still names as the holder", false)
+	if l := r.get(t, "held"); coordv1alpha1.RequestIndex(l.Spec.Requests, "alice") < 0 {
+		must(t, r.update(t, "admin", "held", queue))
+	}
+
+	y := widget(ns, "y", "", "", "")
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(y), y))
+	before := notHolder(ns + "/held") // the table still names alice's user
+	if h.mode == operator.EnforcementWebhook {
+		before = staleRefusal("lease " + ns + "/held has no holder") // the live read
+	}
+	check(t, h, "mallory deletes y under alice's tenure, her request made again by mallory", h.users["mallory"].Delete(h.ctx, y.DeepCopy()), before)
+
+	h.stopOperator()
+	h.runOperator(t, h.options())
+	h.leads(t, bob, 30*time.Second, "bob, queued first, is granted ns/held once a controller runs")
+	check(t, h, "mallory deletes y once bob holds the lease", h.users["mallory"].Delete(h.ctx, y.DeepCopy()), notHolder(ns+"/held"))
+	if l := r.get(t, "held"); l.Status.HolderUser != "bob" || coordv1alpha1.RequestIndex(l.Spec.Requests, "alice") < 0 {
+		t.Errorf("after the grant to bob: status.holderUser %q, requests %v; want bob, and mallory's request waiting", l.Status.HolderUser, l.Spec.Requests)
+	}
+}
+
+// clients are the harness's users' clients, and the admin's as "admin" (a
+// controller user: admission does not judge its writes).
+func (h *harness) clients() map[string]client.Client {
+	out := map[string]client.Client{"admin": h.admin}
+	for name, c := range h.users {
+		out[name] = c
+	}
+	return out
 }

@@ -108,6 +108,13 @@ func TestValidateUpdateRules(t *testing.T) {
 		f(l)
 		return l
 	}
+	// heldBy is l with status naming holder (token 7), as the controller wrote it.
+	heldBy := func(holder string, l *coordv1alpha1.FencedLease) *coordv1alpha1.FencedLease {
+		return change(l, func(l *coordv1alpha1.FencedLease) {
+			l.Status.HolderIdentity, l.Status.HolderUser, l.Status.FencingToken = holder, "alice", 7
+		})
+	}
+	const requeued = `(holderIdentity "a") queues the identity status.holderIdentity still names as the holder of token 7, whose request was withdrawn`
 	for _, tc := range []struct {
 		name     string
 		old, cur *coordv1alpha1.FencedLease
@@ -133,6 +140,16 @@ func TestValidateUpdateRules(t *testing.T) {
 		{"Pod binding, renew own pod's", pod(rq("worker-1", sa, 1), rq("worker-2", sa, 0)), pod(rq("worker-1", sa, 2), rq("worker-2", sa, 0)), asPod(sa, "worker-1"), "", nil, ""},
 		{"Pod binding, sibling pod renews", pod(rq("worker-1", sa, 1), rq("worker-2", sa, 0)), pod(rq("worker-1", sa, 2), rq("worker-2", sa, 0)), asPod(sa, "worker-2"), "", nil,
 			`it belongs to pod "worker-1"`},
+		// The identity status names as holder, its request withdrawn: the
+		// controller has not ended the tenure yet, and a request made under
+		// it now would be taken for the tenure.
+		{"the released holder queues again before status changed", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "alice", 0)), alice, "", nil, requeued},
+		{"another user queues under the released holder's identity", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "mallory", 0)), asUser("mallory"), "", nil,
+			`wait until status.holderIdentity no longer names "a", then request again`},
+		{"an operator queues under the released holder's identity", heldBy("a", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "mallory", 0)), asUser("root", "system:masters"), "", nil, requeued},
+		{"the holder renews while status names it", heldBy("a", base(rq("a", "alice", 3))), base(rq("a", "alice", 4)), alice, "", nil, ""},
+		{"another queues while status names the holder", heldBy("a", base(rq("a", "alice", 3))), base(rq("a", "alice", 3), rq("b", "bob", 0)), bob, "", nil, ""},
+		{"the released holder queues again once status names the next holder", heldBy("b", base(rq("b", "bob", 0))), base(rq("b", "bob", 0), rq("a", "alice", 0)), alice, "", nil, ""},
 		// What only the controller writes.
 		{"status", base(rq("a", "alice", 0)), base(rq("a", "alice", 0)), alice, "status", nil, "status is written only by the kubefence controller"},
 		{"another subresource", base(), base(), alice, "scale", nil, `subresource "scale" of a FencedLease cannot be written`},
@@ -161,6 +178,52 @@ func TestValidateUpdateRules(t *testing.T) {
 			v := &FencedLeaseValidator{ControllerUsers: []string{ruleController}, AdminGroups: tc.admins}
 			_, err := v.ValidateUpdate(ruleContext(tc.user, admissionv1.Update, tc.sub), tc.old, tc.cur)
 			wantRefusal(t, err, tc.want)
+		})
+	}
+}
+
+// A lease the fencing webhook cannot fully protect (the assembly passes
+// fencing.ShortLeaseWarning: shorter than 10 x (skew + commit lag)) is
+// warned about when it is created with that duration or changed to it, and
+// not on its renewals.
+func TestShortLeaseIsWarnedAbout(t *testing.T) {
+	v := &FencedLeaseValidator{ControllerUsers: []string{ruleController}, DurationWarning: func(l time.Duration) string {
+		if l < 11*time.Second {
+			return "short " + l.String()
+		}
+		return ""
+	}}
+	withDuration := func(seconds int32, reqs ...coordv1alpha1.LeaseRequest) *coordv1alpha1.FencedLease {
+		l := ruleLease("", reqs...)
+		l.Spec.LeaseDurationSeconds = seconds
+		return l
+	}
+	admin := asUser("root", "system:masters")
+	for _, tc := range []struct {
+		name     string
+		old, cur *coordv1alpha1.FencedLease // old nil: a create
+		user     authenticationv1.UserInfo
+		want     []string
+	}{
+		{"create 2 s", nil, withDuration(2, rq("a", "alice", 0)), asUser("alice"), []string{"short 2s"}},
+		{"create 15 s", nil, withDuration(15, rq("a", "alice", 0)), asUser("alice"), nil},
+		{"create 2 s, refused", nil, withDuration(2, rq("a", "bob", 0)), asUser("alice"), nil},
+		{"renew a 2 s lease", withDuration(2, rq("a", "alice", 0)), withDuration(2, rq("a", "alice", 1)), asUser("alice"), nil},
+		{"an admin shortens a lease to 2 s", withDuration(15), withDuration(2), admin, []string{"short 2s"}},
+		{"an admin lengthens a lease to 15 s", withDuration(2), withDuration(15), admin, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got admission.Warnings
+			if tc.old == nil {
+				got, _ = v.ValidateCreate(ruleContext(tc.user, admissionv1.Create, ""), tc.cur)
+			} else {
+				var err error
+				got, err = v.ValidateUpdate(ruleContext(tc.user, admissionv1.Update, ""), tc.old, tc.cur)
+				wantRefusal(t, err, "")
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("warnings %q, want %q", got, tc.want)
+			}
 		})
 	}
 }

@@ -147,7 +147,7 @@ const (
 	ReasonNotHolder   Reason = "not-holder"  // tokenless write from someone other than the holder
 	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
 	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
-	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag
+	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag, or ended too near the tenure's expiry
 )
 
 // Verdict is the webhook's answer.
@@ -163,6 +163,12 @@ type Verdict struct {
 	// Lease, Presented and Current describe the check, for logs and metrics.
 	Lease              string
 	Presented, Current int64
+	// AnswerBy, when a live tenure admitted the write, is the latest instant
+	// on the webhook's clock at which the answer may leave (the tenure's
+	// AnswerBy; the earlier one when the write needed two leases): the
+	// handler refuses a decision that ends later (it is slow). Zero when no
+	// tenure admitted the write.
+	AnswerBy time.Time
 }
 
 func allow(lease string, presented, current int64) Verdict {
@@ -220,8 +226,13 @@ func Decide(in Input) Verdict {
 		if !v.Allowed || !metadataWrite || !guardedNew {
 			return v
 		}
-		// Re-pointed at another lease: the new token must be current there too.
-		return checkToken(in, in.New.Lease, nil)
+		// Re-pointed at another lease: the new token must be current there
+		// too, and the answer must leave in time for both tenures.
+		w := checkToken(in, in.New.Lease, nil)
+		if w.Allowed && v.AnswerBy.Before(w.AnswerBy) {
+			w.AnswerBy = v.AnswerBy
+		}
+		return w
 	}
 
 	// An update that leaves the token as stored did not present one: a plain
@@ -350,7 +361,9 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
 			coordv1alpha1.StaleMarker, token, scope, st.Holder, expire.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
-	return allow(scope, token, st.Token)
+	v := allow(scope, token, st.Token)
+	v.AnswerBy = AnswerBy(expire, st.LeaseDuration, in.Skew, in.CommitLag)
+	return v
 }
 
 // Expiry is the webhook's lower bound of the controller's expiry of the
@@ -376,16 +389,73 @@ func Expiry(st LeaseState, skew time.Duration) time.Time {
 //
 // The controller never grants the next tenure before expire, so a write
 // admitted before the cut-off commits before that grant as long as it commits
-// within the margin of its admission (clock offset included). The cap keeps
-// the cut-off after the client helper's own deadline (sent + L - L/10, before
-// expire - L/10): an honest holder is never refused before it stops itself.
-// So for leases shorter than 10 (skew + commitLag) the commit-lag bound is L/10.
+// within the margin of its admission, less the clock offset (CommitBudget).
+// The cap keeps the cut-off after the client helper's own deadline
+// (sent + L - L/10, before expire - L/10): an honest holder is never refused
+// before it stops itself. So for leases shorter than FullMarginLease the
+// commit-lag bound shrinks to L/10 - skew.
 func CutOff(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
+	return expire.Add(-cutOffMargin(leaseDuration, skew, commitLag))
+}
+
+func cutOffMargin(leaseDuration, skew, commitLag time.Duration) time.Duration {
 	margin := skew + commitLag
 	if leaseDuration > 0 && leaseDuration/10 < margin {
 		margin = leaseDuration / 10
 	}
-	return expire.Add(-margin)
+	return margin
+}
+
+// FullMarginLease is the shortest lease whose cut-off margin is the whole
+// skew + commitLag: 10 (skew + commitLag), 11 s by default. A shorter lease's
+// margin is L/10, and its commit-lag budget less than commitLag.
+func FullMarginLease(skew, commitLag time.Duration) time.Duration {
+	return 10 * (skew + commitLag)
+}
+
+// CommitBudget is the commit-lag budget of a tenure: how long a write whose
+// fencing decision started just before the cut-off may take from then to its
+// commit and still commit before the controller may expire the tenure. It is
+// the cut-off margin less the clock offset: commitLag for leases of
+// FullMarginLease and longer, leaseDuration/10 - skew for shorter ones, and
+// none once leaseDuration/10 <= skew.
+func CommitBudget(leaseDuration, skew, commitLag time.Duration) time.Duration {
+	return max(cutOffMargin(leaseDuration, skew, commitLag)-skew, 0)
+}
+
+// AnswerBy is the latest instant, on the webhook's clock, at which the
+// webhook may answer a write admitted in a tenure that expires at expire:
+//
+//	expire - skew - CommitBudget/2
+//
+// expire - skew is the earliest the controller's clock may show expire, seen
+// on the webhook's clock. The webhook keeps half of the commit-lag budget
+// (its lease read and decision) and leaves the other half (the answer's way
+// back, the API server's other admission, the commit) to the stated
+// assumption. For leases of FullMarginLease and longer a decision that
+// started before the cut-off and took at most commitLag/2 always answers by
+// then; for shorter ones a decision that started near the cut-off must be
+// quicker than that (docs/design.md, "The webhook keeps its half").
+func AnswerBy(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
+	return expire.Add(-skew - CommitBudget(leaseDuration, skew, commitLag)/2)
+}
+
+// ShortLeaseWarning is the warning for a lease of duration leaseDuration
+// shorter than FullMarginLease(skew, commitLag), "" for others: its cut-off
+// margin is L/10, so the time an admitted write may take to commit before
+// the next grant shrinks from commitLag to CommitBudget.
+func ShortLeaseWarning(leaseDuration, skew, commitLag time.Duration) string {
+	full := FullMarginLease(skew, commitLag)
+	if leaseDuration <= 0 || leaseDuration >= full {
+		return ""
+	}
+	budget := CommitBudget(leaseDuration, skew, commitLag)
+	left := budget.String()
+	if budget == 0 {
+		left = "nothing (L/10 is not more than the skew)"
+	}
+	return fmt.Sprintf("kubefence: lease duration %v is shorter than 10 x (webhook clock skew %v + max commit lag %v) = %v, so its commit-lag bound shrinks to L/10 = %v, clock skew included: the fencing webhook stops accepting the holder's token only %v before its expiry, which leaves %s, not %v, for a write admitted just before then to commit; a write that takes longer from admission to commit may commit after the next holder's grant. Set leaseDurationSeconds to at least %d for the full bound (docs/design.md)",
+		leaseDuration, skew, commitLag, full, leaseDuration/10, leaseDuration/10, left, commitLag, (full+time.Second-1)/time.Second)
 }
 
 // isHolder tells whether the requester is the lease's current holder: the user

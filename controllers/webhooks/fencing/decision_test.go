@@ -245,3 +245,76 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+// An admitting decision carries the instant by which its answer must leave:
+// half the tenure's commit-lag budget before its expiry less the skew, from
+// the same expiry the cut-off used (the stamp's, when later), and the
+// earlier of two tenures for a write moved from one lease to another.
+func TestDecisionCarriesItsAnswerBy(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	repointed := func() Input {
+		in := lagged(10*time.Second, 15*time.Second, 0)
+		short := held()
+		short.ExpireTime, short.LeaseDuration = now.Add(time.Second), 2*time.Second
+		long := in.Lease
+		in.Lease = func(name string) (LeaseState, error) {
+			if name == "other" {
+				return short, nil
+			}
+			return long(name)
+		}
+		in.Old, in.New = guarded("42"), &Object{Lease: "other", Token: "42", HasToken: true}
+		return in
+	}()
+	for _, c := range []struct {
+		name string
+		in   Input
+		want time.Time
+	}{
+		// 15 s: budget C = 1 s; answer by expire - 100 ms - 500 ms.
+		{"15 s lease", lagged(10*time.Second, 15*time.Second, 0), now.Add(10*time.Second - ms(600))},
+		// 2 s: margin 200 ms, budget 100 ms; answer by expire - 100 ms - 50 ms.
+		{"2 s lease", lagged(time.Second, 2*time.Second, 0), now.Add(time.Second - ms(150))},
+		// 1 s: margin 100 ms, no budget left; answer by expire - 100 ms (the cut-off).
+		{"1 s lease", lagged(time.Second, time.Second, 0), now.Add(time.Second - ms(100))},
+		// Stamped 1 s ago on a 2 s lease: expiry now + 1 s - skew.
+		{"2 s lease, stamped renewal", lagged(-5*time.Second, 2*time.Second, time.Second), now.Add(time.Second - ms(100) - ms(150))},
+		{"moved to a lease that expires sooner", repointed, now.Add(time.Second - ms(150))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.in)
+			if !v.Allowed {
+				t.Fatalf("refused: %s", v.Message)
+			}
+			if !v.AnswerBy.Equal(c.want) {
+				t.Fatalf("AnswerBy = now%+v, want now%+v", v.AnswerBy.Sub(now), c.want.Sub(now))
+			}
+		})
+	}
+	if v := Decide(input(admissionv1.Create, "", nil, &Object{}, "x", held())); !v.Allowed || !v.AnswerBy.IsZero() {
+		t.Fatalf("unguarded write: allowed %v, AnswerBy %v; want allowed with no AnswerBy", v.Allowed, v.AnswerBy)
+	}
+}
+
+// A lease shorter than 10 (S + C) gets a warning that says how far its
+// commit-lag bound shrinks; others get none.
+func TestShortLeaseWarning(t *testing.T) {
+	for _, c := range []struct {
+		l    time.Duration
+		want string // "" for none
+	}{
+		{15 * time.Second, ""},
+		{11 * time.Second, ""},
+		{10 * time.Second, "shrinks to L/10 = 1s, clock skew included: the fencing webhook stops accepting the holder's token only 1s before its expiry, which leaves 900ms, not 1s,"},
+		{2 * time.Second, "shrinks to L/10 = 200ms, clock skew included: the fencing webhook stops accepting the holder's token only 200ms before its expiry, which leaves 100ms, not 1s,"},
+		{time.Second, "leaves nothing (L/10 is not more than the skew), not 1s,"},
+	} {
+		got := ShortLeaseWarning(c.l, DefaultSkew, DefaultCommitLag)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("ShortLeaseWarning(%v) = %q, want %q", c.l, got, c.want)
+		}
+		if got != "" && (!strings.Contains(got, "= 11s") || !strings.Contains(got, "at least 11")) {
+			t.Errorf("ShortLeaseWarning(%v) = %q: does not name the 11s threshold", c.l, got)
+		}
+	}
+}

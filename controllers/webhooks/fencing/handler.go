@@ -70,7 +70,8 @@ type Handler struct {
 	Parents dynamic.Interface
 	// Clock is the webhook's clock; Skew covers its difference from the
 	// controller's; CommitLag bounds the time from a decision to the write's
-	// commit (see CutOff).
+	// commit (see CutOff and AnswerBy). CommitLag must be > 0: with 0 no
+	// decision that takes any time is in time, and every one is refused.
 	Clock     clock.PassiveClock
 	Skew      time.Duration
 	CommitLag time.Duration
@@ -160,13 +161,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	} else {
 		v = Decide(in)
 	}
-	if took := h.Clock.Since(in.Now); v.Allowed && len(reads) > 0 && h.CommitLag > 0 && took > h.CommitLag/2 {
-		// The commit-lag bound runs from the lease read to the commit: the
-		// webhook keeps its own half of it (read and decision), and assumes
-		// the other half (its answer's way back, the API server's commit).
-		v = refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
-			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
-			v.Lease, took.Round(time.Millisecond), h.CommitLag)
+	if v.Allowed && len(reads) > 0 {
+		v = h.inTime(v, in.Now, h.Clock.Now())
 	}
 	metrics.FencingChecked(len(reads) > 0, time.Since(start))
 	if v.Allowed {
@@ -177,6 +173,31 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		Allowed: false,
 		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: statusReason(v.Code), Message: v.Message, Details: staleDetails(v)},
 	}}
+}
+
+// inTime refuses (503, retry) an admitting decision that started at start
+// and ends at end too late for the write to commit before the next grant.
+// The commit-lag bound runs from the lease read to the commit: the webhook
+// keeps its own half of it (read and decision) and assumes the other half
+// (its answer's way back, the API server's other admission, the commit).
+// So the decision may take at most half the commit lag (a tenure revoked, or
+// a lease recreated, after the read: the controller grants the next one the
+// commit lag after it saw the end), and must end by the tenure's AnswerBy
+// (an expiry: for a lease shorter than FullMarginLease half the commit-lag
+// budget is less than half the commit lag; docs/design.md).
+func (h *Handler) inTime(v Verdict, start, end time.Time) Verdict {
+	took := end.Sub(start)
+	switch {
+	case took > h.CommitLag/2:
+		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
+			v.Lease, took.Round(time.Millisecond), h.CommitLag)
+	case !v.AnswerBy.IsZero() && end.After(v.AnswerBy):
+		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+			"the fencing check of lease %s took %v and ended at %s, after %s, the last instant that leaves half of the tenure's commit-lag budget before its expiry (a lease shorter than 10 x (clock skew + commit lag) has a cut-off margin of only a tenth of its duration), so the write could commit after the next grant; refusing (fail closed): retry",
+			v.Lease, took.Round(time.Millisecond), end.UTC().Format(time.RFC3339Nano), v.AnswerBy.UTC().Format(time.RFC3339Nano))
+	}
+	return v
 }
 
 // staleDetails carries a stale refusal to clients as typed causes (the wire

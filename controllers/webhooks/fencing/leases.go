@@ -170,9 +170,12 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 // readLease reduces a FencedLease to what the fencing rule needs. A tenure
 // counts as ended (no holder) as soon as it is ended in the API server, even
 // before the controller records the end in status: when the lease is being
-// deleted, when the holder's request is gone (a release, or an operator's
-// revocation), or when the request was withdrawn and made again (its
-// renewSequence fell below the one the controller acknowledged).
+// deleted, or when no request carries the tenure
+// (coordv1alpha1.HolderRequestIndex): the holder's request is gone (a
+// release, or an operator's revocation), or it was withdrawn and made again
+// (by another user than status.holderUser, or with a renewSequence below the
+// one the controller acknowledged). The holder's user is that of the
+// granted request, never of one made again under its identity.
 func readLease(ctx context.Context, r client.Reader, namespace, name string) (LeaseState, error) {
 	var l coordv1alpha1.FencedLease
 	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &l); err != nil {
@@ -192,21 +195,15 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 	if st.Holder == "" {
 		return st, nil
 	}
-	found := false
-	for _, req := range l.Spec.Requests {
-		if req.HolderIdentity == st.Holder {
-			found = true
-			st.HolderUser = req.User
-			if req.RenewTime != nil {
-				st.RenewStamp = req.RenewTime.Time
-			}
-			if req.RenewSequence < l.Status.RenewSequence {
-				found = false
-			}
-		}
+	i := coordv1alpha1.HolderRequestIndex(l.Spec.Requests, &l.Status)
+	if i < 0 || !l.DeletionTimestamp.IsZero() {
+		st.Holder, st.ExpireTime = "", time.Time{}
+		return st, nil
 	}
-	if !found || !l.DeletionTimestamp.IsZero() {
-		st.Holder, st.HolderUser, st.ExpireTime = "", "", time.Time{}
+	req := &l.Spec.Requests[i]
+	st.HolderUser = req.User
+	if req.RenewTime != nil {
+		st.RenewStamp = req.RenewTime.Time
 	}
 	return st, nil
 }

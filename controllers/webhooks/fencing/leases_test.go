@@ -131,3 +131,64 @@ func TestLeaseReaderEndsATenureTheTenureTableNoLongerNames(t *testing.T) {
 		})
 	}
 }
+
+// The reader counts a tenure as ended as soon as the lease says so in the API
+// server, before the controller writes the end to status: the holder's
+// request is gone, made again (its renewSequence below the acknowledged
+// one), or made again by another user than the one granted the tenure
+// (status.holderUser). alice was granted token 42 with a fresh request and
+// renewed with stamps, so status still says renewSequence 0; a request made
+// again also starts at 0, and only its user tells it from hers.
+func TestReadLeaseEndsATenureItsRequestNoLongerCarries(t *testing.T) {
+	exp := metav1.NewMicroTime(time.Now().Add(10 * time.Second))
+	stamp := metav1.NewMicroTime(time.Now())
+	alice := coordv1alpha1.LeaseRequest{HolderIdentity: "alice", User: "alice", RenewSequence: 3, RenewTime: &stamp}
+	bob := coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"}
+	for _, c := range []struct {
+		name       string
+		requests   []coordv1alpha1.LeaseRequest
+		holderUser string
+		ackedSeq   int64
+		deleting   bool
+		// wantUser is the holder's user the reader must name ("" for no holder).
+		wantUser string
+	}{
+		{"the holder's request, renewed with stamps", []coordv1alpha1.LeaseRequest{alice, bob}, "alice", 0, false, "alice"},
+		{"the holder's request is gone (released)", []coordv1alpha1.LeaseRequest{bob}, "alice", 0, false, ""},
+		{"made again by another user than status.holderUser", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "mallory"}}, "alice", 0, false, ""},
+		{"made again, its renewSequence below the acknowledged one", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "alice"}}, "alice", 3, false, ""},
+		{"the lease is being deleted", []coordv1alpha1.LeaseRequest{alice, bob}, "alice", 0, true, ""},
+		// docs/versioning.md: an earlier controller's status names no user,
+		// and the request of the holder's identity counts, whoever made it.
+		{"a status without holderUser (an earlier controller's)", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "mallory"}}, "", 0, false, "mallory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lease := &coordv1alpha1.FencedLease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job"},
+				Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 15, Requests: c.requests},
+				Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "alice", HolderUser: c.holderUser, FencingToken: 42,
+					RenewSequence: c.ackedSeq, LeaseDurationSeconds: 15, ExpireTime: &exp},
+			}
+			if c.deleting {
+				now := metav1.Now()
+				lease.DeletionTimestamp = &now
+			}
+			st, err := readLease(context.Background(), cacheLike{lease}, "ns", "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.HolderUser != c.wantUser || (st.Holder != "") != (c.wantUser != "") {
+				t.Fatalf("holder %q, user %q (token %d); want user %q", st.Holder, st.HolderUser, st.Token, c.wantUser)
+			}
+			if c.wantUser == "" {
+				in := Input{Namespace: "ns", Now: time.Now(), Skew: DefaultSkew}
+				if v := current(in, "job", st, 42); v.Allowed {
+					t.Errorf("token 42 accepted after its tenure ended in the API server: %+v", v)
+				}
+				if isHolder(Requester{Username: "mallory"}, st) {
+					t.Errorf("mallory's tokenless writes (DELETE, /status, /scale) pass as the holder's")
+				}
+			}
+		})
+	}
+}

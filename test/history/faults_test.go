@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
 // Fault kinds.
@@ -41,7 +42,8 @@ var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faul
 // The settings of the commit-delay fault (HISTORY_COMMIT_DELAY).
 const (
 	// commitDelayWithin delays commits by a quarter to a half of the commit
-	// lag the run's leases are fenced for: no violation may follow.
+	// lag the run's leases are fenced for (commitDelayRange): no violation
+	// may follow.
 	commitDelayWithin = "within"
 	// commitDelayBeyond delays them by 1.5 to 3 times --max-commit-lag:
 	// commit-order violations must follow (the run fails without one).
@@ -469,17 +471,19 @@ func (in *injector) plan(kind string) func() {
 }
 
 // commitDelayRange is the commit-delay fault's range of delays. The commit
-// lag the run's leases are fenced for is --max-commit-lag C, but at most L/10
-// (the fencing webhook stops admitting a tenure's writes min(S + C, L/10)
-// before its expiry, fencing.CutOff): 200 ms for the 2 s leases here. Within
-// it the fault delays by a quarter to a half of that; beyond it by 1.5 to 3 C,
+// lag the run's leases are fenced for is their commit-lag budget B
+// (fencing.CommitBudget: the cut-off margin min(S + C, L/10) less the clock
+// offset S; C for long leases, 100 ms for the 2 s leases here), of which the
+// webhook keeps half for its lease read and decision (fencing.AnswerBy) and
+// leaves half to what follows its answer, where this fault acts: within
+// the lag it delays by a quarter to a half of B; beyond it, by 1.5 to 3 C,
 // past the wait after a revocation too.
 func (in *injector) commitDelayRange() (lo, hi time.Duration) {
 	if in.commitDelay == commitDelayBeyond {
 		return in.commitLag * 3 / 2, in.commitLag * 3
 	}
-	bound := min(in.commitLag, in.lease/10)
-	return bound / 4, bound / 2
+	budget := fencing.CommitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
+	return budget / 4, budget / 2
 }
 
 // pickWorker picks a worker: mostly one that holds a lease right now (a

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -471,19 +472,38 @@ func (in *injector) plan(kind string) func() {
 }
 
 // commitDelayRange is the commit-delay fault's range of delays. The commit
-// lag the run's leases are fenced for is their commit-lag budget B
-// (fencing.CommitBudget: the cut-off margin min(S + C, L/10) less the clock
-// offset S; C for long leases, 100 ms for the 2 s leases here), of which the
-// webhook keeps half for its lease read and decision (fencing.AnswerBy) and
-// leaves half to what follows its answer, where this fault acts: within
-// the lag it delays by a quarter to a half of B; beyond it, by 1.5 to 3 C,
-// past the wait after a revocation too.
+// lag the run's leases are fenced for is their commit-lag budget B: the
+// cut-off margin min(S + C, L/10) less the clock offset S (C for long leases,
+// 100 ms for the 2 s leases here), of which the webhook keeps half for its
+// lease read and decision (fencing.AnswerBy) and leaves half to what follows
+// its answer, where this fault acts. Within the lag it delays by a quarter to
+// a half of B; beyond it, by 1.5 to 3 C, past the wait after a revocation
+// too.
 func (in *injector) commitDelayRange() (lo, hi time.Duration) {
 	if in.commitDelay == commitDelayBeyond {
 		return in.commitLag * 3 / 2, in.commitLag * 3
 	}
-	budget := fencing.CommitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
+	budget := commitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
 	return budget / 4, budget / 2
+}
+
+// commitBudget is fencing.CommitBudget, computed here so that a scratch copy
+// with the commit-lag terms removed (docs/reliability.md, "Commit order")
+// still delays commits by what the design allows
+// (TestCommitBudgetIsTheDesigns).
+func commitBudget(lease, skew, commitLag time.Duration) time.Duration {
+	return max(min(skew+commitLag, lease/10)-skew, 0)
+}
+
+// TestCommitBudgetIsTheDesigns: commitBudget is fencing.CommitBudget.
+func TestCommitBudgetIsTheDesigns(t *testing.T) {
+	for _, lease := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute} {
+		for _, c := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second} {
+			if got, want := commitBudget(lease, fencing.DefaultSkew, c), fencing.CommitBudget(lease, fencing.DefaultSkew, c); got != want {
+				t.Errorf("commitBudget(%v, %v, %v) = %v, fencing.CommitBudget says %v", lease, fencing.DefaultSkew, c, got, want)
+			}
+		}
+	}
 }
 
 // pickWorker picks a worker: mostly one that holds a lease right now (a

@@ -46,6 +46,13 @@ const (
 	// lag the run's leases are fenced for (commitDelayRange): no violation
 	// may follow.
 	commitDelayWithin = "within"
+	// commitDelayWithinLag delays them by a quarter to a half of
+	// --max-commit-lag C: within what the waits after a revocation, a
+	// recreation and the barrier cover, beyond what a 2 s lease's expiry
+	// does (its budget is L/10 - S). No violation is expected from the
+	// fault's revocations; the mutation experiment of docs/reliability.md
+	// runs with it.
+	commitDelayWithinLag = "within-lag"
 	// commitDelayBeyond delays them by 1.5 to 3 times --max-commit-lag:
 	// commit-order violations must follow (the run fails without one).
 	commitDelayBeyond = "beyond"
@@ -397,8 +404,8 @@ func (in *injector) plan(kind string) func() {
 				return n
 			}
 			before, start := delayed(), time.Now()
-			in.logf("%s: delay the kube-apiservers' Widget writes to etcd by %v (%s the commit lag), revoking the holders of %d leases meanwhile",
-				kind, delay.Round(time.Millisecond), in.commitDelay, len(revs))
+			in.logf("%s: delay the kube-apiservers' Widget writes to etcd by %v (%s), revoking the holders of %d leases meanwhile",
+				kind, delay.Round(time.Millisecond), describeCommitDelay(in.commitDelay), len(revs))
 			for _, p := range in.cluster.etcdProxies {
 				p.SetWriteDelay(delay)
 			}
@@ -477,14 +484,28 @@ func (in *injector) plan(kind string) func() {
 // 100 ms for the 2 s leases here), of which the webhook keeps half for its
 // lease read and decision (fencing.AnswerBy) and leaves half to what follows
 // its answer, where this fault acts. Within the lag it delays by a quarter to
-// a half of B; beyond it, by 1.5 to 3 C, past the wait after a revocation
-// too.
+// a half of B; within-lag by a quarter to a half of C; beyond it, by 1.5 to
+// 3 C, past the wait after a revocation too.
 func (in *injector) commitDelayRange() (lo, hi time.Duration) {
-	if in.commitDelay == commitDelayBeyond {
+	switch in.commitDelay {
+	case commitDelayBeyond:
 		return in.commitLag * 3 / 2, in.commitLag * 3
+	case commitDelayWithinLag:
+		return in.commitLag / 4, in.commitLag / 2
 	}
 	budget := commitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
 	return budget / 4, budget / 2
+}
+
+// describeCommitDelay says what a commit-delay setting delays by.
+func describeCommitDelay(setting string) string {
+	switch setting {
+	case commitDelayWithinLag:
+		return "within --max-commit-lag"
+	case commitDelayBeyond:
+		return "beyond --max-commit-lag"
+	}
+	return "within the leases' commit-lag budget"
 }
 
 // commitBudget is fencing.CommitBudget, computed here so that a scratch copy

@@ -16,7 +16,8 @@
 // the short profile in policy mode when it is unset.
 // HISTORY_COMMIT_DELAY=beyond makes the commit-delay fault hold commits past
 // the commit lag: the run then passes only if the commit-order checker
-// reports violations (default: within, and no violation). HISTORY_SEED replays a
+// reports violations (default: within the leases' commit-lag budget, and no
+// violation; within-lag: within --max-commit-lag). HISTORY_SEED replays a
 // fault schedule (the choices; timing differs), HISTORY_DURATION caps the
 // run, HISTORY_WORKERS and HISTORY_LEASES size it, and HISTORY_ARTIFACTS
 // keeps the logs in that directory.
@@ -108,10 +109,10 @@ func loadProfile(t *testing.T) profile {
 	}
 	switch d := os.Getenv("HISTORY_COMMIT_DELAY"); d {
 	case "":
-	case commitDelayWithin, commitDelayBeyond:
+	case commitDelayWithin, commitDelayWithinLag, commitDelayBeyond:
 		p.commitDelay = d
 	default:
-		t.Fatalf("HISTORY_COMMIT_DELAY=%q: expected %q or %q", d, commitDelayWithin, commitDelayBeyond)
+		t.Fatalf("HISTORY_COMMIT_DELAY=%q: expected %q, %q or %q", d, commitDelayWithin, commitDelayWithinLag, commitDelayBeyond)
 	}
 	if p.workers < 2 || p.leases < 1 {
 		t.Fatalf("HISTORY_WORKERS must be at least 2 and HISTORY_LEASES at least 1")
@@ -144,8 +145,8 @@ func runHistory(t *testing.T, prof profile) {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	}
 	logf.SetLogger(logr.Discard())
-	t.Logf("history profile %s, %s mode, commits delayed %s the commit lag: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
-		prof.name, prof.enforcement, prof.commitDelay, prof.seed, prof.seed, prof.writes, prof.faults)
+	t.Logf("history profile %s, %s mode, commits delayed %s: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
+		prof.name, prof.enforcement, describeCommitDelay(prof.commitDelay), prof.seed, prof.seed, prof.writes, prof.faults)
 
 	dir := os.Getenv("HISTORY_ARTIFACTS")
 	if dir == "" {
@@ -467,8 +468,8 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 			appliedUnknown++
 		}
 	}
-	fmt.Fprintf(&b, "kubefence history test, profile %s, %s mode, commits delayed %s the commit lag, seed %d\n", prof.name, prof.enforcement,
-		prof.commitDelay, prof.seed)
+	fmt.Fprintf(&b, "kubefence history test, profile %s, %s mode, commits delayed %s, seed %d\n", prof.name, prof.enforcement,
+		describeCommitDelay(prof.commitDelay), prof.seed)
 	fmt.Fprintf(&b, "  run: %v with %d workers, %d leases (%ds), %d objects\n", runTime.Round(time.Second), prof.workers, prof.leases,
 		prof.leaseSeconds, res.Objects)
 	fmt.Fprintf(&b, "  guarded writes attempted: %d\n", countAppends(ops))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -103,7 +104,14 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 			p.SetWriteDelay(0)
 		}
 	}()
-	fc := fence.NewFencedClient(cl, canaryLease, testenv.FixedToken(token))
+	// The client's write histogram must see the held write (what
+	// KubefenceClientWritesSlow alerts on).
+	reg := prometheus.NewRegistry()
+	metrics, err := fence.NewMetrics(reg)
+	if err != nil {
+		return 0, err
+	}
+	fc := fence.NewFencedClient(cl, canaryLease, testenv.FixedToken(token), fence.ClientConfig{Metrics: metrics})
 	done := make(chan error, 1)
 	start := time.Now()
 	w := testenv.Widget(historyNamespace, canaryLease+"-0")
@@ -145,7 +153,7 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 		if err != nil {
 			return held, fmt.Errorf("canary-a's write, released after canary-b's grant: %w", err)
 		}
-		return held, nil
+		return held, checkWriteHistogram(reg, held)
 	case <-ctx.Done():
 		return held, fmt.Errorf("canary-a's write did not return: %w", ctx.Err())
 	}
@@ -177,4 +185,31 @@ func splitCanary(log []checker.Version) (run, canary []checker.Version) {
 		}
 	}
 	return run, canary
+}
+
+// checkWriteHistogram checks that the client metrics in reg timed one
+// acknowledged write, with a round trip of at least held.
+func checkWriteHistogram(reg *prometheus.Registry, held time.Duration) error {
+	families, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, f := range families {
+		if f.GetName() != "kubefence_client_write_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == fence.WriteOK {
+					h := m.GetHistogram()
+					if h.GetSampleCount() != 1 || h.GetSampleSum() < held.Seconds() {
+						return fmt.Errorf("kubefence_client_write_duration_seconds{result=ok}: %d writes, %.3fs in all; want the one write, held %v",
+							h.GetSampleCount(), h.GetSampleSum(), held)
+					}
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("kubefence_client_write_duration_seconds{result=ok} did not record canary-a's write")
 }

@@ -124,6 +124,9 @@ func (h *harness) cleanupUser(t *testing.T, name string) client.WithWatch {
 // of their names) and, for a pod-bound token, the admin impersonating u.
 func (h *harness) as(t *testing.T, u ruletable.User) client.WithWatch {
 	t.Helper()
+	if u.Name == ruletable.Controller.Name {
+		return h.admin
+	}
 	if u.Pod == "" {
 		return h.cleanupUser(t, u.Name)
 	}
@@ -191,6 +194,7 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 		}
 	}
 	if key.lease == ruletable.NoLeases {
+		seed(ruletable.NoToken, ruletable.Bob)
 		return s
 	}
 	var bob *elector
@@ -216,6 +220,24 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 	if key.in == ruletable.Required {
 		must(t, h.admin.Patch(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}, client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"metadata":{"labels":{%q:"required"}}}`, coordv1alpha1.FencingNamespaceLabel))))
+		// The API server's admission reads namespaces from its cache.
+		h.eventually(t, 10*time.Second, "namespace "+s.ns+" requires fencing", func() error {
+			if err := h.admin.Create(h.ctx, widget(s.ns, "probe", "", "", "admin"), client.DryRunAll); err == nil {
+				return errors.New("an unguarded Widget is still accepted")
+			}
+			return nil
+		})
+	}
+	// The API server's admission reads the tenure tables from its cache:
+	// once a tenure ended, bob's token is refused for that, a moment later.
+	ended := func(why string) {
+		h.eventually(t, 10*time.Second, "bob's token on "+s.ns+"/job is refused: "+why, func() error {
+			probe := ruletable.Widget.Render(ruletable.Guarded(ruletable.Current), s.tk, s.ns, "probe")
+			if err := h.users["bob"].Create(h.ctx, probe, client.DryRunAll); err == nil || !strings.Contains(err.Error(), why) {
+				return fmt.Errorf("answered %v", err)
+			}
+			return nil
+		})
 	}
 	switch key.lease {
 	case ruletable.Released:
@@ -223,6 +245,7 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 		h.eventually(t, 20*time.Second, "bob's release of "+s.ns+"/job ends his tenure", func() error {
 			return s.leaseIs(func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == "" }, "")
 		})
+		ended("has no holder")
 	case ruletable.Recreated:
 		bob.stop()
 		job := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "job"}}
@@ -237,6 +260,11 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 		h.eventually(t, 20*time.Second, "the new incarnation of "+s.ns+"/job starts above the old one's tokens", func() error {
 			return s.leaseIs(func(l *coordv1alpha1.FencedLease) bool { return l.Status.TokenBase >= s.tk.Current }, "0")
 		})
+		if h.mode == operator.EnforcementPolicy {
+			ended("was never issued") // the new incarnation's entry, token 0
+		} else {
+			ended("were issued before the lease was deleted and created again")
+		}
 	}
 	return s
 }
@@ -303,8 +331,11 @@ func (s *rowSituation) run(t *testing.T, r ruletable.FencingRow, name string, pa
 		what += " (" + string(path) + ")"
 	}
 	ns := s.ns
-	if w.In == ruletable.Excluded {
+	switch {
+	case w.In == ruletable.Excluded:
 		ns = operatorNamespace
+	case w.Kind.ClusterScoped():
+		ns = ""
 	}
 	c := s.h.as(t, w.As)
 	ctx := s.h.ctx

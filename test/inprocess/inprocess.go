@@ -3,8 +3,9 @@
 // server: the unit tier's stand-in for test/enforcement.
 //
 //   - Webhooks: the entries of config/webhook (the FencedLease validator and
-//     the fencing webhooks; in policy mode only the /scale and eviction
-//     entries, as config/components/policy installs) are selected by the
+//     the fencing webhooks; in policy mode what the patches of
+//     config/components/policy leave of them, testenv.PolicyModeFencingWebhooks:
+//     the /scale and eviction entries) are selected by the
 //     API server's own matchers (namespace and object selectors, rules,
 //     matchConditions compiled by its CEL compiler), sent the AdmissionReview
 //     the API server's own code builds, to the operator's handlers over

@@ -112,6 +112,8 @@ func (w Where) Unit() string {
 		return "terminating"
 	case MarkedLive:
 		return "marked"
+	case ClusterScoped:
+		return ""
 	}
 	return "jobs"
 }
@@ -187,14 +189,15 @@ func refused(r fencing.Reason, msg string) Want { return Refused(r, msg) }
 func differs(w Want) *Want                      { return &w }
 
 var (
-	stale     = fencing.ReasonStale
-	noHolder  = fencing.ReasonNoHolder
-	expired   = fencing.ReasonExpired
-	notIssued = fencing.ReasonNotIssued
-	malformed = fencing.ReasonMalformed
-	noLease   = fencing.ReasonNoLease
-	notHolder = fencing.ReasonNotHolder
-	unguarded = fencing.ReasonUnguarded
+	stale       = fencing.ReasonStale
+	noHolder    = fencing.ReasonNoHolder
+	expired     = fencing.ReasonExpired
+	notIssued   = fencing.ReasonNotIssued
+	malformed   = fencing.ReasonMalformed
+	noLease     = fencing.ReasonNoLease
+	notHolder   = fencing.ReasonNotHolder
+	unguarded   = fencing.ReasonUnguarded
+	uncheckable = fencing.ReasonUncheckable
 )
 
 func create(k Kind, in Where, o *Object, as User) Write {
@@ -227,12 +230,16 @@ func remove(o *Object, as User) Write {
 
 func (w Write) in(where Where) Write { w.In = where; return w }
 
+func (w Write) of(k Kind) Write { w.Kind = k; return w }
+
 // allPatches are every way of sending an UPDATE of a custom resource.
 var allPatches = []Path{Put, JSONPatch, MergePatch, Apply}
 
 const (
-	terminating = "in a namespace being deleted the tenure table may be gone (the namespace controller deletes it in any order) and none can be created, so policy mode's operator marks the namespace (policy.NamespaceMarker) and a policy of its own accepts only the clean-up users' clean-up writes there (docs/design.md, \"A terminating namespace\"); the webhook reads the leases, which stay until their epoch finalizer is done"
-	noClock     = "CEL has no clock: the tenure table names bob until the controller, on its own clock, ends the tenure (and a grant after an expiry waits the commit lag after the API servers enforce the new entry), while the webhook refuses his token from its cut-off before the expiry"
+	uncheckableMsg = "this object is cluster-scoped, so no FencedLease can check its fencing guard"
+	guardedBefore  = "a guarded cluster-scoped object can no longer be created: it stands for one guarded before the rule"
+	terminating    = "in a namespace being deleted the tenure table may be gone (the namespace controller deletes it in any order) and none can be created, so policy mode's operator marks the namespace (policy.NamespaceMarker) and a policy of its own accepts only the clean-up users' clean-up writes there (docs/design.md, \"A terminating namespace\"); the webhook reads the leases, which stay until their epoch finalizer is done"
+	noClock        = "CEL has no clock: the tenure table names bob until the controller, on its own clock, ends the tenure (and a grant after an expiry waits the commit lag after the API servers enforce the new entry), while the webhook refuses his token from its cut-off before the expiry"
 )
 
 // FencingRows is the fencing rule's table. Every row runs in both modes
@@ -383,6 +390,31 @@ func FencingRows() []FencingRow {
 			Want:  Allowed, Policy: differs(Refused(ReasonTerminating, "is labelled "+policy.TerminatingLabel+" but is not being deleted")),
 			Why:      "the mark moves the namespace's guarded objects to the terminating policy, which admits no more than the fencing policy would; the webhook ignores it",
 			UnitOnly: "test/enforcement runMarkedLiveNamespace"},
+
+		// Cluster-scoped objects: no FencedLease can check a guard there.
+		{Name: "cluster-scoped: create guarded, with a token", Lease: NoLeases,
+			Write: create(ClusterWidget, ClusterScoped, &Object{Lease: "job", Token: "1", Writer: "bob"}, Bob),
+			Want:  refused(uncheckable, uncheckableMsg), WebhookMsg: "remove the kubefence.io/lease label", PolicyMsg: "remove the kubefence.io/lease label"},
+		{Name: "cluster-scoped: create guarded, without a token", Lease: NoLeases,
+			Write: create(ClusterWidget, ClusterScoped, &Object{Lease: "job", Writer: "bob"}, Bob), Want: refused(uncheckable, uncheckableMsg)},
+		{Name: "cluster-scoped: a guarded Namespace", Lease: NoLeases,
+			Write: create(Namespace, ClusterScoped, &Object{Lease: "job", Token: "1"}, Controller), Want: refused(uncheckable, uncheckableMsg)},
+		{Name: "cluster-scoped: an unguarded create", Lease: NoLeases, Write: create(ClusterWidget, ClusterScoped, Unguarded(), Bob), Want: Allowed},
+		{Name: "cluster-scoped: update adding the guard", Lease: NoLeases,
+			Write: update(ClusterWidget, Unguarded(), Guarded("1"), Bob).in(ClusterScoped), Want: refused(uncheckable, uncheckableMsg)},
+		{Name: "cluster-scoped: update adding the guard label alone", Lease: NoLeases,
+			Write: update(ClusterWidget, Unguarded(), Guarded(NoToken), Bob).in(ClusterScoped), Want: refused(uncheckable, uncheckableMsg)},
+		{Name: "cluster-scoped: update adding a token annotation alone (it guards nothing)", Lease: NoLeases,
+			Write: update(ClusterWidget, Unguarded(), Unguarded().WithToken("1"), Bob).in(ClusterScoped), Want: Allowed},
+		{Name: "cluster-scoped: delete an unguarded object", Lease: NoLeases, Write: remove(Unguarded(), Bob).of(ClusterWidget).in(ClusterScoped), Want: Allowed},
+		{Name: "cluster-scoped: update keeping the guard", Lease: NoLeases,
+			Write: update(ClusterWidget, Guarded("1"), Guarded("1").By("bob-2"), Bob).in(ClusterScoped), Want: refused(uncheckable, uncheckableMsg), UnitOnly: guardedBefore},
+		{Name: "cluster-scoped: status update keeping the guard", Lease: NoLeases,
+			Write: status(ClusterWidget, Guarded("1"), Guarded("1").WithPhase("x"), Bob).in(ClusterScoped), Want: refused(uncheckable, uncheckableMsg), UnitOnly: guardedBefore},
+		{Name: "cluster-scoped: update removing the guard", Lease: NoLeases,
+			Write: update(ClusterWidget, Guarded("1"), Unguarded(), Bob).in(ClusterScoped), Want: Allowed, UnitOnly: guardedBefore},
+		{Name: "cluster-scoped: delete a guarded object", Lease: NoLeases,
+			Write: remove(Guarded("1"), Mallory).of(ClusterWidget).in(ClusterScoped), Want: Allowed, UnitOnly: guardedBefore},
 
 		// After a release.
 		{Name: "released: update inheriting the token", Lease: Released, Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob),

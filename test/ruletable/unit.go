@@ -127,6 +127,10 @@ func (r FencingRow) Request() inprocess.Request {
 	ns := wr.In.Unit()
 	req := inprocess.Request{Operation: admission.Operation(wr.Op), Kind: wr.Kind.GVK(), Resource: wr.Kind.GVR(), SubResource: wr.Sub,
 		Namespace: ns, Name: "w", User: UnitUser(wr.As)}
+	if wr.Kind == Namespace {
+		// The API server names a Namespace as its own request's namespace.
+		req.Namespace = req.Name
+	}
 	req.OldObject = wr.Kind.Render(wr.Old, UnitTokens, ns, "w")
 	if wr.Op != "DELETE" {
 		req.Object = wr.Kind.Render(wr.New, UnitTokens, ns, "w")

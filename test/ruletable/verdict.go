@@ -91,7 +91,7 @@ func VerdictOf(err error) Verdict {
 	switch {
 	case webhookJudge.MatchString(v.Message):
 		v.Judge = "webhook " + webhookJudge.FindStringSubmatch(v.Message)[1]
-		v.Reason = webhookReason(v.Code, v.Causes)
+		v.Reason = webhookReason(v.Code, v.Causes, v.Message)
 	case policyJudge.MatchString(v.Message):
 		v.Judge = "policy " + policyJudge.FindStringSubmatch(v.Message)[1]
 		v.Reason = PolicyReason(v.Message[policyJudge.FindStringIndex(v.Message)[1]:])
@@ -103,9 +103,12 @@ func VerdictOf(err error) Verdict {
 
 // webhookReason is the class of a fencing webhook's refusal: the typed
 // causes name it for the stale classes, the HTTP code for the others.
-func webhookReason(code int32, causes map[string]string) fencing.Reason {
+func webhookReason(code int32, causes map[string]string, msg string) fencing.Reason {
 	if r, ok := causes[coordv1alpha1.CauseFieldReason]; ok {
 		return fencing.Reason(r)
+	}
+	if code == http.StatusForbidden && strings.Contains(msg, uncheckableMarker) {
+		return fencing.ReasonUncheckable
 	}
 	switch code {
 	case http.StatusBadRequest:
@@ -131,7 +134,7 @@ func WebhookCode(r fencing.Reason) int32 {
 		return http.StatusBadRequest
 	case fencing.ReasonNoLease:
 		return http.StatusNotFound
-	case fencing.ReasonNotHolder, fencing.ReasonUnguarded:
+	case fencing.ReasonNotHolder, fencing.ReasonUnguarded, fencing.ReasonUncheckable:
 		return http.StatusForbidden
 	case fencing.ReasonLeaseLookup:
 		return http.StatusInternalServerError
@@ -170,6 +173,8 @@ func PolicyReason(msg string) fencing.Reason {
 	switch {
 	case strings.HasPrefix(msg, "namespace ") && (strings.Contains(msg, " is being deleted: ") || strings.Contains(msg, " but is not being deleted")):
 		return ReasonTerminating
+	case strings.HasPrefix(msg, uncheckableMarker):
+		return fencing.ReasonUncheckable
 	case strings.Contains(msg, "was not written for the installed fencing policy"):
 		return ReasonTable
 	case strings.Contains(msg, "no params found"):
@@ -191,6 +196,10 @@ func PolicyReason(msg string) fencing.Reason {
 	}
 	return ReasonOther
 }
+
+// uncheckableMarker begins both back ends' refusal of a guard on a
+// cluster-scoped object.
+const uncheckableMarker = "this object is cluster-scoped"
 
 // Want is what a row expects of one mode.
 type Want struct {

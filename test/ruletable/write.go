@@ -106,6 +106,11 @@ const (
 	// Pod is a built-in kind with the subresources that change a pod
 	// (ephemeralcontainers) or delete it (eviction).
 	Pod Kind = "pod"
+	// ClusterWidget is the cluster-scoped example custom resource
+	// (test/crds), with a status subresource.
+	ClusterWidget Kind = "cluster-widget"
+	// Namespace is a Namespace: cluster-scoped too.
+	Namespace Kind = "namespace"
 )
 
 // GVK is the kind's group, version and kind.
@@ -119,6 +124,10 @@ func (k Kind) GVK() schema.GroupVersionKind {
 		return schema.GroupVersionKind{Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"}
 	case Pod:
 		return schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	case ClusterWidget:
+		return schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "ClusterWidget"}
+	case Namespace:
+		return schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
 	}
 	return schema.GroupVersionKind{Group: "example.kubefence.io", Version: "v1", Kind: "Widget"}
 }
@@ -129,15 +138,20 @@ func (k Kind) GVR() schema.GroupVersionResource {
 	return gvk.GroupVersion().WithResource(strings.ToLower(gvk.Kind) + "s")
 }
 
+// ClusterScoped tells whether objects of kind k have no namespace.
+func (k Kind) ClusterScoped() bool { return k == ClusterWidget || k == Namespace }
+
 // Render is o as an object of kind k named ns/name in situation tk (nil
-// for nil).
+// for nil; ns is ignored for a cluster-scoped kind).
 func (k Kind) Render(o *Object, tk Tokens, ns, name string) *unstructured.Unstructured {
 	if o == nil {
 		return nil
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{}}
 	u.SetGroupVersionKind(k.GVK())
-	u.SetNamespace(ns)
+	if !k.ClusterScoped() {
+		u.SetNamespace(ns)
+	}
 	u.SetName(name)
 	if o.Lease != "" {
 		u.SetLabels(map[string]string{coordv1alpha1.GuardLeaseLabel: o.Lease})
@@ -153,6 +167,11 @@ func (k Kind) Render(o *Object, tk Tokens, ns, name string) *unstructured.Unstru
 	case Widget:
 		set(o.Writer, "spec", "writer")
 		set(int64(1), "spec", "replicas")
+		if o.Phase != "" {
+			set(o.Phase, "status", "phase")
+		}
+	case ClusterWidget:
+		set(o.Writer, "spec", "writer")
 		if o.Phase != "" {
 			set(o.Phase, "status", "phase")
 		}
@@ -194,6 +213,8 @@ const (
 	// MarkedLive is a live lease namespace labelled policy.TerminatingLabel
 	// by hand.
 	MarkedLive Where = "marked-live"
+	// ClusterScoped is no namespace: the object is cluster-scoped.
+	ClusterScoped Where = "cluster-scoped"
 )
 
 // User is who sends a write.
@@ -214,6 +235,9 @@ var (
 	// (fencing.DefaultCleanupUsers).
 	GC                  = User{Name: "system:serviceaccount:kube-system:generic-garbage-collector"}
 	NamespaceController = User{Name: "system:serviceaccount:kube-system:namespace-controller"}
+	// Controller is the kubefence controller's user (the envtest admin in
+	// the cluster tier): the fencing rule gives it no exemption.
+	Controller = User{Name: UnitController}
 	// KubeControllerManager is not a clean-up user: every controller of
 	// kube-controller-manager runs as it without
 	// --use-service-account-credentials.

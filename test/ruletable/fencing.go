@@ -84,7 +84,8 @@ type FencingRow struct {
 	// (the messages differ; the verdicts do not).
 	WebhookMsg, PolicyMsg string
 	// Presented, if set, is the presentedToken the webhook's typed causes
-	// name (the lease's token is the currentToken).
+	// name ("0" for a write without a token of its own); the lease's token
+	// is the currentToken.
 	Presented Token
 	// UnitOnly, if set, says why the cluster tier does not replay the row.
 	UnitOnly string
@@ -131,17 +132,17 @@ func (r FencingRow) Check(m string, err error, tk Tokens, ns string) string {
 	}
 	judge := "webhook "
 	if m == Policy && r.Write.Sub != "scale" && r.Write.Sub != "eviction" {
-		judge = "policy " + policyFencing
+		judge = "policy " + policy.FencingPolicyName
 	}
 	msg := tk.Render(ns, want.Msg)
 	switch {
 	case !strings.HasPrefix(v.Judge, judge):
 		return fmt.Sprintf("%s mode: %s, want a refusal by %s", m, v, judge)
-	case !contains(v.Message, msg):
+	case !strings.Contains(v.Message, msg):
 		return fmt.Sprintf("%s mode: message %q does not contain %q", m, v.Message, msg)
-	case m == Webhook && !contains(v.Message, tk.Render(ns, r.WebhookMsg)):
+	case m == Webhook && !strings.Contains(v.Message, tk.Render(ns, r.WebhookMsg)):
 		return fmt.Sprintf("%s mode: message %q does not contain %q", m, v.Message, tk.Render(ns, r.WebhookMsg))
-	case m == Policy && !contains(v.Message, tk.Render(ns, r.PolicyMsg)):
+	case m == Policy && !strings.Contains(v.Message, tk.Render(ns, r.PolicyMsg)):
 		return fmt.Sprintf("%s mode: message %q does not contain %q", m, v.Message, tk.Render(ns, r.PolicyMsg))
 	case v.Stale != StaleClass(v.Reason):
 		return fmt.Sprintf("%s mode: fence.IsStale = %v for a refusal of class %s: %s", m, v.Stale, v.Reason, v.Message)
@@ -155,9 +156,6 @@ func (r FencingRow) Check(m string, err error, tk Tokens, ns string) string {
 		}
 		if r.Presented != NoToken {
 			p, _ := r.Presented.Value(tk)
-			if r.Presented == Empty {
-				p = "0"
-			}
 			if v.Causes["presentedToken"] != p || v.Causes["currentToken"] != fmt.Sprint(tk.Current) {
 				return fmt.Sprintf("%s mode: typed causes %v, want presentedToken %s and currentToken %d", m, v.Causes, p, tk.Current)
 			}
@@ -180,9 +178,8 @@ func (r FencingRow) leaseOf() string {
 	return ""
 }
 
-const policyFencing = "kubefence-fencing"
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
+// tokenless is the presentedToken of a write that presents none.
+const tokenless Token = "0"
 
 // refused is a refusal; differs wraps a mode's own verdict.
 func refused(r fencing.Reason, msg string) Want { return Refused(r, msg) }
@@ -290,7 +287,7 @@ func FencingRows() []FencingRow {
 			Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob, allPatches...), Want: Allowed},
 		{Name: "update inheriting the stored token by a non-holder", Lease: Held,
 			Write: update(Widget, Guarded(Current), Guarded(Current).By("alice"), Alice),
-			Want:  refused(notHolder, "alice is not the holder of lease {ns}/job"), Presented: Empty},
+			Want:  refused(notHolder, "alice is not the holder of lease {ns}/job"), Presented: tokenless},
 		{Name: "update inheriting an old token, by the holder granted again", Lease: Held,
 			Write: update(Widget, Guarded(Stale).By("alice"), Guarded(Stale).By("bob"), Bob),
 			Want:  refused(stale, "stale fencing token {stale} for lease {ns}/job: current token is {current}")},
@@ -314,7 +311,7 @@ func FencingRows() []FencingRow {
 		// Deletes.
 		{Name: "delete by the holder", Lease: Held, Write: remove(Guarded(Current), Bob), Want: Allowed},
 		{Name: "delete by a non-holder", Lease: Held, Write: remove(Guarded(Current), Alice),
-			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "(held by bob with token {current})", Presented: Empty},
+			Want: refused(notHolder, "alice is not the holder of lease {ns}/job"), WebhookMsg: "(held by bob with token {current})", Presented: tokenless},
 		{Name: "the namespace controller deleting it", Lease: Held, Write: remove(Guarded(Current), NamespaceController), Want: Allowed},
 		{Name: "kube-controller-manager's own user deleting it", Lease: Held, Write: remove(Guarded(Current), KubeControllerManager),
 			Want: refused(notHolder, "is not the holder of lease {ns}/job")},

@@ -182,7 +182,11 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("guardedOld", "variables.oldLease != ''"),
 		v("guardedNew", "variables.newLease != ''"),
 		v("metadataWrite", "request.operation != 'DELETE' && (variables.sub == '' || (oldObject != null && object != null && (variables.oldLease != variables.newLease || variables.hasOldTok != variables.hasNewTok || variables.oldTok != variables.newTok)))"),
-		v("cleanup", fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
+		// A Pod's /status write that keeps the guard label and the token
+		// annotation (the webhook's podStatusKeepsGuard).
+		v("podStatusKeepsGuard", "request.resource.group == '' && request.resource.resource == 'pods' && request.operation == 'UPDATE' && variables.sub == 'status' && "+
+			"oldObject != null && object != null && variables.oldLease == variables.newLease && variables.hasOldTok == variables.hasNewTok && variables.oldTok == variables.newTok"),
+		v("cleanup", fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || variables.podStatusKeepsGuard || (request.operation == 'UPDATE' && "+
 			"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
 			"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
 			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
@@ -198,6 +202,13 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("newEntry", entry("variables.newLease")),
 		v("podName", fmt.Sprintf("request.userInfo.?extra[?%q].orValue([])", coordv1alpha1.PodNameExtraKey)),
 		v("what", "variables.sub != '' ? 'writes to /' + variables.sub : 'tokenless writes'"),
+		// The webhook's nodeFinishes: the kubelet of the node a pod is bound
+		// to writes its /status (guard and token unchanged) and finishes its
+		// deletion once started.
+		v("nodeFinishes", fmt.Sprintf("request.resource.group == '' && request.resource.resource == 'pods' && oldObject != null && "+
+			"oldObject.?spec.?nodeName.orValue('') != '' && request.userInfo.username == %q + oldObject.spec.nodeName && %q in request.userInfo.?groups.orValue([]) && "+
+			"(variables.podStatusKeepsGuard || (request.operation == 'DELETE' && variables.sub == '' && oldObject.metadata.?deletionTimestamp.hasValue()))",
+			coordv1alpha1.NodeUserPrefix, coordv1alpha1.NodesGroup)),
 		// checkHolder(lease) of the webhook, for the old and the new lease.
 		v("holderOld", holderCheck("variables.oldEntry", "variables.oldScope")),
 		v("holderNew", holderCheck("variables.newEntry", "variables.newScope")),
@@ -222,9 +233,11 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 }
 
 // holderCheck is the webhook's checkHolder: the requester must be the
-// lease's current holder and the object must not be ahead of the lease.
+// lease's current holder and the object must not be ahead of the lease, or
+// the write is a kubelet's that the node rule lets through.
 func holderCheck(entry, scope string) string {
-	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`ENTRY[0] == '' ?
+	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`variables.nodeFinishes ? '' :
+ENTRY[0] == '' ?
     'lease ' + SCOPE + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
 (variables.hasOldTok && variables.oldTokOK && int(variables.oldTok) > int(ENTRY[0])) ?
     '` + coordv1alpha1.StaleMarker + `: the object already accepted token ' + variables.oldTok + ', above the current token ' + ENTRY[0] + ' of lease ' + SCOPE + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ')' :

@@ -2,8 +2,9 @@
 // writes carrying a stale fencing token (invariants I4, I5, I7).
 //
 // It owns the rule (decision.go: Decide, a pure function with a table test
-// and a fuzz test), the live single-flight lease reader (leases.go) and the
-// admission handler with its three paths (handler.go). Cases that need a real
+// and a fuzz test), the live single-flight lease reader (leases.go) with its
+// fair turns of the read budget (turns.go), the admission handler with its
+// three paths (handler.go) and the clock-offset sampler (clockoffset.go). Cases that need a real
 // API server are in test/enforcement (the write-path table, with the
 // webhook's HTTP codes and typed causes) and test/tenure.
 //
@@ -61,9 +62,6 @@ type LeaseState struct {
 	// RenewStamp - Skew + LeaseDuration is a lower bound of the controller's
 	// expiry for it (zero: not stamped).
 	RenewStamp time.Time
-	// RenewTime is status.renewTime: when the controller last recorded a
-	// renewal, on its clock (for the clock-offset gauge).
-	RenewTime time.Time
 	// LeaseDuration is the tenure's status.leaseDurationSeconds; it caps the
 	// cut-off margin before ExpireTime (see Input.CommitLag).
 	LeaseDuration time.Duration

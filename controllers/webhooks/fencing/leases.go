@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // DefaultReadTimeout bounds one live read of a lease: well inside the
@@ -60,30 +59,6 @@ type LeaseReader struct {
 	known map[types.NamespacedName]bool
 	// reads counts the API reads made (for tests and benchmarks).
 	reads int64
-	// offset is the largest clock-offset sample of the current window.
-	offset      time.Duration
-	offsetSince time.Time
-}
-
-// offsetWindow is how long a clock-offset sample counts toward the gauge.
-const offsetWindow = time.Minute
-
-// observeOffset records one lower bound of how far the controller's clock is
-// ahead of ours: a time the controller wrote minus our clock once we read it.
-func (r *LeaseReader) observeOffset(written time.Time, now time.Time) {
-	if written.IsZero() {
-		return
-	}
-	sample := written.Sub(now)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Sub(r.offsetSince) > offsetWindow || sample > r.offset {
-		if now.Sub(r.offsetSince) > offsetWindow {
-			r.offsetSince = now
-		}
-		r.offset = sample
-		metrics.ClockOffset(sample)
-	}
 }
 
 type leaseFlights struct {
@@ -187,9 +162,6 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 			}
 		}
 		cancel()
-		if f.err == nil {
-			r.observeOffset(f.st.RenewTime, time.Now())
-		}
 		close(f.done)
 
 		r.mu.Lock()
@@ -226,9 +198,6 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 		TokenBase: l.Status.TokenBase, LeaseDuration: time.Duration(l.Status.LeaseDurationSeconds) * time.Second}
 	if l.Status.ExpireTime != nil {
 		st.ExpireTime = l.Status.ExpireTime.Time
-	}
-	if l.Status.RenewTime != nil {
-		st.RenewTime = l.Status.RenewTime.Time
 	}
 	if st.Holder == "" {
 		return st, nil

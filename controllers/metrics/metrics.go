@@ -1,7 +1,9 @@
 // Package metrics is every Prometheus metric the kubefence operator serves, in
 // one place, for the reconciler (controllers/fencedlease), both webhooks
-// (controllers/webhooks/...) and the certificate rotator (pkg/certrotation,
-// through its Options.OnServing, which cmd/main.go sets). docs/metrics.md documents each name; the alerts
+// (controllers/webhooks/...), policy mode's installer (controllers/policy,
+// through its Installer.OnCheck, which controllers/operator sets) and the
+// certificate rotator (pkg/certrotation, through its Options.OnServing,
+// which cmd/main.go sets). docs/metrics.md documents each name; the alerts
 // and dashboard in config/prometheus and test/observability depend on them.
 //
 // Nothing is registered on import: Register adds the collectors to a registry
@@ -53,6 +55,10 @@ var (
 	// The FencedLease webhook's.
 	leaseWritesRefused = counter("lease_writes_refused_total", "Writes to FencedLease objects refused by the admission webhook, by reason.", "reason")
 
+	// Policy mode's installer's (controllers/policy, Installer.OnCheck).
+	policyNotAsGenerated = gauge("policy_not_as_generated", "1 while a policy-mode ValidatingAdmissionPolicy or binding was last found deleted or not as the operator generates it and could not be written again; 0 when it is as generated.", "object")
+	policyRestored       = counter("policy_restored_total", "Policy-mode ValidatingAdmissionPolicies and bindings found deleted or edited and written again as generated.", "object")
+
 	// The certificate rotator's.
 	webhookCertificateExpiry = singleGauge("webhook_certificate_expiry_timestamp_seconds", "Expiry (notAfter, Unix seconds) of the webhook serving certificate issued by the self-signed rotator; 0 when the certificate is provided.")
 )
@@ -81,6 +87,7 @@ var collectors = []prometheus.Collector{
 	acquisitions, renewals, renewalsMissed, expiries, releases, takeovers, tokensIssued,
 	currentToken, holderAge, tenureSeconds, staleWritesRejected, leaseWritesRefused,
 	guardedWritesRefused, fencingChecks, clockOffset, webhookCertificateExpiry,
+	policyNotAsGenerated, policyRestored,
 }
 
 // Register adds every kubefence operator metric to reg. Calling it again with
@@ -191,6 +198,22 @@ func ClockOffset(offset time.Duration) {
 // by reason.
 func LeaseWriteRefused(reason string) {
 	leaseWritesRefused.WithLabelValues(reason).Inc()
+}
+
+// Policy mode's installer's events (controllers/policy, Installer.OnCheck).
+
+// PolicyChecked records one comparison of an installed policy-mode object
+// ("<Kind>/<name>") with the generated one: as generated, or not and written
+// again (restored), or not and still not (the gauge stays 1 until it is).
+func PolicyChecked(object string, asGenerated, restored bool) {
+	drifted := 0.0
+	if !asGenerated && !restored {
+		drifted = 1
+	}
+	policyNotAsGenerated.WithLabelValues(object).Set(drifted)
+	if restored {
+		policyRestored.WithLabelValues(object).Inc()
+	}
 }
 
 // The certificate rotator's events (pkg/certrotation, Options.OnServing).

@@ -342,13 +342,17 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 		servers = tracker.APIServers
 	}
 	// Uncached: the installer reads the installed fencing policy's
-	// incarnation, which must be the one the API servers enforce.
-	live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	// incarnation, which must be the one the API servers enforce; it watches
+	// its objects and writes them again when they drift.
+	live, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the policy installer's client: %w", err)
 	}
-	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live}); err != nil {
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live, OnCheck: metrics.PolicyChecked}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
+	}
+	if err := (&policy.NamespaceMarker{Client: mgr.GetClient(), Excluded: settings.ExcludedNamespaces}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
 	}
 	return &policy.Tenures{
 		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},

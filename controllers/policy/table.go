@@ -152,7 +152,8 @@ func lookup(cm *corev1.ConfigMap, name string) (Entry, bool, error) {
 // Update sets lease ns/name's entry to what decide returns for the current
 // one (ok false: leave it), with the table's resourceVersion, retrying on
 // conflicts; it creates the table at its first entry. It returns the entry
-// written, or the current one when decide declined.
+// written, or the current one when decide declined or the table is missing
+// in a namespace being deleted (wrote false).
 func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Entry, found bool) (Entry, bool)) (Entry, bool, error) {
 	// Once per update, not per attempt: a conflict is about the table.
 	inc, err := InstalledIncarnation(ctx, t.Reader)
@@ -192,8 +193,18 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}
 			err = t.Writer.Create(ctx, &cm)
-			if apierrors.IsAlreadyExists(err) {
+			switch {
+			case apierrors.IsAlreadyExists(err):
 				return apierrors.NewConflict(corev1.Resource("configmaps"), TableName, err)
+			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				// The namespace is being deleted and its table is gone
+				// (the namespace controller deleted it): nothing can be
+				// created there any more, no guarded object can be judged
+				// against the entry, and no grant can pass the barrier,
+				// whose probes are creates. Declined, as the epoch store
+				// does (a deleted lease's finalizer completes).
+				out = cur
+				return nil
 			}
 		} else {
 			err = t.Writer.Update(ctx, &cm)

@@ -81,7 +81,7 @@ func staleLease(err error) (lease string, stale bool) {
 }
 
 // TokenSource gives the current fencing token while its holder leads. An
-// *Elector is one.
+// *Elector is one, and a WriteCounter too.
 type TokenSource interface {
 	Token() (int64, bool)
 }
@@ -92,6 +92,8 @@ type TokenSource interface {
 // object is guarded by the lease and stamped with the current token, and every
 // status or scale write is sent only while the holder leads. A refusal as
 // stale is returned as *StaleError and reported to ClientConfig.OnStale.
+// With a WriteCounter token source, each write is counted in flight from the
+// moment it takes its token until it returns, so that a release waits for it.
 type FencedClient struct {
 	client.Client
 	lease  string
@@ -132,34 +134,34 @@ func (e *Elector) Client(c client.Client) *FencedClient {
 	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics})
 }
 
-// writeTracker is implemented by *Elector: it counts writes in flight so
-// that a release waits for them.
-type writeTracker interface{ beginWrite() func(error) }
-
-// track counts a write in flight while it runs, if the token source tracks them.
-func (c *FencedClient) track(write func() error) error {
-	if t, ok := c.tokens.(writeTracker); ok {
-		done := t.beginWrite()
-		err := write()
-		done(err)
-		return err
+// begin takes the token of one write; from a WriteCounter (an Elector, a
+// resourcelock Lock) it also counts the write in flight, in the same step, so
+// that a release waits for it. end must be called with the write's error.
+func (c *FencedClient) begin() (token int64, end func(error), err error) {
+	if wc, ok := c.tokens.(WriteCounter); ok {
+		return wc.Writes().Begin(c.tokens)
 	}
-	return write()
-}
-
-func (c *FencedClient) token() (int64, error) {
 	t, ok := c.tokens.Token()
 	if !ok {
-		return 0, ErrNotLeading
+		return 0, nil, ErrNotLeading
 	}
-	return t, nil
+	return t, func(error) {}, nil
 }
 
-func (c *FencedClient) stamp(obj client.Object) error {
-	t, err := c.token()
+// write sends one write with the token (send), counted in flight while it
+// runs, and checks its answer for a stale refusal about obj's lease.
+func (c *FencedClient) write(obj client.Object, send func(token int64) error) error {
+	t, end, err := c.begin()
 	if err != nil {
 		return err
 	}
+	err = send(t)
+	end(err)
+	return c.check(obj, err)
+}
+
+// stamp sets the guard label and the token annotation on obj.
+func (c *FencedClient) stamp(obj client.Object, token int64) {
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -170,9 +172,8 @@ func (c *FencedClient) stamp(obj client.Object) error {
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[coordv1alpha1.FencingTokenAnnotation] = strconv.FormatInt(t, 10)
+	ann[coordv1alpha1.FencingTokenAnnotation] = strconv.FormatInt(token, 10)
 	obj.SetAnnotations(ann)
-	return nil
 }
 
 func (c *FencedClient) check(obj client.Object, err error) error {
@@ -197,38 +198,31 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 
 // Create stamps and creates obj.
 func (c *FencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.stamp(obj); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Create(ctx, obj, opts...) }))
+	return c.write(obj, func(t int64) error {
+		c.stamp(obj, t)
+		return c.Client.Create(ctx, obj, opts...)
+	})
 }
 
 // Update stamps and updates obj.
 func (c *FencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := c.stamp(obj); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Update(ctx, obj, opts...) }))
+	return c.write(obj, func(t int64) error {
+		c.stamp(obj, t)
+		return c.Client.Update(ctx, obj, opts...)
+	})
 }
 
 // Patch adds the guard label and the token to the patch, whatever its type.
 func (c *FencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	t, err := c.token()
-	if err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error {
+	return c.write(obj, func(t int64) error {
 		return c.Client.Patch(ctx, obj, &stampedPatch{Patch: patch, lease: c.lease, token: t}, opts...)
-	}))
+	})
 }
 
 // Delete sends the delete only while leading; the webhook checks that the
 // requester is the lease's current holder (DELETE carries no object).
 func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if _, err := c.token(); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Delete(ctx, obj, opts...) }))
+	return c.write(obj, func(int64) error { return c.Client.Delete(ctx, obj, opts...) })
 }
 
 // Apply stamps the guard label and the token on a server-side apply
@@ -238,17 +232,18 @@ func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 // On success the API server's answer is written back into obj, as the
 // controller-runtime client does.
 func (c *FencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	t, err := c.token()
+	t, end, err := c.begin()
 	if err != nil {
 		return err
 	}
 	u, err := stampApplyConfiguration(obj, c.lease, t)
 	if err != nil {
+		end(nil) // nothing was sent
 		return err
 	}
-	if err := c.check(u, c.track(func() error {
-		return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
-	})); err != nil {
+	err = c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
+	end(err)
+	if err := c.check(u, err); err != nil {
 		return err
 	}
 	answer, err := json.Marshal(u)
@@ -306,24 +301,15 @@ type fencedSubResource struct {
 }
 
 func (s *fencedSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Create(ctx, obj, sub, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Create(ctx, obj, sub, opts...) })
 }
 
 func (s *fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Update(ctx, obj, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Update(ctx, obj, opts...) })
 }
 
 func (s *fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) })
 }
 
 // stampedPatch adds the guard label and token annotation to any patch.

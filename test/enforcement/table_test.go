@@ -13,6 +13,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -107,9 +108,9 @@ func check(t *testing.T, h *harness, what string, err error, want outcome) {
 		t.Errorf("%s: message %q does not contain %q", what, st.Status().Message, want.msg)
 	}
 	// In policy mode no webhook is in the write path of guarded objects:
-	// every refusal but /scale's comes from the policy.
+	// every refusal but /scale's and /eviction's comes from the policy.
 	if via := "ValidatingAdmissionPolicy '" + policy.FencingPolicyName + "'"; h.mode == operator.EnforcementPolicy &&
-		!strings.Contains(what, "/scale") && !strings.Contains(st.Status().Message, via) {
+		!strings.Contains(what, "/scale") && !strings.Contains(what, "/eviction") && !strings.Contains(st.Status().Message, via) {
 		t.Errorf("%s: refused, but not by %s: %s", what, via, st.Status().Message)
 	}
 	if got := fence.IsStale(err); got != want.stale {
@@ -559,6 +560,33 @@ func runTable(t *testing.T, h *harness) {
 	w.SetLabels(nil)
 	check(t, h, "required: the holder removing the guard", h.users["bob"].Update(h.ctx, w), plainRefusal("cannot be removed").webhook(403, ""))
 	check(t, h, "required: another kind unguarded", h.users["bob"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "free"}}), accepted)
+	// The subresources of a guarded object in a required namespace: /status
+	// and a pod's own subresources carry the object, /scale and evictions do
+	// not (the webhook reads the parent). Policy mode keeps the required
+	// webhook entry for /scale only (config/components/policy): the scale
+	// entry leaves required namespaces to it.
+	scale := func(user string, replicas int32) error {
+		return h.users[user].SubResource("scale").Update(h.ctx, r.get(t, "w"),
+			client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}))
+	}
+	check(t, h, "required: /scale by a non-holder", scale("alice", 5), notHolder(r.ns+"/job").webhook(403, "writes to /scale"))
+	check(t, h, "required: /scale by the holder", scale("bob", 3), accepted)
+	if n, _, _ := unstructured.NestedInt64(r.get(t, "w").Object, "spec", "replicas"); n != 3 {
+		t.Errorf("required: after the holder's /scale to 3 and a refused one to 5, spec.replicas is %d", n)
+	}
+	w = r.get(t, "w")
+	_ = unstructured.SetNestedField(w.Object, "alice", "status", "phase")
+	check(t, h, "required: /status by a non-holder", h.users["alice"].Status().Update(h.ctx, w), notHolder(r.ns+"/job").webhook(403, "writes to /status"))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "p",
+		Labels: map[string]string{coordv1alpha1.GuardLeaseLabel: "job"}, Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(r.current)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+	must(t, h.users["bob"].Create(h.ctx, pod))
+	check(t, h, "required: /eviction of a guarded pod by a non-holder", h.users["alice"].SubResource("eviction").Create(h.ctx, pod.DeepCopy(),
+		&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "p"}}), notHolder(r.ns+"/job").webhook(403, ""))
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(pod), pod))
+	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "example.invalid/d"}}}
+	check(t, h, "required: pods/ephemeralcontainers of a guarded pod by a non-holder", h.users["alice"].SubResource("ephemeralcontainers").Update(h.ctx, pod),
+		notHolder(r.ns+"/job").webhook(403, ""))
 }
 
 func TestFencingTable(t *testing.T) {
@@ -569,9 +597,11 @@ func TestFencingTable(t *testing.T) {
 			runExpiry(t, h)
 			runLeaseRules(t, h)
 			runFutureStamp(t, h)
+			runNamespaceDeletion(t, h)
 			runRequeuedHolder(t, h) // stops and restarts the operator
 			if mode == operator.EnforcementPolicy {
 				runPolicyOnly(t, h)
+				runMarkedLiveNamespace(t, h)
 			}
 			runOperatorDown(t, h) // last: it stops the operator
 		})

@@ -80,13 +80,25 @@ func leadsWithPod(user string) (string, client.Client, *corev1.Pod) {
 	return ns, fc, pod
 }
 
-func startElector(user, ns, lease string) *runningElector {
-	ctx, cancelRun := context.WithCancel(suiteCtx)
-	el, err := fence.New(fence.Config{
+// startElector runs an Elector of user (its identity too) for ns/lease,
+// its Config changed by configure, if given.
+func startElector(user, ns, lease string, configure ...func(*fence.Config)) *runningElector {
+	cfg := fence.Config{
 		Client: users[user], Namespace: ns, Name: lease, Identity: user, User: user,
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }},
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	el, err := fence.New(cfg)
 	Expect(err).NotTo(HaveOccurred())
+	return runElector(el)
+}
+
+// runElector runs el until the returned runningElector is stopped (or the
+// spec ends).
+func runElector(el *fence.Elector) *runningElector {
+	ctx, cancelRun := context.WithCancel(suiteCtx)
 	r := &runningElector{el: el, cancel: cancelRun, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()

@@ -50,6 +50,13 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
    guarded by a lease that does not exist must be refused by it (in policy
    mode by the ValidatingAdmissionPolicy kubefence-fencing).
 
+It also warns (on stderr, whatever the outcome) about FencedLeases whose
+identityBinding is not Pod and whose requests come from service accounts:
+pods that run as one service account pass each other's tokenless checks
+(deletes, /status and /scale writes, updates that keep the stored token), so
+a paused replica can make them after another replica of the same service
+account was granted the lease. Set identityBinding: Pod on such leases.
+
 In policy mode check also warns about every API group an aggregated API
 server serves (an APIService with spec.service set): the kube-apiserver
 proxies those writes without running the fencing policy, so guarded
@@ -70,6 +77,9 @@ func (o *checkOptions) run(ctx context.Context) error {
 	c, err := o.clients()
 	if err != nil {
 		return err
+	}
+	for _, w := range sharedServiceAccountWarnings(ctx, c) {
+		fmt.Fprintln(o.streams.ErrOut, "Warning: "+w)
 	}
 	deadline := time.Now().Add(o.wait)
 	lastReason := ""
@@ -308,4 +318,65 @@ func webhookError(what string, err error) error {
 		return fmt.Errorf("%s: the dry-run probe was refused by RBAC or another admission check, not by kubefence (%v)", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// serviceAccountPrefix starts the username of a service account.
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// sharedServiceAccountWarnings warns about every FencedLease without Pod
+// binding whose requests (or current holder) come from a service account:
+// the webhook and the policy tell the holder on tokenless paths by username
+// only, so every pod running as that service account passes them
+// (docs/design.md, "What is not protected"). Each warning says how many pods
+// run as the service account now. A lease list that fails is a warning too.
+func sharedServiceAccountWarnings(ctx context.Context, c *clients) []string {
+	var leases coordv1alpha1.FencedLeaseList
+	if err := c.kube.List(ctx, &leases); err != nil {
+		return []string{fmt.Sprintf("cannot list FencedLeases to look for leases whose service-account replicas pass each other's tokenless checks (%v)", err)}
+	}
+	var out []string
+	for _, l := range leases.Items {
+		binding := l.Spec.IdentityBinding
+		if binding == coordv1alpha1.IdentityBindingPod {
+			continue
+		}
+		if binding == "" {
+			binding = coordv1alpha1.IdentityBindingNone
+		}
+		var users []string
+		for _, r := range l.Spec.Requests {
+			users = append(users, r.User)
+		}
+		users = append(users, l.Status.HolderUser)
+		slices.Sort(users)
+		for _, u := range slices.Compact(users) {
+			sa, ok := strings.CutPrefix(u, serviceAccountPrefix)
+			ns, name, found := strings.Cut(sa, ":")
+			if !ok || !found {
+				continue
+			}
+			out = append(out, fmt.Sprintf("lease %s/%s (identityBinding: %s) is requested by service account %s, which %s: pods that run as one service account pass each other's tokenless fencing checks (deletes, /status and /scale writes, updates that keep the stored token), so a paused replica can still make them after another one was granted the lease; set identityBinding: Pod on the lease (or give each replica its own service account)",
+				l.Namespace, l.Name, binding, u, podsRunningAs(ctx, c, ns, name)))
+		}
+	}
+	return out
+}
+
+// podsRunningAs says how many pods that have not ended run as service account
+// ns/name ("cannot be counted" when the pods cannot be listed).
+func podsRunningAs(ctx context.Context, c *clients, ns, name string) string {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return fmt.Sprintf("an unknown number of pods run as (they cannot be listed: %v)", err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.ServiceAccountName == name && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	if n == 1 {
+		return "1 pod runs as now (a second one during a rollout or a scale-up)"
+	}
+	return fmt.Sprintf("%d pods run as now", n)
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -145,3 +146,46 @@ func TestCheckWithWebhook(t *testing.T) {
 
 // aggregatedGroup is the group of the test's aggregated APIService.
 const aggregatedGroup = "aggregated.example.kubefence.io"
+
+// TestCheckWarnsAboutSharedServiceAccounts: check warns about every lease
+// without Pod binding requested by a service account, with the number of
+// pods that run as it (pods sharing a service account pass each other's
+// tokenless checks), and suggests identityBinding: Pod; a lease with Pod
+// binding, and one requested by a user that is not a service account, are
+// not named. The warning comes whatever the outcome (here no webhook
+// answers, so check fails).
+func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := t.Context()
+	if err := k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"worker-a", "worker-b"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{
+			ServiceAccountName: "worker", Containers: []corev1.Container{{Name: "c", Image: "worker"}}}}
+		if err := k8s.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa := "system:serviceaccount:" + ns + ":worker"
+	request := func(id, user string) []coordv1alpha1.LeaseRequest {
+		return []coordv1alpha1.LeaseRequest{{HolderIdentity: id, User: user}}
+	}
+	createLease(t, ns, "shared", coordv1alpha1.FencedLeaseSpec{Requests: request("worker-a", sa)}, coordv1alpha1.FencedLeaseStatus{})
+	createLease(t, ns, "bound", coordv1alpha1.FencedLeaseSpec{IdentityBinding: coordv1alpha1.IdentityBindingPod, Requests: request("worker-a", sa)}, coordv1alpha1.FencedLeaseStatus{})
+	createLease(t, ns, "people", coordv1alpha1.FencedLeaseSpec{Requests: request("alice", "alice")}, coordv1alpha1.FencedLeaseStatus{})
+
+	_, stderr, err := fence(t, "check", "-n", ns)
+	if err == nil {
+		t.Errorf("check without webhooks succeeded")
+	}
+	wantContains(t, "check's warnings", stderr,
+		"Warning: lease "+ns+"/shared (identityBinding: None) is requested by service account "+sa+", which 2 pods run as now: pods that run as one service account pass each other's tokenless fencing checks",
+		"set identityBinding: Pod on the lease",
+	)
+	for _, lease := range []string{ns + "/bound", ns + "/people"} {
+		if strings.Contains(stderr, "lease "+lease+" ") {
+			t.Errorf("check warns about lease %s:\n%s", lease, stderr)
+		}
+	}
+}

@@ -22,7 +22,8 @@ import (
 // s.Incarnation must be set (Apply sets it).
 func (s Settings) Objects() []client.Object {
 	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(),
-		s.TerminatingPolicy(), s.TerminatingBinding(), s.FencingPolicy(), s.GuardedBinding()}
+		s.TerminatingPolicy(), s.TerminatingBinding(), s.FencingPolicy(), s.GuardedBinding(),
+		s.ClusterScopedPolicy(), s.ClusterScopedBinding()}
 	if b := s.RequiredBinding(); b != nil {
 		objs = append(objs, b)
 	}

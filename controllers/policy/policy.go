@@ -51,6 +51,11 @@ const (
 	// policy to TerminatingPolicyName (docs/design.md, "A terminating
 	// namespace").
 	TerminatingLabel = "kubefence.io/terminating"
+	// ClusterScopedPolicyName refuses the guard on cluster-scoped objects:
+	// the label names a FencedLease in the object's namespace, and a
+	// cluster-scoped object has none, so nothing could check its token
+	// (docs/design.md, I5); its binding has the same name.
+	ClusterScopedPolicyName = "kubefence-fencing-cluster-scoped"
 	// TablePolicyName refuses writes to the tenure tables from anyone but
 	// the controller (and deletes from the cluster's clean-up controllers);
 	// its binding has the same name.
@@ -376,6 +381,45 @@ func (s Settings) TerminatingBinding() *admissionregistrationv1.ValidatingAdmiss
 			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpExists}, s.namespaceNotExcluded()}},
+	}
+	return b
+}
+
+// ClusterScopedPolicy refuses every create and update that leaves the guard
+// label on a cluster-scoped object, the webhook's uncheckable rule
+// (controllers/webhooks/fencing): deletes, and updates that remove the label,
+// pass, so that an object guarded before the rule can be cleaned up. It needs
+// no tenure table: there is no namespace to read one from.
+func (s Settings) ClusterScopedPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return newPolicy(ClusterScopedPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: &admissionregistrationv1.MatchResources{
+			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+					Resources: []string{"*", "*/status"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
+			}}},
+		},
+		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
+		Validations: []admissionregistrationv1.Validation{{
+			Expression: fmt.Sprintf("!object.metadata.?labels[?%q].hasValue()", guardLabel),
+			Message: fmt.Sprintf("this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",
+				guardLabel, guardLabel, tokenAnn),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
+}
+
+// ClusterScopedBinding binds ClusterScopedPolicy to the cluster-scoped
+// objects that carry the guard label (the objectSelector keeps every other
+// cluster-scoped write out), outside the excluded namespaces (a Namespace
+// object is matched by its own labels).
+func (s Settings) ClusterScopedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	b := bindEverywhere(ClusterScopedPolicyName)
+	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
 	}
 	return b
 }

@@ -22,6 +22,19 @@ import (
 // token source does not lead (or whose local deadline has passed).
 var ErrNotLeading = errors.New("not leading: no current fencing token")
 
+// ErrUnfenceable is returned, wrapped and without sending anything, by a fenced
+// client asked to write an object its lease cannot fence: a cluster-scoped
+// object (or one whose namespace is not set), or, when the client knows the
+// lease's namespace (ClientConfig.Namespace; an Elector's, a resourcelock
+// Lock's and the fenced manager's client do), an object in another
+// namespace. The guard label names a FencedLease in the object's own
+// namespace, so a token stamped there would be checked by no lease (the
+// webhook and the policy refuse a guard on cluster-scoped objects) or by a
+// different lease of the same name. Write such objects with an unfenced
+// client, knowing that nothing fences them, or with the client of a lease in
+// their namespace (docs/design.md, I5).
+var ErrUnfenceable = errors.New("fence: the lease cannot fence this object")
+
 // StaleError is a write refused because this holder's token is no longer
 // current: the lease moved on. The holder must stop.
 type StaleError struct {
@@ -111,11 +124,19 @@ type ClientConfig struct {
 	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
 	// An Elector's client takes its Config.Metrics.
 	Metrics *Metrics
+	// Namespace, if set, is the lease's namespace: writes of objects in any
+	// other namespace are refused locally (ErrUnfenceable), since the webhook
+	// would check their guard against another lease of the same name. An
+	// Elector's client takes its Config.Namespace. Unset, the client fences
+	// each object with the lease of its name in the object's namespace, and
+	// its token source must be that lease's.
+	Namespace string
 }
 
 // NewFencedClient returns a client fencing writes with the lease of that name
-// (in each object's namespace) and the tokens of src. At most one ClientConfig
-// may be given.
+// (in each object's namespace, which must be ClientConfig.Namespace when set)
+// and the tokens of src. Cluster-scoped objects are never written
+// (ErrUnfenceable). At most one ClientConfig may be given.
 func NewFencedClient(c client.Client, lease string, src TokenSource, cfg ...ClientConfig) *FencedClient {
 	fc := &FencedClient{Client: c, lease: lease, tokens: src}
 	switch len(cfg) {
@@ -131,7 +152,33 @@ func NewFencedClient(c client.Client, lease string, src TokenSource, cfg ...Clie
 // Client returns a FencedClient stamping this Elector's token; a stale refusal
 // makes the Elector step down at once.
 func (e *Elector) Client(c client.Client) *FencedClient {
-	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics})
+	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics, Namespace: e.cfg.Namespace})
+}
+
+// fenceable refuses (ErrUnfenceable) an object whose guard no lease would
+// check: one without a namespace (cluster-scoped, or its namespace unset),
+// or one outside the lease's namespace when the client knows it.
+func (c *FencedClient) fenceable(obj client.Object) error {
+	ns := obj.GetNamespace()
+	switch {
+	case ns == "":
+		return fmt.Errorf("%w: %s %q has no namespace (it is cluster-scoped, or its namespace is not set), and the %s label names a FencedLease in the object's own namespace, so no lease could check the token; "+
+			"set the object's namespace, or write a cluster-scoped object with an unfenced client (nothing fences it: admission refuses the guard on cluster-scoped objects)",
+			ErrUnfenceable, kindOf(obj), obj.GetName(), coordv1alpha1.GuardLeaseLabel)
+	case c.cfg.Namespace != "" && ns != c.cfg.Namespace:
+		return fmt.Errorf("%w: %s %s/%s is outside namespace %s of lease %s/%s, and admission checks the %s label against the FencedLease of that name in the object's own namespace (%s/%s), not this one; "+
+			"write it with the fenced client of a lease in namespace %s, or with an unfenced client (nothing fences it)",
+			ErrUnfenceable, kindOf(obj), ns, obj.GetName(), c.cfg.Namespace, c.cfg.Namespace, c.lease, coordv1alpha1.GuardLeaseLabel, ns, c.lease, ns)
+	}
+	return nil
+}
+
+// kindOf names obj's kind for a message: its GroupVersionKind's, or its Go type.
+func kindOf(obj runtime.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 // begin takes the token of one write; from a WriteCounter (an Elector, a
@@ -151,6 +198,9 @@ func (c *FencedClient) begin() (token int64, end func(error), err error) {
 // write sends one write with the token (send), counted in flight while it
 // runs, and checks its answer for a stale refusal about obj's lease.
 func (c *FencedClient) write(obj client.Object, send func(token int64) error) error {
+	if err := c.fenceable(obj); err != nil {
+		return err
+	}
 	t, end, err := c.begin()
 	if err != nil {
 		return err
@@ -237,6 +287,9 @@ func (c *FencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 		return err
 	}
 	u, err := stampApplyConfiguration(obj, c.lease, t)
+	if err == nil {
+		err = c.fenceable(u)
+	}
 	if err != nil {
 		end(nil) // nothing was sent
 		return err

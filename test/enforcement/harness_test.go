@@ -196,7 +196,7 @@ func (h *harness) grantRoles(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-client"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: all},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"}, Verbs: all},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale", "clusterwidgets", "clusterwidgets/status"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "pods/status", "pods/eviction", "pods/ephemeralcontainers"}, Verbs: all},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: all},

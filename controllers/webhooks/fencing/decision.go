@@ -167,6 +167,7 @@ const (
 	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
 	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
 	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag, or ended too near the tenure's expiry
+	ReasonUncheckable Reason = "uncheckable" // a cluster-scoped object carries the guard: no FencedLease can check it
 )
 
 // Verdict is the webhook's answer.
@@ -217,6 +218,10 @@ func Decide(in Input) Verdict {
 		// Failed, a DisruptionTarget condition): not a lease holder's write
 		// (and, with mandatory fencing, possibly of an object never guarded).
 		return allow("", 0, 0)
+	}
+
+	if in.Namespace == "" {
+		return uncheckable(in, guardedNew)
 	}
 
 	if !guardedOld && !guardedNew {
@@ -283,6 +288,24 @@ func Decide(in Input) Verdict {
 		}
 	}
 	return checkToken(in, in.New.Lease, accepted)
+}
+
+// uncheckable decides a write of a cluster-scoped object: the guard label
+// names a FencedLease in the object's namespace and such an object has none,
+// so no lease can check its token (docs/design.md, I5, "Cluster-scoped
+// objects and other namespaces"). A create or update that leaves the guard on
+// the object is refused; a delete, an update that removes the guard (so that
+// an object guarded before this rule can be cleaned up) and unguarded writes
+// pass, reading no lease. A guard naming a lease of another namespace cannot
+// be written (a label value has no "/"): for a namespaced object the lease is
+// always the one of that name in the object's own namespace.
+func uncheckable(in Input, guardedNew bool) Verdict {
+	if !guardedNew || in.Operation == admissionv1.Delete {
+		return allow("", 0, 0)
+	}
+	return refuse(403, ReasonUncheckable, "", 0, 0,
+		"this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",
+		coordv1alpha1.GuardLeaseLabel, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 }
 
 // checkToken checks the token presented in the new object against the token

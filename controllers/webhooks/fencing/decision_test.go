@@ -379,3 +379,50 @@ func TestShortLeaseWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideClusterScoped: a cluster-scoped object (no namespace) has no
+// FencedLease to check its guard, so a create or update that leaves the guard
+// on it is refused (403, uncheckable) whatever its token; a delete, an update
+// removing the guard, and unguarded writes pass; no lease is ever read.
+func TestDecideClusterScoped(t *testing.T) {
+	read := false
+	clusterScoped := func(op admissionv1.Operation, sub string, old, new *Object) Input {
+		in := input(op, sub, old, new, "mallory", held())
+		in.Namespace = ""
+		in.Lease = func(string) (LeaseState, error) { read = true; return held(), nil }
+		return in
+	}
+	unguarded := &Object{}
+	for _, tc := range []struct {
+		name   string
+		in     Input
+		refuse bool
+	}{
+		{"create with the current token", clusterScoped(admissionv1.Create, "", nil, guarded("42")), true},
+		{"create with a stale token", clusterScoped(admissionv1.Create, "", nil, guarded("1")), true},
+		{"create without a token", clusterScoped(admissionv1.Create, "", nil, &Object{Lease: "job"}), true},
+		{"update adding the guard", clusterScoped(admissionv1.Update, "", unguarded, guarded("42")), true},
+		{"update keeping the guard", clusterScoped(admissionv1.Update, "", guarded("42"), guarded("42")), true},
+		{"status update keeping the guard", clusterScoped(admissionv1.Update, "status", guarded("42"), guarded("42")), true},
+		{"update removing the guard", clusterScoped(admissionv1.Update, "", guarded("42"), unguarded), false},
+		{"delete", clusterScoped(admissionv1.Delete, "", guarded("42"), nil), false},
+		{"unguarded create", clusterScoped(admissionv1.Create, "", nil, unguarded), false},
+	} {
+		v := Decide(tc.in)
+		if !tc.refuse {
+			if !v.Allowed {
+				t.Errorf("%s: refused, want accepted: %s", tc.name, v.Message)
+			}
+			continue
+		}
+		if v.Allowed || v.Code != 403 || v.Reason != ReasonUncheckable {
+			t.Errorf("%s: %+v, want refused 403 %s", tc.name, v, ReasonUncheckable)
+		}
+		if !strings.Contains(v.Message, "cluster-scoped") || !strings.Contains(v.Message, "remove the "+coordv1alpha1.GuardLeaseLabel+" label") {
+			t.Errorf("%s: message %q does not say why and what to do", tc.name, v.Message)
+		}
+	}
+	if read {
+		t.Errorf("a lease was read for a cluster-scoped object")
+	}
+}

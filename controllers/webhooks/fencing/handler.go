@@ -130,7 +130,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	in := Input{
 		Operation:   req.Operation,
 		SubResource: req.SubResource,
-		Namespace:   req.Namespace,
+		Namespace:   objectNamespace(req),
 		Pod:         req.Resource.Group == "" && req.Resource.Resource == "pods",
 		Required:    h.Mode == ModeRequired,
 		Requester:   Requester{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
@@ -338,6 +338,18 @@ func decode(raw []byte, kind metav1.GroupVersionKind, pod bool) (*Object, error)
 func objectOf(labels, annotations map[string]string) *Object {
 	tok, has := annotations[coordv1alpha1.FencingTokenAnnotation]
 	return &Object{Lease: labels[coordv1alpha1.GuardLeaseLabel], Token: tok, HasToken: has}
+}
+
+// objectNamespace is the namespace of the request's object: "" for a
+// cluster-scoped one. The API server names a Namespace object's own name as
+// the request's namespace, but a Namespace is cluster-scoped: its guard is
+// refused like any other cluster-scoped object's (Decide's uncheckable; the
+// policy kubefence-fencing-cluster-scoped does the same in policy mode).
+func objectNamespace(req admission.Request) string {
+	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" {
+		return ""
+	}
+	return req.Namespace
 }
 
 // readsParent tells whether the request's object is not the guarded object

@@ -144,7 +144,7 @@ func (l *Lock) Token() (int64, bool) {
 // elector stops leading within its RenewDeadline. Its writes are counted in
 // flight (Writes): a release withdraws the request only after they returned.
 func (l *Lock) Client(c client.Client) *fence.FencedClient {
-	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }})
+	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }, Namespace: l.cfg.Namespace})
 }
 
 // Writes counts the writes of Client in flight: a release withdraws the

@@ -353,19 +353,21 @@ func guardedWrites() *admissionregistrationv1.MatchResources {
 // TerminatingPolicy judges guarded objects in the namespaces marked
 // TerminatingLabel: it needs no tenure table (a terminating namespace's
 // may be gone, and none can be created there), and accepts only the
-// clean-up users' clean-up writes, which the fencing policy accepts from
-// them whatever the tenure (variables.cleanup, the same expression); every
-// other write is refused, the holder's too. A namespace marked while it is
+// clean-up users' clean-up writes and the kubelets' writes of the node
+// rule, which the fencing policy accepts whatever the tenure
+// (variables.cleanup and variables.nodeFinishes, the same expressions: a
+// pod the namespace controller deletes gracefully is gone only after its
+// kubelet's final delete); every other write is refused, the holder's too. A namespace marked while it is
 // not being deleted is refused with a message that says so.
 func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: guardedWrites(),
 		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
-		Variables:        []admissionregistrationv1.Variable{podStatusKeepsGuardVariable(), s.cleanupVariable()},
+		Variables:        []admissionregistrationv1.Variable{podStatusKeepsGuardVariable(), s.cleanupVariable(), nodeFinishesVariable()},
 		Validations: []admissionregistrationv1.Validation{{
-			Expression: "variables.cleanup",
+			Expression: "variables.cleanup || variables.nodeFinishes",
 			MessageExpression: fmt.Sprintf("namespaceObject.status.?phase.orValue('') == 'Terminating' ? "+
-				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
+				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster, and a pod also the status writes and final delete of its node (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
 				"'namespace ' + request.namespace + ' is labelled %[1]s but is not being deleted: no write to a guarded object is accepted until the label is removed (the kubefence operator sets it on namespaces being deleted)'", TerminatingLabel),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		}},

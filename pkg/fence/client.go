@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -121,8 +122,9 @@ type ClientConfig struct {
 	// synchronously on the goroutine that made the write, before the write
 	// returns. An Elector's client steps down.
 	OnStale func(error)
-	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
-	// An Elector's client takes its Config.Metrics.
+	// Metrics, if set, times every write (kubefence_client_write_duration_seconds)
+	// and counts stale refusals (kubefence_client_stale_refusals_total). An
+	// Elector's client takes its Config.Metrics.
 	Metrics *Metrics
 	// Namespace, if set, is the lease's namespace: writes of objects in any
 	// other namespace are refused locally (ErrUnfenceable), since the webhook
@@ -195,8 +197,8 @@ func (c *FencedClient) begin() (token int64, end func(error), err error) {
 	return t, func(error) {}, nil
 }
 
-// write sends one write with the token (send), counted in flight while it
-// runs, and checks its answer for a stale refusal about obj's lease.
+// write sends one write with the token (send), counted in flight and timed
+// while it runs, and checks its answer for a stale refusal about obj's lease.
 func (c *FencedClient) write(obj client.Object, send func(token int64) error) error {
 	if err := c.fenceable(obj); err != nil {
 		return err
@@ -205,9 +207,17 @@ func (c *FencedClient) write(obj client.Object, send func(token int64) error) er
 	if err != nil {
 		return err
 	}
-	err = send(t)
+	err = c.timed(obj.GetNamespace(), func() error { return send(t) })
 	end(err)
 	return c.check(obj, err)
+}
+
+// timed runs send and records its round trip in the write histogram.
+func (c *FencedClient) timed(namespace string, send func() error) error {
+	start := time.Now()
+	err := send()
+	c.cfg.Metrics.observeWrite(namespace, c.lease, err, time.Since(start))
+	return err
 }
 
 // stamp sets the guard label and the token annotation on obj.
@@ -294,7 +304,7 @@ func (c *FencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 		end(nil) // nothing was sent
 		return err
 	}
-	err = c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
+	err = c.timed(u.GetNamespace(), func() error { return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...) })
 	end(err)
 	if err := c.check(u, err); err != nil {
 		return err

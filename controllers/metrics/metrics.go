@@ -182,12 +182,13 @@ func GuardedWriteRefused(reason string, stale bool, leaseNamespace, lease, opera
 }
 
 // ClockOffset records the largest lower bound, over the last minute, of how
-// far the controller's clock is ahead of this webhook replica's: spec.renewTime
-// of the operator's leader-election Lease (written on the leader's clock
-// before it committed) minus this replica's clock when its watch delivered
-// the renewal (controllers/webhooks/fencing.ClockSampler). A positive value shortens the
-// cut-off margin before expiry by as much (docs/design.md); the alert fires
-// above the configured --webhook-clock-skew.
+// far the controller's clock is ahead of this webhook replica's:
+// spec.renewTime of the operator's leader-election Lease (written on the
+// leader's clock before it committed) minus this replica's clock when its
+// watch delivered the renewal (controllers/webhooks/fencing.ClockSampler). A
+// positive value shortens the cut-off margin before expiry by as much
+// (docs/design.md); the alert fires above the configured
+// --webhook-clock-skew.
 func ClockOffset(offset time.Duration) {
 	clockOffset.Set(offset.Seconds())
 }

@@ -357,8 +357,9 @@ func guardedWrites() *admissionregistrationv1.MatchResources {
 // rule, which the fencing policy accepts whatever the tenure
 // (variables.cleanup and variables.nodeFinishes, the same expressions: a
 // pod the namespace controller deletes gracefully is gone only after its
-// kubelet's final delete); every other write is refused, the holder's too. A namespace marked while it is
-// not being deleted is refused with a message that says so.
+// kubelet's final delete); every other write is refused, the holder's too.
+// A namespace marked while it is not being deleted is refused with a
+// message that says so.
 func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: guardedWrites(),

@@ -4,9 +4,9 @@
 // It owns the rule (decision.go: Decide, a pure function with a table test
 // and a fuzz test), the live single-flight lease reader (leases.go) with its
 // fair turns of the read budget (turns.go), the admission handler with its
-// three paths (handler.go) and the clock-offset sampler (clockoffset.go). Cases that need a real
-// API server are in test/enforcement (the write-path table, with the
-// webhook's HTTP codes and typed causes) and test/tenure.
+// three paths (handler.go) and the clock-offset sampler (clockoffset.go).
+// Cases that need a real API server are in test/enforcement (the write-path
+// table, with the webhook's HTTP codes and typed causes) and test/tenure.
 //
 // It imports only the API (api/v1alpha1), controllers/metrics, client-go,
 // apimachinery and controller-runtime. It must not import the reconciler

@@ -51,6 +51,22 @@ func lagged(left, d, stampedAgo time.Duration) Input {
 func cleanup(in Input) Input  { in.Requester.Cleanup = true; return in }
 func required(in Input) Input { in.Required = true; return in }
 
+// podOn is a pod guarded by lease job with token 42, bound to node (its
+// deletion started when deleting).
+func podOn(node string, deleting bool) *Object {
+	o := guarded("42")
+	o.NodeName, o.Deleting = node, deleting
+	return o
+}
+
+// byNode is in as a write to a Pod by the kubelet of node: user
+// system:node:<node> in group system:nodes.
+func byNode(in Input, node string) Input {
+	in.Pod = true
+	in.Requester = Requester{Username: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
+	return in
+}
+
 func TestDecide(t *testing.T) {
 	expired := held()
 	expired.ExpireTime = now.Add(50 * time.Millisecond) // inside the skew
@@ -145,6 +161,51 @@ func TestDecide(t *testing.T) {
 			in.CleanupOnly = true
 			return in
 		}(), true, 0, ""},
+		// The node rule (docs/design.md, "Guarded Pods on real nodes"): the
+		// kubelet reports the status of, and finishes the deletion of, the
+		// pods bound to its node, which no holder authorises.
+		{"pods/status by system:node:n1, guard and token unchanged, pod on n1", byNode(input(admissionv1.Update, "status", podOn("n1", false), podOn("n1", false), "", held()), "n1"), true, 0, ""},
+		{"pods/status by system:node:n1, guard and token unchanged, pod on n2", byNode(input(admissionv1.Update, "status", podOn("n2", false), podOn("n2", false), "", held()), "n1"), false, 403,
+			"system:node:n1 is not the holder of lease jobs/job"},
+		{"pods/status by system:node:n1 of its pod after the lease was released", byNode(input(admissionv1.Update, "status", podOn("n1", false), podOn("n1", false), "", released), "n1"), true, 0, ""},
+		{"pods/status by system:node:n1 of its pod that lowers the token takes the token rules", byNode(input(admissionv1.Update, "status", podOn("n1", false), &Object{Lease: "job", Token: "41", HasToken: true, NodeName: "n1"}, "", held()), "n1"), false, 409,
+			"already accepted token 42"},
+		{"pods/status by system:node:n1 of its pod that removes the guard", byNode(input(admissionv1.Update, "status", podOn("n1", false), &Object{NodeName: "n1"}, "", held()), "n1"), false, 403,
+			"system:node:n1 is not the holder of lease jobs/job"},
+		{"pods/status by a user named system:node:n1 outside group system:nodes", func() Input {
+			in := byNode(input(admissionv1.Update, "status", podOn("n1", false), podOn("n1", false), "", held()), "n1")
+			in.Requester.Groups = []string{"system:authenticated"}
+			return in
+		}(), false, 403, "system:node:n1 is not the holder of lease jobs/job"},
+		{"a Widget's /status by system:node:n1 (not a pod)", func() Input {
+			in := byNode(input(admissionv1.Update, "status", podOn("n1", false), podOn("n1", false), "", held()), "n1")
+			in.Pod = false
+			return in
+		}(), false, 403, "system:node:n1 is not the holder of lease jobs/job"},
+		{"a pod's spec by system:node:n1 (not /status)", byNode(input(admissionv1.Update, "", podOn("n1", false), podOn("n1", false), "", held()), "n1"), false, 403,
+			"system:node:n1 is not the holder of lease jobs/job"},
+		{"DELETE by system:node:n1 of a pod with deletionTimestamp set", byNode(input(admissionv1.Delete, "", podOn("n1", true), nil, "", held()), "n1"), true, 0, ""},
+		{"DELETE by system:node:n1 of a pod without deletionTimestamp", byNode(input(admissionv1.Delete, "", podOn("n1", false), nil, "", held()), "n1"), false, 403,
+			"system:node:n1 is not the holder of lease jobs/job"},
+		{"DELETE by system:node:n1 of a pod on n2 with deletionTimestamp set", byNode(input(admissionv1.Delete, "", podOn("n2", true), nil, "", held()), "n1"), false, 403,
+			"system:node:n1 is not the holder of lease jobs/job"},
+		{"DELETE by system:node:n1 of its pod with deletionTimestamp set, the lease expired", byNode(input(admissionv1.Delete, "", podOn("n1", true), nil, "", expired), "n1"), true, 0, ""},
+		{"DELETE by system:node:n1 of its pod with deletionTimestamp set, the lease deleted", byNode(input(admissionv1.Delete, "", podOn("n1", true), nil, "", LeaseState{}), "n1"), true, 0, ""},
+		// PodGC and taint eviction mark a pod Failed (or add a condition)
+		// through pods/status before deleting it: as clean-up users
+		// (--fencing-cleanup-user) they may, guard and token kept.
+		{"PodGC, a clean-up user, marks a guarded pod Failed (pods/status, guard and token unchanged)", func() Input {
+			in := cleanup(input(admissionv1.Update, "status", podOn("gone", false), podOn("gone", false), "system:serviceaccount:kube-system:pod-garbage-collector", released))
+			in.Pod = true
+			return in
+		}(), true, 0, ""},
+		{"a clean-up user's pods/status that lowers the token takes the token rules", func() Input {
+			in := cleanup(input(admissionv1.Update, "status", podOn("gone", false), &Object{Lease: "job", Token: "41", HasToken: true}, "system:serviceaccount:kube-system:pod-garbage-collector", held()))
+			in.Pod = true
+			return in
+		}(), false, 409, "already accepted token 42"},
+		{"a clean-up user's /status of a Widget", cleanup(input(admissionv1.Update, "status", guarded("42"), guarded("42"), "system:serviceaccount:kube-system:pod-garbage-collector", held())), false, 403,
+			"is not the holder of lease jobs/job"},
 		{"lease read fails: fail closed", func() Input {
 			in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
 			in.Lease = func(string) (LeaseState, error) { return LeaseState{}, errors.New("boom") }

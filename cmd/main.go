@@ -193,7 +193,7 @@ func main() {
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, TLSOpts: webhookTLSOpts}),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                enableLeaderElection,
-		LeaderElectionID:              "controller.coordination.kubefence.io",
+		LeaderElectionID:              operator.LeaderElectionID,
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
 	})

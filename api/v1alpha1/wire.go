@@ -56,6 +56,17 @@ func ExpiredMark(holder string, token int64) string {
 // carry with the name of the pod they were issued to (identityBinding Pod).
 const PodNameExtraKey = "authentication.kubernetes.io/pod-name"
 
+// NodeUserPrefix and NodesGroup identify a kubelet: user
+// system:node:<node name> in group system:nodes, the identity the Node
+// authorizer and the NodeRestriction admission plugin act on. The fencing
+// rule's node rule lets it write the /status of, and finish deleting, the
+// guarded Pods bound to its node (docs/design.md, "Guarded Pods on real
+// nodes").
+const (
+	NodeUserPrefix = "system:node:"
+	NodesGroup     = "system:nodes"
+)
+
 // RequestIndex is the position of identity's request in requests, or -1.
 func RequestIndex(requests []LeaseRequest, identity string) int {
 	for i := range requests {

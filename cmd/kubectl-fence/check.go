@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -54,6 +57,11 @@ pods that run as one service account pass each other's tokenless checks
 a paused replica can make them after another replica of the same service
 account was granted the lease. Set identityBinding: Pod on such leases.
 
+In policy mode check also warns about every API group an aggregated API
+server serves (an APIService with spec.service set): the kube-apiserver
+proxies those writes without running the fencing policy, so guarded
+objects of those groups are not fenced as the design promises.
+
 Dry runs store nothing. The probes run in the namespace of -n; the fencing
 webhook skips kubefence-system and kube-system, so choose another one.
 With --wait, check tries again every second until everything is ready or the
@@ -76,10 +84,13 @@ func (o *checkOptions) run(ctx context.Context) error {
 	deadline := time.Now().Add(o.wait)
 	lastReason := ""
 	for {
-		report, err := check(ctx, c)
+		report, warnings, err := check(ctx, c)
 		if err == nil {
 			for _, line := range report {
 				fmt.Fprintln(o.streams.Out, line)
+			}
+			for _, w := range warnings {
+				fmt.Fprintln(o.streams.ErrOut, "Warning: "+w)
 			}
 			fmt.Fprintln(o.streams.Out, "The kubefence API and webhooks are ready")
 			return nil
@@ -102,26 +113,78 @@ func (o *checkOptions) run(ctx context.Context) error {
 	}
 }
 
-// check runs the three checks once; the report says what answered.
-func check(ctx context.Context, c *clients) ([]string, error) {
+// check runs the three checks once; the report says what answered, the
+// warnings what policy mode leaves unfenced.
+func check(ctx context.Context, c *clients) (report, warnings []string, err error) {
 	gv := coordv1alpha1.GroupVersion.String()
 	res, err := c.discovery.ServerResourcesForGroupVersion(gv)
 	if err != nil || !slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "fencedleases" }) {
 		if err == nil {
 			err = errors.New("the group version has no fencedleases")
 		}
-		return nil, fmt.Errorf("the API server does not serve fencedleases.%s (%v): install the CRD (make install or make deploy)", gv, err)
+		return nil, nil, fmt.Errorf("the API server does not serve fencedleases.%s (%v): install the CRD (make install or make deploy)", gv, err)
 	}
-	report := []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
+	report = []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
 
+	policyMode := false
 	for _, p := range []probe{leaseProbe(c.namespace), fencingProbe(c.namespace)} {
-		line, err := p.run(ctx, c)
+		line, byPolicy, err := p.run(ctx, c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		report = append(report, line)
+		policyMode = policyMode || (byPolicy && p.policy == coordv1alpha1.FencingPolicyName)
 	}
-	return report, nil
+	if policyMode {
+		warnings = aggregatedGroups(ctx, c)
+	}
+	return report, warnings, nil
+}
+
+// aggregatedGroups warns about every API group served by an aggregated API
+// server (an APIService with spec.service set). The kube-apiserver proxies
+// those requests without admission; the aggregated server judges them with
+// its own admission, if it runs the fencing policy at all, from its own
+// parameter cache, which the propagation barrier never probes
+// (docs/design.md, "Policy mode").
+func aggregatedGroups(ctx context.Context, c *clients) []string {
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIServiceList"})
+	if err := c.kube.List(ctx, &list); err != nil {
+		return []string{fmt.Sprintf("policy mode does not fence the groups of aggregated API servers, and the APIServices cannot be listed to find them (%v)", err)}
+	}
+	type served struct{ apiServices, servers []string }
+	groups := map[string]*served{}
+	for _, a := range list.Items {
+		group, _, _ := unstructured.NestedString(a.Object, "spec", "group")
+		svcNamespace, hasService, _ := unstructured.NestedString(a.Object, "spec", "service", "namespace")
+		svcName, _, _ := unstructured.NestedString(a.Object, "spec", "service", "name")
+		if !hasService {
+			continue // served by the kube-apiserver itself
+		}
+		g := groups[group]
+		if g == nil {
+			g = &served{}
+			groups[group] = g
+		}
+		g.apiServices = append(g.apiServices, a.GetName())
+		if server := svcNamespace + "/" + svcName; !slices.Contains(g.servers, server) {
+			g.servers = append(g.servers, server)
+		}
+	}
+	var warnings []string
+	for _, group := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[group]
+		noun := "APIService"
+		if len(g.apiServices) > 1 {
+			noun = "APIServices"
+		}
+		warnings = append(warnings, fmt.Sprintf("policy mode does not fence group %s: %s %s has it served by the aggregated API server %s, "+
+			"which the kube-apiserver proxies to without running ValidatingAdmissionPolicy %s; guarded objects of that group are fenced only if that server runs the policy itself, "+
+			"from a tenure table cache the propagation barrier never probes. Do not guard its kinds in policy mode, or use webhook mode (docs/design.md, \"Policy mode\")",
+			group, noun, strings.Join(g.apiServices, ", "), strings.Join(g.servers, ", "), coordv1alpha1.FencingPolicyName))
+	}
+	return warnings
 }
 
 // probe is a dry-run create that kubefence's admission (a webhook, or in
@@ -139,19 +202,21 @@ type probe struct {
 	covers func(admissionregistrationv1.ValidatingWebhook) bool
 }
 
-// run dry-run creates the object and says which check answered.
-func (p probe) run(ctx context.Context, c *clients) (string, error) {
+// run dry-run creates the object and says which check answered, and
+// whether it was the policy of policy mode.
+func (p probe) run(ctx context.Context, c *clients) (line string, byPolicy bool, err error) {
 	webhook := p.subject + " webhook"
-	err := c.kube.Create(ctx, p.object, client.DryRunAll)
+	err = c.kube.Create(ctx, p.object, client.DryRunAll)
 	switch {
 	case err == nil:
-		return acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+		line, err = acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+		return line, false, err
 	case webhookDenied(err):
-		return webhook + ": answers (it refused a dry-run " + p.what + ")", nil
+		return webhook + ": answers (it refused a dry-run " + p.what + ")", false, nil
 	case policyDenied(err, p.policy):
-		return p.subject + " policy: answers (policy mode: " + p.policy + " refused a dry-run " + p.what + ")", nil
+		return p.subject + " policy: answers (policy mode: " + p.policy + " refused a dry-run " + p.what + ")", true, nil
 	default:
-		return "", webhookError(webhook, err)
+		return "", false, webhookError(webhook, err)
 	}
 }
 

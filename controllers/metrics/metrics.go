@@ -50,7 +50,7 @@ var (
 	staleWritesRejected  = counter("stale_writes_rejected_total", "Writes to guarded objects refused because their fencing token was stale.", "lease_namespace", "lease", "operation")
 	guardedWritesRefused = counter("guarded_writes_refused_total", "Writes to guarded objects refused by the fencing webhook, by reason.", "reason")
 	fencingChecks        = histogram("fencing_check_seconds", "Time the fencing webhook spent deciding a write, by whether it read the lease from the API server.", prometheus.ExponentialBuckets(0.00005, 2, 14), "lease_read")
-	clockOffset          = singleGauge("webhook_clock_offset_seconds", "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (renewTime minus the replica's clock when a live read returned it).")
+	clockOffset          = singleGauge("webhook_clock_offset_seconds", "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (spec.renewTime of the operator's leader-election Lease minus the replica's clock when its watch delivered the renewal).")
 
 	// The FencedLease webhook's.
 	leaseWritesRefused = counter("lease_writes_refused_total", "Writes to FencedLease objects refused by the admission webhook, by reason.", "reason")
@@ -182,11 +182,13 @@ func GuardedWriteRefused(reason string, stale bool, leaseNamespace, lease, opera
 }
 
 // ClockOffset records the largest lower bound, over the last minute, of how
-// far the controller's clock is ahead of this webhook replica's: renewTime
-// (written on the controller's clock before it committed) minus this
-// replica's clock when a live read returned it. A positive value shortens the
-// cut-off margin before expiry by as much (docs/design.md); the alert fires
-// above the configured --webhook-clock-skew.
+// far the controller's clock is ahead of this webhook replica's:
+// spec.renewTime of the operator's leader-election Lease (written on the
+// leader's clock before it committed) minus this replica's clock when its
+// watch delivered the renewal (controllers/webhooks/fencing.ClockSampler). A
+// positive value shortens the cut-off margin before expiry by as much
+// (docs/design.md); the alert fires above the configured
+// --webhook-clock-skew.
 func ClockOffset(offset time.Duration) {
 	clockOffset.Set(offset.Seconds())
 }

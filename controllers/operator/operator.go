@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +37,11 @@ import (
 
 // RecorderName is the name the reconciler's events are recorded under.
 const RecorderName = "kubefence-controller"
+
+// LeaderElectionID is the name of the operator's leader-election Lease
+// (coordination.k8s.io, in its namespace; cmd/main.go): the fencing webhook
+// samples its renewals for the clock-offset gauge (fencing.ClockSampler).
+const LeaderElectionID = "controller.coordination.kubefence.io"
 
 // Options configures Setup. Start from DefaultOptions: in WebhookSkew,
 // CleanupUsers and Timing's drift fields the zero value means "none", not
@@ -304,6 +310,17 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Leases: leases, Parents: parents,
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,
 	})
+	if o.Namespace != "" {
+		// kubefence_webhook_clock_offset_seconds, from the renewals of the
+		// controller's leader-election Lease.
+		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: LeaderElectionID}, o.Clock)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(sampler); err != nil {
+			return fmt.Errorf("adding the clock-offset sampler: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -203,7 +203,9 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("guardedOld", "variables.oldLease != ''"),
 		v("guardedNew", "variables.newLease != ''"),
 		v("metadataWrite", "request.operation != 'DELETE' && (variables.sub == '' || (oldObject != null && object != null && (variables.oldLease != variables.newLease || variables.hasOldTok != variables.hasNewTok || variables.oldTok != variables.newTok)))"),
+		podStatusKeepsGuardVariable(),
 		s.cleanupVariable(),
+		nodeFinishesVariable(),
 		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
 			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
 		// A table written for another installation of the fencing policy
@@ -239,21 +241,49 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 	}
 }
 
-// cleanupVariable is the clean-up exemption: a clean-up user's DELETE, or
-// its UPDATE that changes nothing but finalizers, ownerReferences and what
-// the API server sets itself.
+// The exemptions (the webhook's Decide and checkHolder) are self-contained
+// variables, in this order: the fencing policy and TerminatingPolicy both
+// judge with them.
+
+// podStatusKeepsGuardVariable is the webhook's podStatusKeepsGuard: an update
+// of a Pod's /status that changes neither the guard label nor the token
+// annotation.
+func podStatusKeepsGuardVariable() admissionregistrationv1.Variable {
+	return admissionregistrationv1.Variable{Name: "podStatusKeepsGuard", Expression: fmt.Sprintf("request.resource.group == '' && request.resource.resource == 'pods' && "+
+		"request.operation == 'UPDATE' && request.?subResource.orValue('') == 'status' && oldObject != null && object != null && "+
+		"oldObject.metadata.?labels[?%[1]q].orValue('') == object.metadata.?labels[?%[1]q].orValue('') && "+
+		"oldObject.metadata.?annotations[?%[2]q].hasValue() == object.metadata.?annotations[?%[2]q].hasValue() && "+
+		"oldObject.metadata.?annotations[?%[2]q].orValue('') == object.metadata.?annotations[?%[2]q].orValue('')", guardLabel, tokenAnn)}
+}
+
+// nodeFinishesVariable is the webhook's nodeFinishes (the node rule): the
+// kubelet of the node a pod is bound to writes its /status (guard and token
+// unchanged) and finishes its deletion once started.
+func nodeFinishesVariable() admissionregistrationv1.Variable {
+	return admissionregistrationv1.Variable{Name: "nodeFinishes", Expression: fmt.Sprintf("request.resource.group == '' && request.resource.resource == 'pods' && oldObject != null && "+
+		"oldObject.?spec.?nodeName.orValue('') != '' && request.userInfo.username == %q + oldObject.spec.nodeName && %q in request.userInfo.?groups.orValue([]) && "+
+		"(variables.podStatusKeepsGuard || (request.operation == 'DELETE' && request.?subResource.orValue('') == '' && oldObject.metadata.?deletionTimestamp.hasValue()))",
+		coordv1alpha1.NodeUserPrefix, coordv1alpha1.NodesGroup)}
+}
+
+// cleanupVariable is the clean-up exemption: a clean-up user's DELETE, its
+// UPDATE that changes nothing but finalizers, ownerReferences and what the
+// API server sets itself, and its Pod /status write that keeps guard and
+// token (variables.podStatusKeepsGuard).
 func (s Settings) cleanupVariable() admissionregistrationv1.Variable {
 	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
-	return admissionregistrationv1.Variable{Name: "cleanup", Expression: fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
+	return admissionregistrationv1.Variable{Name: "cleanup", Expression: fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || variables.podStatusKeepsGuard || (request.operation == 'UPDATE' && "+
 		"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
 		"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
 		"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)}
 }
 
 // holderCheck is the webhook's checkHolder: the requester must be the
-// lease's current holder and the object must not be ahead of the lease.
+// lease's current holder and the object must not be ahead of the lease, or
+// the write is a kubelet's that the node rule lets through.
 func holderCheck(entry, scope string) string {
-	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`ENTRY[0] == '' ?
+	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`variables.nodeFinishes ? '' :
+ENTRY[0] == '' ?
     'lease ' + SCOPE + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
 (variables.hasOldTok && variables.oldTokOK && int(variables.oldTok) > int(ENTRY[0])) ?
     '` + coordv1alpha1.StaleMarker + `: the object already accepted token ' + variables.oldTok + ', above the current token ' + ENTRY[0] + ' of lease ' + SCOPE + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ')' :
@@ -323,19 +353,22 @@ func guardedWrites() *admissionregistrationv1.MatchResources {
 // TerminatingPolicy judges guarded objects in the namespaces marked
 // TerminatingLabel: it needs no tenure table (a terminating namespace's
 // may be gone, and none can be created there), and accepts only the
-// clean-up users' clean-up writes, which the fencing policy accepts from
-// them whatever the tenure (variables.cleanup, the same expression); every
-// other write is refused, the holder's too. A namespace marked while it is
-// not being deleted is refused with a message that says so.
+// clean-up users' clean-up writes and the kubelets' writes of the node
+// rule, which the fencing policy accepts whatever the tenure
+// (variables.cleanup and variables.nodeFinishes, the same expressions: a
+// pod the namespace controller deletes gracefully is gone only after its
+// kubelet's final delete); every other write is refused, the holder's too.
+// A namespace marked while it is not being deleted is refused with a
+// message that says so.
 func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: guardedWrites(),
 		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
-		Variables:        []admissionregistrationv1.Variable{s.cleanupVariable()},
+		Variables:        []admissionregistrationv1.Variable{podStatusKeepsGuardVariable(), s.cleanupVariable(), nodeFinishesVariable()},
 		Validations: []admissionregistrationv1.Validation{{
-			Expression: "variables.cleanup",
+			Expression: "variables.cleanup || variables.nodeFinishes",
 			MessageExpression: fmt.Sprintf("namespaceObject.status.?phase.orValue('') == 'Terminating' ? "+
-				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
+				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster, and a pod also the status writes and final delete of its node (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
 				"'namespace ' + request.namespace + ' is labelled %[1]s but is not being deleted: no write to a guarded object is accepted until the label is removed (the kubefence operator sets it on namespaces being deleted)'", TerminatingLabel),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		}},

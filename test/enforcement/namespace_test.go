@@ -48,6 +48,13 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 	for _, name := range []string{"w1", "w2", "w3"} {
 		must(t, h.users["bob"].Create(h.ctx, widget(ns, name, "job", tok(s.current), "bob")))
 	}
+	// A guarded pod bound to node n1 (envtest runs no kubelet: the test
+	// plays it).
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "on-n1",
+		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "job"},
+		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.current)}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+	must(t, h.users["bob"].Create(h.ctx, pod))
 	// w2 is being deleted, held by a finalizer (a foreground cascade's, or
 	// another controller's) that only a clean-up user may remove.
 	w := s.get(t, "w2")
@@ -78,6 +85,20 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 		h.eventually(t, 10*time.Second, "namespace deletion: the namespace controller deletes Widget "+name+" after the table", func() error {
 			return client.IgnoreNotFound(nsc.Delete(h.ctx, widget(ns, name, "", "", "")))
 		})
+	}
+	// The guarded pod: the namespace controller deletes it gracefully, and
+	// its node's kubelet reports its status and finishes the deletion (the
+	// node rule; in policy mode TerminatingPolicy judges it, without a table).
+	check(t, h, "namespace deletion: the namespace controller deletes a guarded pod bound to a node", nsc.Delete(h.ctx, pod), accepted)
+	n1 := h.nodeUser(t, "n1")
+	check(t, h, "namespace deletion: the pod's node writes its status", n1.Status().Patch(h.ctx, &corev1.Pod{ObjectMeta: pod.ObjectMeta},
+		client.RawPatch(types.StrategicMergePatchType, []byte(`{"status":{"phase":"Failed"}}`))), accepted)
+	if err := h.nodeUser(t, "n2").Delete(h.ctx, pod, client.GracePeriodSeconds(0)); err == nil {
+		t.Errorf("namespace deletion: another node's final DELETE of the guarded pod was accepted")
+	}
+	check(t, h, "namespace deletion: the pod's node's final DELETE (grace period 0)", n1.Delete(h.ctx, pod, client.GracePeriodSeconds(0)), accepted)
+	if err := h.admin.Get(h.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace deletion: the guarded pod is still there after its node's final DELETE: %v", err)
 	}
 	check(t, h, "namespace deletion: the namespace controller removing a finalizer", nsc.Patch(h.ctx, widget(ns, "w2", "", "", ""),
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))), accepted)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -137,6 +138,80 @@ func (h *harness) as(t *testing.T, u ruletable.User) client.WithWatch {
 	c := h.impersonatingWatch(t, u.Name, u.Pod)
 	h.users[key] = c
 	return c
+}
+
+// nodeUser is a client of the kubelet of node: user system:node:<node> in
+// group system:nodes (and kubefence:clients for the test's RBAC).
+func (h *harness) nodeUser(t *testing.T, node string) client.WithWatch {
+	t.Helper()
+	name := coordv1alpha1.NodeUserPrefix + node
+	if c, ok := h.users[name]; ok {
+		return c
+	}
+	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{coordv1alpha1.NodesGroup, "kubefence:clients"}}, nil)
+	must(t, err)
+	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
+	must(t, err)
+	h.users[name] = c
+	return c
+}
+
+// runNodeRows: the node rule on a guarded Pod bound to node n1
+// (docs/design.md, "Guarded Pods on real nodes"). Its kubelet writes the
+// pod's /status and, once the holder's DELETE has started the deletion,
+// finishes it with grace period 0, as a kubelet does; another node, and the
+// pod's own node before the deletion started, are refused as non-holders.
+// A clean-up user may write the pod's /status too.
+// envtest runs no kubelet, so the pod stays Terminating until the node's
+// final DELETE.
+func runNodeRows(t *testing.T, h *harness, s *situation) {
+	n1, n2 := h.nodeUser(t, "n1"), h.nodeUser(t, "n2")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "on-n1",
+		Labels:      map[string]string{coordv1alpha1.GuardLeaseLabel: "job"},
+		Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: tok(s.current)}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}
+	must(t, h.users["bob"].Create(h.ctx, pod))
+	// A kubelet's status patch: a strategic merge patch of status only.
+	condition := func(c client.Client, kind string) error {
+		body := fmt.Sprintf(`{"status":{"conditions":[{"type":"example.kubefence.io/%s","status":"True"}]}}`, kind)
+		return c.Status().Patch(h.ctx, &corev1.Pod{ObjectMeta: pod.ObjectMeta}, client.RawPatch(types.StrategicMergePatchType, []byte(body)))
+	}
+	hasCondition := func(kind string) bool {
+		var p corev1.Pod
+		must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(pod), &p))
+		return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return string(c.Type) == "example.kubefence.io/"+kind })
+	}
+	refused := notHolder(s.ns + "/job")
+
+	check(t, h, "pods/status by the pod's node (system:node:n1), guard and token unchanged", condition(n1, "n1"), accepted)
+	if !hasCondition("n1") {
+		t.Errorf("the pod's node's status patch was accepted, but the pod has no condition example.kubefence.io/n1")
+	}
+	check(t, h, "pods/status by another node (system:node:n2)", condition(n2, "n2"), refused)
+	if hasCondition("n2") {
+		t.Errorf("another node's status patch was refused, but the pod has its condition")
+	}
+	// PodGC and taint eviction mark a pod (phase Failed, a DisruptionTarget
+	// condition) before they delete it; where they are clean-up users, so
+	// are their marks. The harness's clean-up users are the defaults.
+	gc := h.cleanupUser(t, "system:serviceaccount:kube-system:generic-garbage-collector")
+	check(t, h, "pods/status by a clean-up user, guard and token unchanged (PodGC's mark before its delete)", condition(gc, "gc"), accepted)
+	if !hasCondition("gc") {
+		t.Errorf("the clean-up user's status patch was accepted, but the pod has no condition example.kubefence.io/gc")
+	}
+	check(t, h, "DELETE by the pod's node before its deletion started", n1.Delete(h.ctx, pod), refused)
+	must(t, h.users["bob"].Delete(h.ctx, pod, client.GracePeriodSeconds(30)))
+	var p corev1.Pod
+	must(t, h.admin.Get(h.ctx, client.ObjectKeyFromObject(pod), &p))
+	if p.DeletionTimestamp == nil {
+		t.Fatalf("the holder's graceful DELETE of a pod bound to a node did not leave it Terminating")
+	}
+	check(t, h, "DELETE by another node of a terminating pod", n2.Delete(h.ctx, pod, client.GracePeriodSeconds(0)), refused)
+	check(t, h, "pods/status by the pod's node while it terminates", condition(n1, "terminating"), accepted)
+	check(t, h, "the final DELETE by the pod's node (grace period 0) of a terminating pod", n1.Delete(h.ctx, pod, client.GracePeriodSeconds(0)), accepted)
+	if err := h.admin.Get(h.ctx, client.ObjectKeyFromObject(pod), &p); !apierrors.IsNotFound(err) {
+		t.Errorf("after the node's final DELETE the pod is still there (%v)", err)
+	}
 }
 
 // rowSituation is where the cluster tier replays the fencing rows of one
@@ -545,6 +620,7 @@ func TestFencingTable(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := start(t, mode)
 			runFencingRows(t, h)
+			runNodeRows(t, h, h.situation(t, nil))
 			runExpiry(t, h)
 			runLeaseRows(t, h)
 			runFutureStamp(t, h)

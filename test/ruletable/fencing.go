@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
@@ -38,6 +39,9 @@ const (
 	// LeftoverTable: as Held, but the namespace's tenure table was written
 	// for another installation of the fencing policy.
 	LeftoverTable LeaseState = "leftover-table"
+	// DeletedLease: job was deleted (its highest token Current recorded in
+	// the tenure table) and not created again.
+	DeletedLease LeaseState = "deleted"
 )
 
 // Path is how the cluster tier sends an UPDATE: each path is one write
@@ -213,6 +217,14 @@ func scale(o *Object, as User) Write {
 	return Write{Op: "UPDATE", Sub: "scale", Kind: Widget, In: Plain, Old: o, New: o, As: as}
 }
 
+// podOn is bob's pod guarded with Current, bound to node, its deletion
+// started if deleting.
+func podOn(node string, deleting bool) *Object {
+	o := Guarded(Current)
+	o.NodeName, o.Deleting = node, deleting
+	return o
+}
+
 func evict(o *Object, as User) Write {
 	return Write{Op: "CREATE", Sub: "eviction", Kind: Pod, In: Plain, Old: o, As: as}
 }
@@ -233,6 +245,7 @@ func (w Write) of(k Kind) Write { w.Kind = k; return w }
 var allPatches = []Path{Put, JSONPatch, MergePatch, Apply}
 
 const (
+	nodeOnACluster = "test/enforcement runNodeRows plays the kubelet on a cluster, in order (the holder's graceful DELETE first)"
 	uncheckableMsg = "this object is cluster-scoped, so no FencedLease can check its fencing guard"
 	guardedBefore  = "a guarded cluster-scoped object can no longer be created: it stands for one guarded before the rule"
 	terminating    = "in a namespace being deleted the tenure table may be gone (the namespace controller deletes it in any order) and none can be created, so policy mode's operator marks the namespace (policy.NamespaceMarker) and a policy of its own accepts only the clean-up users' clean-up writes there (docs/design.md, \"A terminating namespace\"); the webhook reads the leases, which stay until their epoch finalizer is done"
@@ -412,6 +425,47 @@ func FencingRows() []FencingRow {
 			Write: update(ClusterWidget, Guarded("1"), Unguarded(), Bob).in(ClusterScoped), Want: Allowed, UnitOnly: guardedBefore},
 		{Name: "cluster-scoped: delete a guarded object", Lease: NoLeases,
 			Write: remove(Guarded("1"), Mallory).of(ClusterWidget).in(ClusterScoped), Want: Allowed, UnitOnly: guardedBefore},
+
+		// The node rule: the kubelet of the node a guarded Pod is bound to
+		// reports its status and finishes its deletion without the lease.
+		{Name: "node rule: pods/status by the pod's node, guard and token unchanged", Lease: Held,
+			Write: status(Pod, podOn("n1", false), podOn("n1", false), Node("n1")), Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "node rule: pods/status by another node", Lease: Held, Write: status(Pod, podOn("n2", false), podOn("n2", false), Node("n1")),
+			Want: refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: pods/status by the pod's node after the lease was released", Lease: Released,
+			Write: status(Pod, podOn("n1", false), podOn("n1", false), Node("n1")), Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "node rule: pods/status by the pod's node that lowers the token takes the token rules", Lease: Held,
+			Write: status(Pod, podOn("n1", false), podOn("n1", false).WithToken(Stale), Node("n1")),
+			Want:  refused(stale, "the object already accepted token {current}"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: pods/status by the pod's node that removes the guard", Lease: Held,
+			Write: status(Pod, podOn("n1", false), &Object{NodeName: "n1"}, Node("n1")),
+			Want:  refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: pods/status by a user named system:node:n1 outside group system:nodes", Lease: Held,
+			Write: status(Pod, podOn("n1", false), podOn("n1", false), User{Name: coordv1alpha1.NodeUserPrefix + "n1"}),
+			Want:  refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: a Widget's /status by a node (not a pod)", Lease: Held,
+			Write: status(Widget, Guarded(Current), Guarded(Current).WithPhase("n1"), Node("n1")),
+			Want:  refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: a pod's spec by the pod's node (not /status)", Lease: Held,
+			Write: update(Pod, podOn("n1", false), podOn("n1", false).By("n1"), Node("n1")),
+			Want:  refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: DELETE by the pod's node of a terminating pod", Lease: Held, Write: remove(podOn("n1", true), Node("n1")).of(Pod),
+			Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "node rule: DELETE by the pod's node before its deletion started", Lease: Held, Write: remove(podOn("n1", false), Node("n1")).of(Pod),
+			Want: refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: DELETE by another node of a terminating pod", Lease: Held, Write: remove(podOn("n2", true), Node("n1")).of(Pod),
+			Want: refused(notHolder, "system:node:n1 is not the holder of lease {ns}/job"), UnitOnly: nodeOnACluster},
+		{Name: "node rule: DELETE by the pod's node of a terminating pod, the tenure past its expiry", Lease: Expired,
+			Write: remove(podOn("n1", true), Node("n1")).of(Pod), Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "node rule: DELETE by the pod's node of a terminating pod, the lease deleted", Lease: DeletedLease,
+			Write: remove(podOn("n1", true), Node("n1")).of(Pod), Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "a clean-up user's pods/status, guard and token unchanged (PodGC's mark before its delete)", Lease: Released,
+			Write: status(Pod, podOn("gone", false), podOn("gone", false), GC), Want: Allowed, UnitOnly: nodeOnACluster},
+		{Name: "a clean-up user's pods/status that lowers the token takes the token rules", Lease: Held,
+			Write: status(Pod, podOn("gone", false), podOn("gone", false).WithToken(Stale), GC),
+			Want:  refused(stale, "the object already accepted token {current}"), UnitOnly: nodeOnACluster},
+		{Name: "a clean-up user's /status of a Widget", Lease: Held, Write: status(Widget, Guarded(Current), Guarded(Current).WithPhase("gc"), GC),
+			Want: refused(notHolder, "is not the holder of lease {ns}/job")},
 
 		// After a release.
 		{Name: "released: update inheriting the token", Lease: Released, Write: update(Widget, Guarded(Current), Guarded(Current).By("bob-2"), Bob),

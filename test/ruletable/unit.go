@@ -105,13 +105,19 @@ func (r FencingRow) World() inprocess.World {
 	case PodBound:
 		job = HeldLease(ns, "job", "worker-1", "bob", tk.Current)
 		job.Spec.IdentityBinding = coordv1alpha1.IdentityBindingPod
+	case DeletedLease:
+		w.Deleted = []inprocess.Deleted{{Namespace: ns, Name: "job", High: tk.Current}}
 	case LeftoverTable:
 		w.Table = func(_ string, cm *corev1.ConfigMap) *corev1.ConfigMap {
 			cm.Data[policy.IncarnationKey] = "another"
 			return cm
 		}
 	}
-	if r.Lease != NoLeases {
+	switch r.Lease {
+	case NoLeases:
+	case DeletedLease:
+		w.Leases = []*coordv1alpha1.FencedLease{other}
+	default:
 		w.Leases = []*coordv1alpha1.FencedLease{job, other}
 	}
 	if r.Write.Sub == "scale" || r.Write.Sub == "eviction" {

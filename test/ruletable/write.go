@@ -72,6 +72,10 @@ type Object struct {
 	// container of a Pod.
 	Phase      string
 	Finalizers []string
+	// NodeName is a Pod's spec.nodeName; Deleting sets its
+	// metadata.deletionTimestamp (its deletion started). The node rule.
+	NodeName string
+	Deleting bool
 }
 
 // Guarded is bob's object guarded by lease job with token t.
@@ -181,6 +185,12 @@ func (k Kind) Render(o *Object, tk Tokens, ns, name string) *unstructured.Unstru
 		set(o.Writer, "spec", "holderIdentity")
 	case Pod:
 		set([]any{map[string]any{"name": "c", "image": "example.invalid/c"}}, "spec", "containers")
+		if o.NodeName != "" {
+			set(o.NodeName, "spec", "nodeName")
+		}
+		if o.Deleting {
+			set("2026-01-01T00:00:00Z", "metadata", "deletionTimestamp")
+		}
 		if o.Phase != "" {
 			set([]any{map[string]any{"name": o.Phase, "image": "example.invalid/d"}}, "spec", "ephemeralContainers")
 		}
@@ -243,6 +253,12 @@ var (
 	// --use-service-account-credentials.
 	KubeControllerManager = User{Name: "system:kube-controller-manager"}
 )
+
+// Node is the kubelet of node: user system:node:<node> in group
+// system:nodes.
+func Node(node string) User {
+	return User{Name: coordv1alpha1.NodeUserPrefix + node, Groups: []string{coordv1alpha1.NodesGroup}}
+}
 
 // BobFromPod is bob's service account from pod.
 func BobFromPod(pod string) User { return User{Name: "bob", Pod: pod} }

@@ -2,14 +2,16 @@
 // writes carrying a stale fencing token (invariants I4, I5, I7).
 //
 // It owns the rule (decision.go: Decide, a pure function), the live
-// single-flight lease reader (leases.go) and the admission handler with its
-// three paths (handler.go). The rule's cases are one table,
-// test/ruletable.FencingRows, which TestFencingRuleTable runs against this
-// webhook and against the policy's CEL rendering (controllers/policy) in
-// process, FuzzDecide compares the two on random writes, and
-// test/enforcement replays on a real API server in both modes; the tests of
-// this package's own parts (the clock's cut-off, the lease reader, the
-// handler) are beside them, and test/tenure has the scenarios.
+// single-flight lease reader (leases.go) with its fair turns of the read
+// budget (turns.go), the admission handler with its three paths
+// (handler.go) and the clock-offset sampler (clockoffset.go). The rule's
+// cases are one table, test/ruletable.FencingRows, which
+// TestFencingRuleTable runs against this webhook and against the policy's
+// CEL rendering (controllers/policy) in process, FuzzDecide compares the two
+// on random writes, and test/enforcement replays on a real API server in
+// both modes; the tests of this package's own parts (the clock's cut-off,
+// the lease reader, the handler) are beside them, and test/tenure has the
+// scenarios.
 //
 // It imports only the API (api/v1alpha1), controllers/metrics, client-go,
 // apimachinery and controller-runtime. It must not import the reconciler
@@ -20,7 +22,9 @@ package fencing
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -38,6 +42,11 @@ type Object struct {
 	HasToken bool
 	// Owners are the object's ownerReferences as "Kind/name" (for warnings).
 	Owners []string
+	// NodeName is a Pod's spec.nodeName (the node it is bound to); Deleting
+	// tells whether metadata.deletionTimestamp is set (its deletion has
+	// started). Both serve the node rule (nodeFinishes).
+	NodeName string
+	Deleting bool
 }
 
 // LeaseState is the webhook's view of one FencedLease.
@@ -58,9 +67,6 @@ type LeaseState struct {
 	// RenewStamp - Skew + LeaseDuration is a lower bound of the controller's
 	// expiry for it (zero: not stamped).
 	RenewStamp time.Time
-	// RenewTime is status.renewTime: when the controller last recorded a
-	// renewal, on its clock (for the clock-offset gauge).
-	RenewTime time.Time
 	// LeaseDuration is the tenure's status.leaseDurationSeconds; it caps the
 	// cut-off margin before ExpireTime (see Input.CommitLag).
 	LeaseDuration time.Duration
@@ -73,13 +79,18 @@ type LeaseState struct {
 // Requester is who sent the write.
 type Requester struct {
 	Username string
+	// Groups are the requester's groups: a kubelet is user
+	// system:node:<node> in group system:nodes (nodeFinishes).
+	Groups []string
 	// PodName comes from a pod-bound service-account token (may be empty).
 	PodName string
 	// Cleanup is true for the cluster's own clean-up controllers (the
-	// namespace controller, the garbage collector): their DELETEs of guarded
-	// objects, and their UPDATEs that change nothing but finalizers and
-	// ownerReferences (finishing foreground and orphan cascades), are accepted
-	// without a lease (see Handler.CleanupUsers).
+	// namespace controller, the garbage collector; PodGC and taint eviction
+	// where an administrator adds them): their DELETEs of guarded objects,
+	// their UPDATEs that change nothing but finalizers and ownerReferences
+	// (finishing foreground and orphan cascades), and their Pod /status
+	// writes that keep guard and token (the phase or condition set before
+	// deleting a pod) are accepted without a lease (see Handler.CleanupUsers).
 	Cleanup bool
 }
 
@@ -100,6 +111,12 @@ type Requester struct {
 // object because its owner was deleted, and the owner's deletion is fenced
 // only if the owner is guarded by the same lease. The webhook warns on every
 // guarded write that sets ownerReferences (docs/design.md).
+//
+// PodGC (system:serviceaccount:kube-system:pod-garbage-collector) and taint
+// eviction with node lifecycle (system:serviceaccount:kube-system:node-controller)
+// are not defaults either: only clusters that guard Pods themselves, not
+// through their owners, need them, and add them (docs/design.md, "Guarded
+// Pods on real nodes").
 var DefaultCleanupUsers = []string{
 	"system:serviceaccount:kube-system:namespace-controller",
 	"system:serviceaccount:kube-system:generic-garbage-collector",
@@ -110,6 +127,9 @@ type Input struct {
 	Operation   admissionv1.Operation
 	SubResource string
 	Namespace   string
+	// Pod is true when the object is a core Pod (resource pods of group ""):
+	// the only kind the node rule (nodeFinishes) applies to.
+	Pod bool
 	// Old is nil on CREATE; New is nil on DELETE. On /scale, /eviction and
 	// /binding both stand for the parent object.
 	Old, New *Object
@@ -196,10 +216,12 @@ func Decide(in Input) Verdict {
 	// the guard or the token is a metadata write and takes the token rules.
 	metadataWrite := in.Operation != admissionv1.Delete && (in.SubResource == "" || guardChanged(in.Old, in.New))
 
-	if in.Requester.Cleanup && (in.Operation == admissionv1.Delete || (in.Operation == admissionv1.Update && in.CleanupOnly)) {
+	if in.Requester.Cleanup && (in.Operation == admissionv1.Delete || (in.Operation == admissionv1.Update && in.CleanupOnly) || podStatusKeepsGuard(in)) {
 		// Namespace deletion and garbage collection, including the finalizer and
-		// ownerReference updates that finish cascades: not a lease holder's
-		// write (and, with mandatory fencing, possibly of an object never guarded).
+		// ownerReference updates that finish cascades, and the pod status
+		// PodGC and taint eviction write before they delete a pod (phase
+		// Failed, a DisruptionTarget condition): not a lease holder's write
+		// (and, with mandatory fencing, possibly of an object never guarded).
 		return allow("", 0, 0)
 	}
 
@@ -331,8 +353,17 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 // checkHolder fences writes that carry no token of their own (DELETE,
 // /status, /scale, removing the guard, re-pointing, updates that leave the
 // stored token unchanged): the requester must be the lease's current holder,
-// and the object must not have accepted a newer token.
+// and the object must not have accepted a newer token; or the write is a
+// kubelet's that the node rule lets through (nodeFinishes).
 func checkHolder(in Input, lease string) Verdict {
+	if nodeFinishes(in) {
+		// The kubelet reporting the status of a pod bound to its node, or
+		// finishing a deletion that has started: not a lease holder's write,
+		// and nothing a node could not do to its pods anyway. It needs no
+		// lease, not even one that exists (docs/design.md, "Guarded Pods on
+		// real nodes").
+		return allow("", 0, 0)
+	}
 	scope := in.Namespace + "/" + lease
 	st, v := lookup(in, lease, 0)
 	if !v.Allowed {
@@ -497,6 +528,41 @@ func isHolder(r Requester, st LeaseState) bool {
 		return r.PodName == st.Holder
 	}
 	return true
+}
+
+// node is the node the requester authenticates as, "" for anyone else.
+func (r Requester) node() string {
+	n, ok := strings.CutPrefix(r.Username, coordv1alpha1.NodeUserPrefix)
+	if !ok || n == "" || !slices.Contains(r.Groups, coordv1alpha1.NodesGroup) {
+		return ""
+	}
+	return n
+}
+
+// nodeFinishes is the node rule: the kubelet of the node a guarded Pod is
+// bound to (the stored pod's spec.nodeName) may, without holding the lease,
+//   - write the pod's /status when the write changes neither the guard label
+//     nor the token annotation (pods/status keeps metadata; a write that
+//     changes them takes the token rules), and
+//   - DELETE the pod once its deletion has started (deletionTimestamp set on
+//     the stored pod: the first DELETE, or eviction, was fenced), which is
+//     the kubelet's final delete with grace period 0.
+//
+// Nothing else, and no other kind: no create, no spec, no delete that starts
+// a deletion, no pod bound to another node.
+func nodeFinishes(in Input) bool {
+	n := in.Requester.node()
+	if n == "" || !in.Pod || in.Old == nil || in.Old.NodeName != n {
+		return false
+	}
+	return podStatusKeepsGuard(in) || (in.Operation == admissionv1.Delete && in.SubResource == "" && in.Old.Deleting)
+}
+
+// podStatusKeepsGuard tells whether the write is an update of a Pod's
+// /status that changes neither the guard label nor the token annotation.
+func podStatusKeepsGuard(in Input) bool {
+	return in.Pod && in.Operation == admissionv1.Update && in.SubResource == "status" &&
+		in.Old != nil && in.New != nil && !guardChanged(in.Old, in.New)
 }
 
 // guardChanged tells whether a write changes the guard label or the token

@@ -75,9 +75,10 @@ type Handler struct {
 	Clock     clock.PassiveClock
 	Skew      time.Duration
 	CommitLag time.Duration
-	// CleanupUsers may DELETE guarded objects without holding their lease:
-	// the cluster's namespace controller and garbage collector
-	// (DefaultCleanupUsers in the deployed operator). Nil: nobody.
+	// CleanupUsers may DELETE guarded objects without holding their lease
+	// (and write what Requester.Cleanup says): the cluster's namespace
+	// controller and garbage collector (DefaultCleanupUsers in the deployed
+	// operator). Nil: nobody.
 	CleanupUsers []string
 }
 
@@ -92,15 +93,24 @@ func Register(srv webhook.Server, base Handler) {
 
 // guardOnly is the part of an object the fencing rule reads: decoding only
 // labels and annotations skips the rest of metadata (managedFields above all).
+// deletionTimestamp (and a Pod's spec.nodeName, podNode) serve the node rule.
 type guardOnly struct {
 	Metadata struct {
-		Labels          map[string]string `json:"labels"`
-		Annotations     map[string]string `json:"annotations"`
-		OwnerReferences []struct {
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
+		DeletionTimestamp *string           `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
 			Kind string `json:"kind"`
 			Name string `json:"name"`
 		} `json:"ownerReferences"`
 	} `json:"metadata"`
+}
+
+// podNode is the part of a Pod the node rule reads besides guardOnly.
+type podNode struct {
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
 }
 
 // maxCallTime bounds a decision whose context lost its cancellation: the
@@ -121,8 +131,9 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		Operation:   req.Operation,
 		SubResource: req.SubResource,
 		Namespace:   objectNamespace(req),
+		Pod:         req.Resource.Group == "" && req.Resource.Resource == "pods",
 		Required:    h.Mode == ModeRequired,
-		Requester:   Requester{Username: req.UserInfo.Username},
+		Requester:   Requester{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
 		Now:         h.Clock.Now(),
 		Skew:        h.Skew,
 		CommitLag:   h.CommitLag,
@@ -150,7 +161,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if readsParent(req) {
 		in.Old, in.New, err = h.scaleParent(ctx, req)
 	} else {
-		in.Old, in.New, err = decodeObjects(req)
+		in.Old, in.New, err = decodeObjects(req, in.Pod)
 	}
 	if err == nil && in.Requester.Cleanup && req.Operation == admissionv1.Update {
 		in.CleanupOnly = onlyFinalizersOrOwnersChanged(req.OldObject.Raw, req.Object.Raw)
@@ -290,26 +301,34 @@ func onlyFinalizersOrOwnersChanged(oldRaw, newRaw []byte) bool {
 	return reflect.DeepEqual(o, n)
 }
 
-func decodeObjects(req admission.Request) (oldObj, newObj *Object, err error) {
+func decodeObjects(req admission.Request, pod bool) (oldObj, newObj *Object, err error) {
 	if len(req.OldObject.Raw) > 0 {
-		if oldObj, err = decode(req.OldObject.Raw, req.Kind); err != nil {
+		if oldObj, err = decode(req.OldObject.Raw, req.Kind, pod); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(req.Object.Raw) > 0 && req.Operation != admissionv1.Delete {
-		if newObj, err = decode(req.Object.Raw, req.Kind); err != nil {
+		if newObj, err = decode(req.Object.Raw, req.Kind, pod); err != nil {
 			return nil, nil, err
 		}
 	}
 	return oldObj, newObj, nil
 }
 
-func decode(raw []byte, kind metav1.GroupVersionKind) (*Object, error) {
+func decode(raw []byte, kind metav1.GroupVersionKind, pod bool) (*Object, error) {
 	var m guardOnly
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("cannot decode the %s object to read its kubefence.io/ guard (expected a JSON object with metadata): %v", kind.Kind, err)
 	}
 	o := objectOf(m.Metadata.Labels, m.Metadata.Annotations)
+	o.Deleting = m.Metadata.DeletionTimestamp != nil
+	if pod {
+		var p podNode
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("cannot decode the Pod to read its spec.nodeName: %v", err)
+		}
+		o.NodeName = p.Spec.NodeName
+	}
 	for _, ref := range m.Metadata.OwnerReferences {
 		o.Owners = append(o.Owners, ref.Kind+"/"+ref.Name)
 	}

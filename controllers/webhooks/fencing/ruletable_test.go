@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+
 	"github.com/kubefence/kubefence/test/inprocess"
 	"github.com/kubefence/kubefence/test/ruletable"
 )
@@ -55,8 +57,10 @@ func TestFencingRuleTable(t *testing.T) {
 // the others for the same reason class (test/ruletable.VerdictOf). Lease
 // job holds leaseToken (none if negative), held by holder (user holder;
 // nobody if empty) until well after the webhook's cut-off; lease other is
-// held by bob. A refusal always has a message and a code, and a token lower
-// than the object's is never accepted.
+// held by bob. A /status write is a Pod's, and so is every write of a user
+// system:node:<node> (a kubelet, the pod bound to n1). A refusal always has
+// a message and a code, and a token lower than the object's is never
+// accepted.
 func FuzzDecide(f *testing.F) {
 	for _, s := range []struct {
 		op                 string
@@ -76,6 +80,9 @@ func FuzzDecide(f *testing.F) {
 		{"UPDATE", "", "job", "42", "other", "7", "bob", 42, "bob"},
 		{"UPDATE", "", "job", "43", "job", "43", "bob", 42, "bob"},
 		{"UPDATE", "", "job", "41", "job", "41", "bob", 42, "bob"}, // an inherited token below the lease's
+		{"UPDATE", "status", "job", "42", "job", "42", "system:node:n1", 42, "bob"},
+		{"DELETE", "", "job", "42", "", "", "system:node:n1", 42, "bob"},
+		{"DELETE", "", "job", "42", "", "42", "system:node:n2", 42, ""},
 	} {
 		f.Add(s.op, s.sub, s.oldLease, s.oldToken, s.newLease, s.newToken, s.user, s.leaseToken, s.holder)
 	}
@@ -126,7 +133,7 @@ func fuzzRow(op, sub, oldLease, oldToken, newLease, newToken, user string, lease
 	switch sub {
 	case "":
 	case "status":
-		kind = ruletable.Deployment // keeps metadata changes on /status
+		kind = ruletable.Pod // pods/status keeps label and annotation changes
 	case "scale":
 		if op != "UPDATE" {
 			return fuzzInput{}, false
@@ -142,14 +149,27 @@ func fuzzRow(op, sub, oldLease, oldToken, newLease, newToken, user string, lease
 	if user == "" {
 		user = "system:anonymous"
 	}
+	as := ruletable.User{Name: user}
+	if strings.HasPrefix(user, coordv1alpha1.NodeUserPrefix) {
+		// A kubelet, writing a pod bound to node n1 (the node rule).
+		if sub == "scale" {
+			return fuzzInput{}, false
+		}
+		kind, as.Groups = ruletable.Pod, []string{coordv1alpha1.NodesGroup}
+	}
 	obj := func(lease, token string) *ruletable.Object {
 		t := ruletable.Token(token)
 		if strings.HasPrefix(token, "{") {
 			t = ruletable.Token("x" + token) // a literal, not a situation's token
 		}
-		return &ruletable.Object{Lease: lease, Token: t, Writer: "w"}
+		o := &ruletable.Object{Lease: lease, Token: t, Writer: "w"}
+		if kind == ruletable.Pod {
+			// Bound to n1; on DELETE newToken is free: "" says its deletion started.
+			o.NodeName, o.Deleting = "n1", op == "DELETE" && newToken == ""
+		}
+		return o
 	}
-	w := ruletable.Write{Op: op, Sub: sub, Kind: kind, In: ruletable.Plain, As: ruletable.User{Name: user}}
+	w := ruletable.Write{Op: op, Sub: sub, Kind: kind, In: ruletable.Plain, As: as}
 	if op != "CREATE" {
 		w.Old = obj(oldLease, oldToken)
 	}

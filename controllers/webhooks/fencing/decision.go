@@ -1,12 +1,17 @@
 // Package fencing is the admission webhook that makes guarded objects refuse
 // writes carrying a stale fencing token (invariants I4, I5, I7).
 //
-// It owns the rule (decision.go: Decide, a pure function with a table test
-// and a fuzz test), the live single-flight lease reader (leases.go) with its
-// fair turns of the read budget (turns.go), the admission handler with its
-// three paths (handler.go) and the clock-offset sampler (clockoffset.go).
-// Cases that need a real API server are in test/enforcement (the write-path
-// table, with the webhook's HTTP codes and typed causes) and test/tenure.
+// It owns the rule (decision.go: Decide, a pure function), the live
+// single-flight lease reader (leases.go) with its fair turns of the read
+// budget (turns.go), the admission handler with its three paths
+// (handler.go) and the clock-offset sampler (clockoffset.go). The rule's
+// cases are one table, test/ruletable.FencingRows, which
+// TestFencingRuleTable runs against this webhook and against the policy's
+// CEL rendering (controllers/policy) in process, FuzzDecide compares the two
+// on random writes, and test/enforcement replays on a real API server in
+// both modes; the tests of this package's own parts (the clock's cut-off,
+// the lease reader, the handler) are beside them, and test/tenure has the
+// scenarios.
 //
 // It imports only the API (api/v1alpha1), controllers/metrics, client-go,
 // apimachinery and controller-runtime. It must not import the reconciler

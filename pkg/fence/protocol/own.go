@@ -123,6 +123,16 @@ func (e *notOwnError) Error() string {
 
 func (e *notOwnError) Unwrap() error { return ErrNotOwnRequest }
 
-func sameRequest(a, b coordv1alpha1.LeaseRequest) bool {
-	return a.HolderIdentity == b.HolderIdentity && a.User == b.User && a.RenewSequence == b.RenewSequence && a.RenewTime.Equal(b.RenewTime)
+// sameRequest tells whether stored, a request as the lease shows it, is ours
+// as this client wrote it. A stored request that lacks only the renewTime
+// ours has is ours too: a writer that does not know the field (the previous
+// release's controller adds its finalizer and removes expired requests with
+// a full update) drops it without renewing, while any renewal, by this
+// process or another, raises renewSequence (test/upgrade TestRollingUpgrade,
+// TestOwnsARequestWhoseRenewTimeAnOlderWriterDropped).
+func sameRequest(stored, ours coordv1alpha1.LeaseRequest) bool {
+	if stored.HolderIdentity != ours.HolderIdentity || stored.User != ours.User || stored.RenewSequence != ours.RenewSequence {
+		return false
+	}
+	return stored.RenewTime == nil || stored.RenewTime.Equal(ours.RenewTime)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
@@ -74,4 +76,39 @@ func TestOwnRequest(t *testing.T) {
 		t.Fatal("a request seen gone is still owned")
 	}
 	notOwn(&o, l, "not made by this client")
+}
+
+// The previous release's controller writes the whole lease (its finalizer,
+// an expired request's removal) with types that lack renewTime, so a renewed
+// request loses its stamp without anyone renewing it: still this client's
+// own. A renewal by another process raises renewSequence: not.
+func TestOwnsARequestWhoseRenewTimeAnOlderWriterDropped(t *testing.T) {
+	sent := time.Date(2026, 12, 1, 12, 0, 0, 1500, time.UTC)
+	l := leaseWith("a", "a")
+	var o OwnRequest
+	o.Appended(l.Spec.Requests[0])
+	p, err := o.RenewPatch(l, "a", sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := l.DeepCopy()
+	renewed.Spec.Requests[0] = p[1].Value.(coordv1alpha1.LeaseRequest)
+	o.Renewed(renewed, "a")
+
+	dropped := renewed.Spec.Requests[0]
+	dropped.RenewTime = nil
+	if !o.Owns(dropped) {
+		t.Fatalf("owns %+v not, want owned: only its renewTime was dropped", dropped)
+	}
+	moved := dropped
+	moved.RenewSequence++
+	if o.Owns(moved) {
+		t.Fatalf("owns %+v, want not: someone renewed it", moved)
+	}
+	stamped := renewed.Spec.Requests[0]
+	later := metav1.NewMicroTime(stamped.RenewTime.Add(time.Millisecond))
+	stamped.RenewTime = &later
+	if o.Owns(stamped) {
+		t.Fatalf("owns %+v, want not: its renewTime is not the one this client wrote", stamped)
+	}
 }

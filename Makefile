@@ -95,6 +95,10 @@ HISTORY_FAULTS ?= 1000
 soak: setup-envtest ## Run the history test's soak profile (HISTORY_WRITES, HISTORY_FAULTS; HISTORY_DURATION, HISTORY_SEED, HISTORY_ARTIFACTS pass through; about 45 min; see docs/reliability.md).
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" HISTORY_PROFILE=soak HISTORY_WRITES=$(HISTORY_WRITES) HISTORY_FAULTS=$(HISTORY_FAULTS) go test ./test/history/ -run '^TestHistory$$' -count=1 -timeout 0 -v
 
+.PHONY: soak-explorer
+soak-explorer: ## Run the protocol explorer with its large bounds (EXPLORER_BOUND=large; test/explorer, see docs/reliability.md "Protocol explorer").
+	EXPLORER_BOUND=large go test ./test/explorer/ -count=1 -timeout 0 -v -run '^Test'
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

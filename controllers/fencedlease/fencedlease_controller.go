@@ -64,8 +64,8 @@ type FencedLeaseReconciler struct {
 	// and of every other tenure change after (nil in webhook mode).
 	Tenures TenureTable
 
-	mu           sync.Mutex
-	observations map[types.UID]*observation
+	mu       sync.Mutex
+	memories map[types.UID]Memory
 }
 
 // +kubebuilder:rbac:groups=coordination.kubefence.io,resources=fencedleases,verbs=get;list;watch;update;patch
@@ -114,24 +114,24 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	conflicts := 0
 	for range 5 {
 		now := r.Clock.Now()
-		d, err := decide(&lease, r.observation(lease.UID), stored, now, r.Timing)
+		step, err := Decide(&lease, r.memory(lease.UID), stored, now, r.Timing)
 		if err != nil {
 			log.Error(err, "Refusing to grant", "lease", req.NamespacedName)
 			return ctrl.Result{}, err
 		}
-		updated, statusWrite := d.apply(&lease)
+		updated, statusWrite := step.Write(&lease)
 		if updated == nil {
-			r.setObservation(lease.UID, d.observation)
-			if d.renewed {
+			r.setMemory(lease.UID, step.Remember(false, now))
+			if step.Renewed() {
 				// A stamped renewal, tracked in memory only (no status write).
 				metrics.Renewed(lease.Namespace, lease.Name)
 			}
-			return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+			return ctrl.Result{RequeueAfter: step.RequeueAfter()}, nil
 		}
 		if statusWrite {
 			err = r.writeStatus(ctx, &lease, updated)
 		} else {
-			err = r.removeExpired(ctx, updated, d.removeRequest)
+			err = r.removeExpired(ctx, updated, step.d.removeRequest)
 		}
 		if err != nil {
 			if r.rereadAfterConflict(ctx, err, &lease, &conflicts) {
@@ -140,10 +140,9 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return r.retryOnConflict(err)
 		}
 		lease = *updated
+		r.setMemory(lease.UID, step.Remember(true, r.Clock.Now()))
 		if statusWrite {
-			d.written(r.Clock.Now())
-			r.setObservation(lease.UID, d.observation)
-			r.report(ctx, &lease, d)
+			r.report(ctx, &lease, step.d)
 		}
 	}
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
@@ -178,7 +177,7 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 	if err := r.Update(ctx, lease); err != nil {
 		return fmt.Errorf("removing the epoch finalizer: %w", err) // retried with backoff
 	}
-	r.setObservation(lease.UID, nil)
+	r.setMemory(lease.UID, Memory{})
 	logf.FromContext(ctx).Info("Recorded epoch of deleted lease", "lease", client.ObjectKeyFromObject(lease), "token", high)
 	return nil
 }
@@ -221,23 +220,23 @@ func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1
 	}
 }
 
-func (r *FencedLeaseReconciler) observation(uid types.UID) *observation {
+func (r *FencedLeaseReconciler) memory(uid types.UID) Memory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.observations[uid]
+	return r.memories[uid]
 }
 
-func (r *FencedLeaseReconciler) setObservation(uid types.UID, o *observation) {
+func (r *FencedLeaseReconciler) setMemory(uid types.UID, m Memory) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.observations == nil {
-		r.observations = map[types.UID]*observation{}
+	if r.memories == nil {
+		r.memories = map[types.UID]Memory{}
 	}
-	if o == nil {
-		delete(r.observations, uid)
+	if m.obs == nil {
+		delete(r.memories, uid)
 		return
 	}
-	r.observations[uid] = o
+	r.memories[uid] = m
 }
 
 // conflictRetry is how soon a reconcile whose write conflicted runs again. The

@@ -127,3 +127,16 @@ func (c *Config) timings(l time.Duration) (renew, retry, margin time.Duration, e
 	}
 	return renew, retry, margin, nil
 }
+
+// Deadline is the local deadline of a tenure of lease duration l whose latest
+// successful renewal (the acknowledging one first) was sent at sent, on the
+// holder's monotonic clock: sent + l - SafetyMargin. The Elector's Token is
+// valid before it and its leadership context is cancelled at it; the
+// controller cannot expire the tenure before sent + l (I3).
+func (c *Config) Deadline(sent time.Time, l time.Duration) (time.Time, error) {
+	_, _, margin, err := c.timings(l)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return sent.Add(l - margin), nil
+}

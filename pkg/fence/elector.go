@@ -314,14 +314,16 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 	}
 	lease = acked
 	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
-	renewEvery, retryEvery, margin, err := e.cfg.timings(l)
+	renewEvery, retryEvery, _, err := e.cfg.timings(l)
 	if err != nil {
 		log.Error(err, "Cannot hold lease with this configuration")
 		_ = e.withdraw(ctx)
 		sleep(ctx, e.clock, l)
 		return
 	}
-	e.setLeading(true, token, sent.Add(l-margin))
+	// timings accepted l, and so does Deadline.
+	until := func(sent time.Time) time.Time { d, _ := e.cfg.Deadline(sent, l); return d }
+	e.setLeading(true, token, until(sent))
 	leadCtx, cancel := context.WithCancel(ctx)
 	renewed := make(chan struct{}, 1)
 	go e.watchdog(leadCtx, cancel, renewed)
@@ -405,7 +407,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			rcancel()
 			switch {
 			case err == nil:
-				e.setLeading(true, token, sent.Add(l-margin))
+				e.setLeading(true, token, until(sent))
 				select {
 				case renewed <- struct{}{}:
 				default:

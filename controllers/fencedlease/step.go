@@ -1,0 +1,106 @@
+package fencedlease
+
+import (
+	"fmt"
+	"time"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// Memory is what one controller process remembers of one lease between its
+// decisions: its own observation of the current tenure (see observation). It
+// lives in memory only; a controller that restarts, or another that takes
+// over, starts from the zero value, which has observed nothing.
+type Memory struct{ obs *observation }
+
+// Observed is a copy of what a Memory holds, for traces and tests.
+type Observed struct {
+	Holder        string
+	Token         int64
+	RenewSequence int64
+	// At is what the expiry counts from; Recorded is the time written to
+	// status for it (see observation).
+	At, Recorded time.Time
+	// Acknowledged is false from a grant until the new holder's first
+	// renewal was observed.
+	Acknowledged bool
+}
+
+// Observed returns what the memory holds; false when it holds nothing.
+func (m Memory) Observed() (Observed, bool) {
+	if m.obs == nil {
+		return Observed{}, false
+	}
+	o := m.obs
+	return Observed{Holder: o.holder, Token: o.token, RenewSequence: o.renewSequence, At: o.at, Recorded: o.recorded, Acknowledged: o.acked}, true
+}
+
+func (m Memory) String() string {
+	o, ok := m.Observed()
+	if !ok {
+		return "nothing observed"
+	}
+	return fmt.Sprintf("%s token %d renewSequence %d at %s recorded %s acknowledged %v",
+		o.Holder, o.Token, o.RenewSequence, o.At.UTC().Format(time.RFC3339Nano), o.Recorded.UTC().Format(time.RFC3339Nano), o.Acknowledged)
+}
+
+// Step is one pass of the reconcile loop over one lease, as values: the
+// decision on the lease as read (Decide), the single write it sends (Write)
+// and what the controller remembers afterwards (Remember). The reconciler's
+// loop is made of it, and so is the protocol explorer's controller
+// (test/explorer), which runs these rules against a modelled API server,
+// clocks, caches and restarts.
+type Step struct {
+	d decision
+	// before is the memory the decision was made with.
+	before Memory
+}
+
+// Decide makes the controller's next decision about lease (as read, from the
+// cache or the API server) with what this controller process remembers of
+// it, the epoch that earlier incarnations of the lease name left in the
+// epoch store (read only while status.observedGeneration is 0) and its clock.
+func Decide(lease *coordv1alpha1.FencedLease, mem Memory, storedEpoch int64, now time.Time, timing Timing) (Step, error) {
+	d, err := decide(lease, mem.obs, storedEpoch, now, timing)
+	return Step{d: d, before: mem}, err
+}
+
+// Write returns the object the step's write sends, made from lease (the
+// object it was decided on), and whether it goes to the status subresource;
+// nil when there is nothing to write. It is sent with lease's resourceVersion
+// (an optimistic lock).
+func (s Step) Write(lease *coordv1alpha1.FencedLease) (updated *coordv1alpha1.FencedLease, statusWrite bool) {
+	return s.d.apply(lease)
+}
+
+// Remember returns what the controller remembers after the step. wrote
+// reports that the step's write returned successfully at now. A step with
+// nothing to write remembers its decision's observation; a status write that
+// returned, the decision's observation (a grant's counting from now); a
+// request removal (a spec write) or a write that failed, what was remembered
+// before.
+func (s Step) Remember(wrote bool, now time.Time) Memory {
+	switch {
+	case s.d.removeRequest == "" && s.d.status == nil:
+		return Memory{s.d.observation}
+	case !wrote || s.d.removeRequest != "":
+		return s.before
+	}
+	d := s.d
+	if d.observation != nil {
+		o := *d.observation
+		d.observation = &o
+	}
+	d.written(now)
+	return Memory{d.observation}
+}
+
+// RequeueAfter is when the lease must be looked at again if nothing changes
+// (zero: only when it changes).
+func (s Step) RequeueAfter() time.Duration { return s.d.requeueAfter }
+
+// Transitions are the changes of holder the step's write records.
+func (s Step) Transitions() []Transition { return s.d.transitions }
+
+// Renewed tells whether the step observed a new renewal of the holder.
+func (s Step) Renewed() bool { return s.d.renewed }

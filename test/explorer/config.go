@@ -1,0 +1,96 @@
+package explorer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kubefence/kubefence/controllers/fencedlease"
+)
+
+// Config is one exploration: the production settings the rules run with,
+// the parties, and the bounds of the environment. Durations are rounded to
+// ticks where the environment acts; the production functions see the exact
+// times of the ticks.
+type Config struct {
+	Name string
+	// Tick is the model's unit of time: every party acts at a tick.
+	Tick time.Duration
+	// Horizon bounds the exploration's true time, in ticks.
+	Horizon int
+
+	// Production settings.
+	LeaseSeconds     int32
+	LockDelaySeconds int32
+	// Skew is the fencing webhook's --webhook-clock-skew and the FencedLease
+	// webhook's stamp skew (S); the parties' clocks differ by at most it.
+	Skew time.Duration
+	// CommitLag is --max-commit-lag (C): the fencing webhook's and the
+	// controller's setting.
+	CommitLag time.Duration
+	Timing    fencedlease.Timing
+
+	// Offsets are the clock offsets a party may have, relative to the
+	// controller's clock; every combination in which no two parties differ
+	// by more than Skew is explored. Parties without an entry have none.
+	Offsets map[string][]time.Duration
+
+	// Clients compete for the lease, in their queueing order.
+	Clients []ClientSpec
+
+	// DecisionDelay bounds, in ticks, the time from a guarded write's arrival
+	// at the fencing webhook to its answer (the lease read lies in between).
+	DecisionDelay int
+	// CommitDelay bounds, in ticks, the time from the webhook's answer to
+	// the write's commit (the answer's way back, the API server's other
+	// admission, etcd).
+	CommitDelay int
+	// ControllerDelay bounds, in ticks, how long the controller takes to
+	// reconcile after the lease changed or its requeue came.
+	ControllerDelay int
+	// ClientDelay bounds, in ticks, how long an honest client that has not
+	// crashed takes to acknowledge a grant its watch shows it.
+	ClientDelay int
+	// ControllerRestarts bounds how often the controller restarts (losing
+	// its memory); while down it may stay down arbitrarily long.
+	ControllerRestarts int
+	// Check lists the invariants judged (empty: all of them).
+	Check []string
+	// WriteRetries bounds how often a guarded write is admitted again
+	// because the object changed before it committed.
+	WriteRetries int
+}
+
+// ClientSpec is one party competing for the lease.
+type ClientSpec struct {
+	// Name is the process, and its Kubernetes user.
+	Name string
+	// Identity is the holderIdentity an honest client requests with.
+	Identity string
+	// Queued: the lease starts with this client's request.
+	Queued bool
+	// Renewals, Writes and Tokenless bound its renewals, its token writes
+	// and its tokenless writes (a /status update) of the guarded object.
+	Renewals, Writes, Tokenless int
+	// Joins bounds how often it queues a request (after the first).
+	Joins int
+	// Malicious: any identity, any write its RBAC allows (identityBinding None).
+	Malicious bool
+	// MayCrash: an honest client may stop for good at any time (its writes
+	// under way go on).
+	MayCrash bool
+}
+
+func (c *Config) validate() error {
+	if c.Tick <= 0 || c.Horizon < 0 || c.LeaseSeconds <= 0 {
+		return fmt.Errorf("config %s: Tick and LeaseSeconds must be positive, Horizon not negative", c.Name)
+	}
+	if len(c.Clients) == 0 || len(c.Clients) > maxClients {
+		return fmt.Errorf("config %s: 1 to %d clients", c.Name, maxClients)
+	}
+	return nil
+}
+
+// ticks rounds d up to ticks.
+func (c *Config) ticks(d time.Duration) int {
+	return int((d + c.Tick - 1) / c.Tick)
+}

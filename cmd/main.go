@@ -69,8 +69,9 @@ func main() {
 	flag.BoolVar(&singleReplica, "single-replica", false,
 		"Run without leader election (with --leader-elect=false): only if this is the only replica. Two controllers deciding at once stay safe but fight over every lease.")
 	flag.DurationVar(&maxCommitLag, "max-commit-lag", fencing.DefaultCommitLag,
-		"The longest the API server may take to commit a guarded write after the fencing webhook admitted it. The webhook stops accepting a token this long (plus --webhook-clock-skew, at most a third of the lease) before its tenure's expiry, "+
-			"and the controller waits this long after an operator revokes a tenure, and before the first grant of a recreated lease.")
+		"The longest the API server may take to commit a guarded write after the fencing webhook admitted it; must be > 0. The webhook stops accepting a token this long plus --webhook-clock-skew before its tenure's expiry, "+
+			"but at most a tenth of the lease before it: for leases shorter than 10 x (skew + this) the bound shrinks to a tenth of the lease, skew included. "+
+			"The controller waits this long after an operator revokes a tenure, before the first grant of a recreated lease, and, with --enforcement=policy, after a grant's barrier.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, behind authentication and authorization.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "The port the webhook server listens on.")
@@ -124,7 +125,7 @@ func main() {
 	}
 	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag, AcknowledgeStamped: acknowledgeStamped}
 	if err := timing.Validate(); err != nil {
-		setupLog.Error(err, "Invalid drift settings")
+		setupLog.Error(err, "Invalid timing flags (--drift-ratio, --min-drift, --max-commit-lag)")
 		os.Exit(1)
 	}
 	if maxConcurrentReconciles < 1 {
@@ -192,7 +193,7 @@ func main() {
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, TLSOpts: webhookTLSOpts}),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                enableLeaderElection,
-		LeaderElectionID:              "controller.coordination.kubefence.io",
+		LeaderElectionID:              operator.LeaderElectionID,
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
 	})

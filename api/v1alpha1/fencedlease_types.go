@@ -186,6 +186,16 @@ type FencedLeaseStatus struct {
 	// +kubebuilder:validation:MaxLength=128
 	HolderIdentity string `json:"holderIdentity,omitempty"`
 
+	// holderUser is the user of the request granted the current tenure
+	// (spec.requests[].user), recorded at the grant and cleared with
+	// holderIdentity. A request of holderIdentity made by another user is not
+	// the granted one: the tenure has ended (its holder's request was
+	// withdrawn and the identity queued again). Empty in a status written
+	// before this field existed; then any request of holderIdentity counts.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	HolderUser string `json:"holderUser,omitempty"`
+
 	// fencingToken is the token of the current (or, when nobody holds the lease, the
 	// last) grant. Every grant gets a token greater than every token this lease name
 	// has issued, and renewals never change it. Guarded writes carry it.

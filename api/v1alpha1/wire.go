@@ -56,6 +56,17 @@ func ExpiredMark(holder string, token int64) string {
 // carry with the name of the pod they were issued to (identityBinding Pod).
 const PodNameExtraKey = "authentication.kubernetes.io/pod-name"
 
+// NodeUserPrefix and NodesGroup identify a kubelet: user
+// system:node:<node name> in group system:nodes, the identity the Node
+// authorizer and the NodeRestriction admission plugin act on. The fencing
+// rule's node rule lets it write the /status of, and finish deleting, the
+// guarded Pods bound to its node (docs/design.md, "Guarded Pods on real
+// nodes").
+const (
+	NodeUserPrefix = "system:node:"
+	NodesGroup     = "system:nodes"
+)
+
 // RequestIndex is the position of identity's request in requests, or -1.
 func RequestIndex(requests []LeaseRequest, identity string) int {
 	for i := range requests {
@@ -64,6 +75,31 @@ func RequestIndex(requests []LeaseRequest, identity string) int {
 		}
 	}
 	return -1
+}
+
+// HolderRequestIndex is the position in requests (a lease's spec.requests)
+// of the request that carries the tenure st (its status) names, or -1 when
+// none does: nobody holds the lease, or the tenure has ended in the API
+// server whatever status still says, because the holder's request is gone
+// (released, revoked, removed at expiry) or the request of that identity is
+// not the one granted: made again by another user than st.HolderUser, or
+// with a renewSequence below st.RenewSequence. The controller, the fencing
+// webhook and the tenure table all judge a tenure by it. A status without
+// holderUser (written before the field existed) leaves the user test out:
+// any request of the holder's identity counts.
+func HolderRequestIndex(requests []LeaseRequest, st *FencedLeaseStatus) int {
+	if st.HolderIdentity == "" {
+		return -1
+	}
+	i := RequestIndex(requests, st.HolderIdentity)
+	if i < 0 {
+		return -1
+	}
+	r := &requests[i]
+	if (st.HolderUser != "" && r.User != st.HolderUser) || r.RenewSequence < st.RenewSequence {
+		return -1
+	}
+	return i
 }
 
 // How a refusal of a stale write reaches a client.

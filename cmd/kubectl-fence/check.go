@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -47,6 +50,18 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
    guarded by a lease that does not exist must be refused by it (in policy
    mode by the ValidatingAdmissionPolicy kubefence-fencing).
 
+It also warns (on stderr, whatever the outcome) about FencedLeases whose
+identityBinding is not Pod and whose requests come from service accounts:
+pods that run as one service account pass each other's tokenless checks
+(deletes, /status and /scale writes, updates that keep the stored token), so
+a paused replica can make them after another replica of the same service
+account was granted the lease. Set identityBinding: Pod on such leases.
+
+In policy mode check also warns about every API group an aggregated API
+server serves (an APIService with spec.service set): the kube-apiserver
+proxies those writes without running the fencing policy, so guarded
+objects of those groups are not fenced as the design promises.
+
 Dry runs store nothing. The probes run in the namespace of -n; the fencing
 webhook skips kubefence-system and kube-system, so choose another one.
 With --wait, check tries again every second until everything is ready or the
@@ -63,13 +78,19 @@ func (o *checkOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range sharedServiceAccountWarnings(ctx, c) {
+		fmt.Fprintln(o.streams.ErrOut, "Warning: "+w)
+	}
 	deadline := time.Now().Add(o.wait)
 	lastReason := ""
 	for {
-		report, err := check(ctx, c)
+		report, warnings, err := check(ctx, c)
 		if err == nil {
 			for _, line := range report {
 				fmt.Fprintln(o.streams.Out, line)
+			}
+			for _, w := range warnings {
+				fmt.Fprintln(o.streams.ErrOut, "Warning: "+w)
 			}
 			fmt.Fprintln(o.streams.Out, "The kubefence API and webhooks are ready")
 			return nil
@@ -92,26 +113,78 @@ func (o *checkOptions) run(ctx context.Context) error {
 	}
 }
 
-// check runs the three checks once; the report says what answered.
-func check(ctx context.Context, c *clients) ([]string, error) {
+// check runs the three checks once; the report says what answered, the
+// warnings what policy mode leaves unfenced.
+func check(ctx context.Context, c *clients) (report, warnings []string, err error) {
 	gv := coordv1alpha1.GroupVersion.String()
 	res, err := c.discovery.ServerResourcesForGroupVersion(gv)
 	if err != nil || !slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "fencedleases" }) {
 		if err == nil {
 			err = errors.New("the group version has no fencedleases")
 		}
-		return nil, fmt.Errorf("the API server does not serve fencedleases.%s (%v): install the CRD (make install or make deploy)", gv, err)
+		return nil, nil, fmt.Errorf("the API server does not serve fencedleases.%s (%v): install the CRD (make install or make deploy)", gv, err)
 	}
-	report := []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
+	report = []string{fmt.Sprintf("API: fencedleases.%s is served", gv)}
 
+	policyMode := false
 	for _, p := range []probe{leaseProbe(c.namespace), fencingProbe(c.namespace)} {
-		line, err := p.run(ctx, c)
+		line, byPolicy, err := p.run(ctx, c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		report = append(report, line)
+		policyMode = policyMode || (byPolicy && p.policy == coordv1alpha1.FencingPolicyName)
 	}
-	return report, nil
+	if policyMode {
+		warnings = aggregatedGroups(ctx, c)
+	}
+	return report, warnings, nil
+}
+
+// aggregatedGroups warns about every API group served by an aggregated API
+// server (an APIService with spec.service set). The kube-apiserver proxies
+// those requests without admission; the aggregated server judges them with
+// its own admission, if it runs the fencing policy at all, from its own
+// parameter cache, which the propagation barrier never probes
+// (docs/design.md, "Policy mode").
+func aggregatedGroups(ctx context.Context, c *clients) []string {
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIServiceList"})
+	if err := c.kube.List(ctx, &list); err != nil {
+		return []string{fmt.Sprintf("policy mode does not fence the groups of aggregated API servers, and the APIServices cannot be listed to find them (%v)", err)}
+	}
+	type served struct{ apiServices, servers []string }
+	groups := map[string]*served{}
+	for _, a := range list.Items {
+		group, _, _ := unstructured.NestedString(a.Object, "spec", "group")
+		svcNamespace, hasService, _ := unstructured.NestedString(a.Object, "spec", "service", "namespace")
+		svcName, _, _ := unstructured.NestedString(a.Object, "spec", "service", "name")
+		if !hasService {
+			continue // served by the kube-apiserver itself
+		}
+		g := groups[group]
+		if g == nil {
+			g = &served{}
+			groups[group] = g
+		}
+		g.apiServices = append(g.apiServices, a.GetName())
+		if server := svcNamespace + "/" + svcName; !slices.Contains(g.servers, server) {
+			g.servers = append(g.servers, server)
+		}
+	}
+	var warnings []string
+	for _, group := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[group]
+		noun := "APIService"
+		if len(g.apiServices) > 1 {
+			noun = "APIServices"
+		}
+		warnings = append(warnings, fmt.Sprintf("policy mode does not fence group %s: %s %s has it served by the aggregated API server %s, "+
+			"which the kube-apiserver proxies to without running ValidatingAdmissionPolicy %s; guarded objects of that group are fenced only if that server runs the policy itself, "+
+			"from a tenure table cache the propagation barrier never probes. Do not guard its kinds in policy mode, or use webhook mode (docs/design.md, \"Policy mode\")",
+			group, noun, strings.Join(g.apiServices, ", "), strings.Join(g.servers, ", "), coordv1alpha1.FencingPolicyName))
+	}
+	return warnings
 }
 
 // probe is a dry-run create that kubefence's admission (a webhook, or in
@@ -129,19 +202,21 @@ type probe struct {
 	covers func(admissionregistrationv1.ValidatingWebhook) bool
 }
 
-// run dry-run creates the object and says which check answered.
-func (p probe) run(ctx context.Context, c *clients) (string, error) {
+// run dry-run creates the object and says which check answered, and
+// whether it was the policy of policy mode.
+func (p probe) run(ctx context.Context, c *clients) (line string, byPolicy bool, err error) {
 	webhook := p.subject + " webhook"
-	err := c.kube.Create(ctx, p.object, client.DryRunAll)
+	err = c.kube.Create(ctx, p.object, client.DryRunAll)
 	switch {
 	case err == nil:
-		return acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+		line, err = acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+		return line, false, err
 	case webhookDenied(err):
-		return webhook + ": answers (it refused a dry-run " + p.what + ")", nil
+		return webhook + ": answers (it refused a dry-run " + p.what + ")", false, nil
 	case policyDenied(err, p.policy):
-		return p.subject + " policy: answers (policy mode: " + p.policy + " refused a dry-run " + p.what + ")", nil
+		return p.subject + " policy: answers (policy mode: " + p.policy + " refused a dry-run " + p.what + ")", true, nil
 	default:
-		return "", webhookError(webhook, err)
+		return "", false, webhookError(webhook, err)
 	}
 }
 
@@ -243,4 +318,65 @@ func webhookError(what string, err error) error {
 		return fmt.Errorf("%s: the dry-run probe was refused by RBAC or another admission check, not by kubefence (%v)", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// serviceAccountPrefix starts the username of a service account.
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// sharedServiceAccountWarnings warns about every FencedLease without Pod
+// binding whose requests (or current holder) come from a service account:
+// the webhook and the policy tell the holder on tokenless paths by username
+// only, so every pod running as that service account passes them
+// (docs/design.md, "What is not protected"). Each warning says how many pods
+// run as the service account now. A lease list that fails is a warning too.
+func sharedServiceAccountWarnings(ctx context.Context, c *clients) []string {
+	var leases coordv1alpha1.FencedLeaseList
+	if err := c.kube.List(ctx, &leases); err != nil {
+		return []string{fmt.Sprintf("cannot list FencedLeases to look for leases whose service-account replicas pass each other's tokenless checks (%v)", err)}
+	}
+	var out []string
+	for _, l := range leases.Items {
+		binding := l.Spec.IdentityBinding
+		if binding == coordv1alpha1.IdentityBindingPod {
+			continue
+		}
+		if binding == "" {
+			binding = coordv1alpha1.IdentityBindingNone
+		}
+		var users []string
+		for _, r := range l.Spec.Requests {
+			users = append(users, r.User)
+		}
+		users = append(users, l.Status.HolderUser)
+		slices.Sort(users)
+		for _, u := range slices.Compact(users) {
+			sa, ok := strings.CutPrefix(u, serviceAccountPrefix)
+			ns, name, found := strings.Cut(sa, ":")
+			if !ok || !found {
+				continue
+			}
+			out = append(out, fmt.Sprintf("lease %s/%s (identityBinding: %s) is requested by service account %s, which %s: pods that run as one service account pass each other's tokenless fencing checks (deletes, /status and /scale writes, updates that keep the stored token), so a paused replica can still make them after another one was granted the lease; set identityBinding: Pod on the lease (or give each replica its own service account)",
+				l.Namespace, l.Name, binding, u, podsRunningAs(ctx, c, ns, name)))
+		}
+	}
+	return out
+}
+
+// podsRunningAs says how many pods that have not ended run as service account
+// ns/name ("cannot be counted" when the pods cannot be listed).
+func podsRunningAs(ctx context.Context, c *clients, ns, name string) string {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return fmt.Sprintf("an unknown number of pods run as (they cannot be listed: %v)", err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.ServiceAccountName == name && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	if n == 1 {
+		return "1 pod runs as now (a second one during a rollout or a scale-up)"
+	}
+	return fmt.Sprintf("%d pods run as now", n)
 }

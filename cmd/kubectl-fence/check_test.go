@@ -10,10 +10,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -48,6 +50,17 @@ func TestCheckWithWebhook(t *testing.T) {
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
 	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	// A group served by an aggregated API server (spec.service set): policy
+	// mode does not fence its kinds, and check says so. Nothing serves it.
+	aggregated := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": "v1." + aggregatedGroup},
+		"spec": map[string]any{"group": aggregatedGroup, "version": "v1", "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			"insecureSkipTLSVerify": true, "service": map[string]any{"namespace": "default", "name": "no-such-server", "port": int64(443)}},
+	}}
+	if err := c.Create(t.Context(), aggregated); err != nil {
 		t.Fatal(err)
 	}
 
@@ -93,6 +106,9 @@ func TestCheckWithWebhook(t *testing.T) {
 	if !strings.Contains(errOut.String(), "Not ready yet: FencedLease webhook: the API server cannot call it") {
 		t.Errorf("check --wait did not report the webhook down while waiting: %q", errOut.String())
 	}
+	if strings.Contains(errOut.String(), aggregatedGroup) {
+		t.Errorf("check in webhook mode warned about the aggregated group %s (the webhook fences it): %q", aggregatedGroup, errOut.String())
+	}
 
 	// Policy mode: no webhook for FencedLeases or guarded objects, the
 	// operator's ValidatingAdmissionPolicies judge them inside the API server.
@@ -119,4 +135,57 @@ func TestCheckWithWebhook(t *testing.T) {
 		"FencedLease policy: answers (policy mode: kubefence-fencedleases refused a dry-run FencedLease with another user's request)",
 		"fencing policy: answers (policy mode: kubefence-fencing refused a dry-run ConfigMap guarded by a lease that does not exist)",
 	)
+	wantContains(t, "check warnings in policy mode", errOut.String(),
+		"Warning: policy mode does not fence group "+aggregatedGroup+": APIService v1."+aggregatedGroup+" has it served by the aggregated API server default/no-such-server",
+		"docs/design.md",
+	)
+	if n := strings.Count(errOut.String(), "Warning: policy mode does not fence group"); n != 1 {
+		t.Errorf("check in policy mode warned about %d groups, want 1 (%s; the built-in groups' APIServices have no service): %q", n, aggregatedGroup, errOut.String())
+	}
+}
+
+// aggregatedGroup is the group of the test's aggregated APIService.
+const aggregatedGroup = "aggregated.example.kubefence.io"
+
+// TestCheckWarnsAboutSharedServiceAccounts: check warns about every lease
+// without Pod binding requested by a service account, with the number of
+// pods that run as it (pods sharing a service account pass each other's
+// tokenless checks), and suggests identityBinding: Pod; a lease with Pod
+// binding, and one requested by a user that is not a service account, are
+// not named. The warning comes whatever the outcome (here no webhook
+// answers, so check fails).
+func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := t.Context()
+	if err := k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"worker-a", "worker-b"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{
+			ServiceAccountName: "worker", Containers: []corev1.Container{{Name: "c", Image: "worker"}}}}
+		if err := k8s.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa := "system:serviceaccount:" + ns + ":worker"
+	request := func(id, user string) []coordv1alpha1.LeaseRequest {
+		return []coordv1alpha1.LeaseRequest{{HolderIdentity: id, User: user}}
+	}
+	createLease(t, ns, "shared", coordv1alpha1.FencedLeaseSpec{Requests: request("worker-a", sa)}, coordv1alpha1.FencedLeaseStatus{})
+	createLease(t, ns, "bound", coordv1alpha1.FencedLeaseSpec{IdentityBinding: coordv1alpha1.IdentityBindingPod, Requests: request("worker-a", sa)}, coordv1alpha1.FencedLeaseStatus{})
+	createLease(t, ns, "people", coordv1alpha1.FencedLeaseSpec{Requests: request("alice", "alice")}, coordv1alpha1.FencedLeaseStatus{})
+
+	_, stderr, err := fence(t, "check", "-n", ns)
+	if err == nil {
+		t.Errorf("check without webhooks succeeded")
+	}
+	wantContains(t, "check's warnings", stderr,
+		"Warning: lease "+ns+"/shared (identityBinding: None) is requested by service account "+sa+", which 2 pods run as now: pods that run as one service account pass each other's tokenless fencing checks",
+		"set identityBinding: Pod on the lease",
+	)
+	for _, lease := range []string{ns + "/bound", ns + "/people"} {
+		if strings.Contains(stderr, "lease "+lease+" ") {
+			t.Errorf("check warns about lease %s:\n%s", lease, stderr)
+		}
+	}
 }

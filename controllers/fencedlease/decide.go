@@ -197,7 +197,7 @@ func tokenBase(lease *coordv1alpha1.FencedLease, storedEpoch int64, now time.Tim
 // expiry (acknowledge the renewal, look again at the expiry) or past it
 // (expire).
 func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, obs *observation, now time.Time, timing Timing) {
-	idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity)
+	idx := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, &lease.Status)
 	if tenureEnded(lease, idx, obs) {
 		d.transitions = append(d.transitions, endedByRequest(lease, st, now, timing))
 		return
@@ -214,20 +214,24 @@ func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1al
 	d.requeueAfter = expire.Sub(now)
 }
 
-// tenureEnded tells whether the holder's request (at idx, -1 if gone) says
-// its tenure is over: the request is gone (released or withdrawn by its
-// holder, revoked by an operator, removed by this controller at expiry), its
+// tenureEnded tells whether the holder's request (at idx, from
+// HolderRequestIndex: -1 if none carries the tenure) says its tenure is
+// over: the request is gone (released or withdrawn by its holder, revoked
+// by an operator, removed by this controller at expiry), it was made again
+// by another user than the one granted (status.holderUser), its
 // renewSequence is below what status recorded, or it was withdrawn and made
 // anew since this controller observed it (a new request starts its
-// renewSequence again, below the observation's).
+// renewSequence again, below the observation's). A stamped renewal leaves
+// status.renewSequence at the grant's and a controller that took over has
+// no observation: then only the user tells a request made again from the
+// granted one (docs/design.md, "Which request carries the tenure").
 func tenureEnded(lease *coordv1alpha1.FencedLease, idx int, obs *observation) bool {
 	if idx < 0 {
 		return true
 	}
 	st := &lease.Status
 	seq := lease.Spec.Requests[idx].RenewSequence
-	remade := obs != nil && obs.holder == st.HolderIdentity && obs.token == st.FencingToken && seq < obs.renewSequence
-	return seq < st.RenewSequence || remade
+	return obs != nil && obs.holder == st.HolderIdentity && obs.token == st.FencingToken && seq < obs.renewSequence
 }
 
 // endedByRequest ends a tenure whose request says it is over (tenureEnded):
@@ -429,6 +433,7 @@ func endTenure(st *coordv1alpha1.FencedLeaseStatus, reason coordv1alpha1.EndReas
 		Reason:         reason,
 	}
 	st.HolderIdentity = ""
+	st.HolderUser = ""
 	st.AcquireTime = nil
 	st.RenewTime = nil
 	st.ExpireTime = nil
@@ -457,6 +462,7 @@ func grant(st *coordv1alpha1.FencedLeaseStatus, lease *coordv1alpha1.FencedLease
 	acquire := micro(now)
 	expire := micro(now.Add(l + timing.Allowance(l)))
 	st.HolderIdentity = next.HolderIdentity
+	st.HolderUser = next.User
 	st.FencingToken = token
 	st.LeaseDurationSeconds = lease.Spec.LeaseDurationSeconds
 	st.AcquireTime = &acquire

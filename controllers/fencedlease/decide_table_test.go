@@ -133,6 +133,32 @@ func TestDecide(t *testing.T) {
 		},
 		want: outcome{write: "status", transitions: "Released HandedOver", holder: "a", token: 5, reason: coordv1alpha1.ReasonHandedOver},
 	}, {
+		name: "endedByRequest: the holder's identity queued again by another user than status.holderUser ends the tenure, with no observation",
+		setup: func(s *sim) {
+			heldWithNext(s)
+			s.clock.Step(time.Second)
+			s.renewStamped("a")
+			s.reconcile()
+			s.withdraw("a")
+			s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+				sp.Requests = append(sp.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: "a", User: "mallory"})
+			})
+			s.obs = nil // a controller that took over
+		},
+		want: outcome{write: "status", transitions: "Released HandedOver", holder: "b", token: 6, waiting: "a", reason: coordv1alpha1.ReasonHandedOver},
+	}, {
+		name: "currentTenure: a status without holderUser (an earlier controller's) lets any request of the holder's identity carry the tenure",
+		setup: func(s *sim) {
+			heldWithNext(s)
+			s.lease.Status.HolderUser = ""
+			s.withdraw("a")
+			s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+				sp.Requests = append(sp.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: "a", User: "mallory"})
+			})
+			s.obs = nil
+		},
+		want: outcome{requeue: total},
+	}, {
 		name: "endedByRequest: an operator's revocation ends the tenure, and the next grant waits the commit lag",
 		setup: func(s *sim) {
 			heldWithNext(s)

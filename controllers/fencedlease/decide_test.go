@@ -334,6 +334,55 @@ func TestReleaseAndRequeueIsANewTenure(t *testing.T) {
 	}
 }
 
+// A released holder's identity, queued again by another user, is a new
+// request, not the tenure (docs/design.md, "Which request carries the
+// tenure"). a is granted (status.holderUser records its request's user),
+// renews with stamps (no status write: status.renewSequence stays the
+// grant's, so a request made again from 0 is not below it), withdraws, and
+// mallory queues under the identity a before any controller saw the
+// withdrawal; meanwhile another controller took over, with no observation
+// of the tenure. The tenure ends as a release: b, queued first, is handed
+// the lease with a larger token, and mallory's request waits behind it, to
+// be granted a tenure of its own later.
+func TestHolderIdentityQueuedAgainByAnotherUserEndsTheTenure(t *testing.T) {
+	s := newSim(t, 10, 0)
+	heldWithNext(s)
+	_, granted := s.holder()
+	grantedTo := s.lease.Status.HolderUser
+	for range 3 {
+		s.clock.Step(3 * time.Second)
+		s.renewStamped("a")
+		s.reconcile()
+	}
+	if seq := s.lease.Status.RenewSequence; seq != 0 {
+		t.Fatalf("status.renewSequence %d after stamped renewals, want the grant's 0 (no status write)", seq)
+	}
+	s.withdraw("a")
+	s.specWrite(func(sp *coordv1alpha1.FencedLeaseSpec) {
+		sp.Requests = append(sp.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: "a", User: "mallory"})
+	})
+	s.obs = nil // another controller took over
+	s.reconcile()
+	st := &s.lease.Status
+	if st.HolderIdentity != "b" || st.FencingToken <= granted {
+		t.Fatalf("holder %q token %d after a withdrew and mallory queued as a, want b with a token above a's %d: mallory's request carries a's tenure",
+			st.HolderIdentity, st.FencingToken, granted)
+	}
+	if grantedTo != "a" || st.HolderUser != "b" {
+		t.Fatalf("status.holderUser %q at the grant to a, %q at the grant to b; want the user of each granted request", grantedTo, st.HolderUser)
+	}
+	if p := st.PreviousHolder; p == nil || p.HolderIdentity != "a" || p.FencingToken != granted || p.Reason != coordv1alpha1.EndReasonReleased {
+		t.Fatalf("previousHolder %+v, want a's tenure %d Released", p, granted)
+	}
+	_, handed := s.holder()
+	s.withdraw("b")
+	s.reconcile()
+	if st.HolderIdentity != "a" || st.HolderUser != "mallory" || st.FencingToken <= handed {
+		t.Fatalf("after b released: holder %q (user %q) token %d, want mallory's request a granted a tenure of its own above %d",
+			st.HolderIdentity, st.HolderUser, st.FencingToken, handed)
+	}
+}
+
 func TestTimingAllowance(t *testing.T) {
 	tm := DefaultTiming()
 	for _, c := range []struct {

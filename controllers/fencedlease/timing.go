@@ -21,10 +21,11 @@ type Timing struct {
 	// MinDrift is the smallest allowance, whatever the lease duration.
 	MinDrift time.Duration
 	// CommitLag bounds how long the API server may take to commit a write after
-	// the fencing webhook admitted it. After a tenure an operator revoked, and
-	// before the first grant of a lease name's new incarnation, the controller
-	// waits this long before it grants (the fencing webhook's cut-off before an
-	// expiry covers the same lag; see docs/design.md).
+	// the fencing webhook admitted it (--max-commit-lag; must be > 0). After a
+	// tenure an operator revoked, and before the first grant of a lease name's
+	// new incarnation, the controller waits this long before it grants (the
+	// fencing webhook's cut-off before an expiry covers the same lag; see
+	// docs/design.md).
 	CommitLag time.Duration
 	// AcknowledgeStamped makes the controller acknowledge stamped renewals in
 	// status as it does unstamped ones (status.renewTime, expireTime), at a
@@ -53,11 +54,15 @@ func (t Timing) Validate() error {
 	if t.DriftRatio < 0 || t.DriftRatio >= 1 {
 		return fmt.Errorf("drift ratio %v is out of range: expected 0 <= ratio < 1", t.DriftRatio)
 	}
-	if t.CommitLag < 0 {
-		return fmt.Errorf("commit lag %v is negative: expected >= 0", t.CommitLag)
-	}
 	if t.MinDrift < 0 {
 		return fmt.Errorf("minimum drift allowance %v is negative: expected >= 0", t.MinDrift)
+	}
+	if t.CommitLag <= 0 {
+		// Zero is not "no lag": it would silently switch off every protection
+		// that counts on the lag (the fencing webhook's slow-decision refusal,
+		// the waits after a revocation, before a recreated lease's first grant
+		// and after policy mode's barrier).
+		return fmt.Errorf("--max-commit-lag must be > 0: it bounds admission-to-commit, and 0 or less would switch off every margin and wait that counts on it; got %v", t.CommitLag)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 // Package metrics is every Prometheus metric the kubefence operator serves, in
 // one place, for the reconciler (controllers/fencedlease), both webhooks
-// (controllers/webhooks/...) and the certificate rotator (pkg/certrotation,
-// through its Options.OnServing, which cmd/main.go sets). docs/metrics.md documents each name; the alerts
+// (controllers/webhooks/...), policy mode's installer (controllers/policy,
+// through its Installer.OnCheck, which controllers/operator sets) and the
+// certificate rotator (pkg/certrotation, through its Options.OnServing,
+// which cmd/main.go sets). docs/metrics.md documents each name; the alerts
 // and dashboard in config/prometheus and test/observability depend on them.
 //
 // Nothing is registered on import: Register adds the collectors to a registry
@@ -48,10 +50,14 @@ var (
 	staleWritesRejected  = counter("stale_writes_rejected_total", "Writes to guarded objects refused because their fencing token was stale.", "lease_namespace", "lease", "operation")
 	guardedWritesRefused = counter("guarded_writes_refused_total", "Writes to guarded objects refused by the fencing webhook, by reason.", "reason")
 	fencingChecks        = histogram("fencing_check_seconds", "Time the fencing webhook spent deciding a write, by whether it read the lease from the API server.", prometheus.ExponentialBuckets(0.00005, 2, 14), "lease_read")
-	clockOffset          = singleGauge("webhook_clock_offset_seconds", "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (renewTime minus the replica's clock when a live read returned it).")
+	clockOffset          = singleGauge("webhook_clock_offset_seconds", "Lower bound over the last minute of how far the controller's clock is ahead of this fencing webhook replica's (spec.renewTime of the operator's leader-election Lease minus the replica's clock when its watch delivered the renewal).")
 
 	// The FencedLease webhook's.
 	leaseWritesRefused = counter("lease_writes_refused_total", "Writes to FencedLease objects refused by the admission webhook, by reason.", "reason")
+
+	// Policy mode's installer's (controllers/policy, Installer.OnCheck).
+	policyNotAsGenerated = gauge("policy_not_as_generated", "1 while a policy-mode ValidatingAdmissionPolicy or binding was last found deleted or not as the operator generates it and could not be written again; 0 when it is as generated.", "object")
+	policyRestored       = counter("policy_restored_total", "Policy-mode ValidatingAdmissionPolicies and bindings found deleted or edited and written again as generated.", "object")
 
 	// The certificate rotator's.
 	webhookCertificateExpiry = singleGauge("webhook_certificate_expiry_timestamp_seconds", "Expiry (notAfter, Unix seconds) of the webhook serving certificate issued by the self-signed rotator; 0 when the certificate is provided.")
@@ -81,6 +87,7 @@ var collectors = []prometheus.Collector{
 	acquisitions, renewals, renewalsMissed, expiries, releases, takeovers, tokensIssued,
 	currentToken, holderAge, tenureSeconds, staleWritesRejected, leaseWritesRefused,
 	guardedWritesRefused, fencingChecks, clockOffset, webhookCertificateExpiry,
+	policyNotAsGenerated, policyRestored,
 }
 
 // Register adds every kubefence operator metric to reg. Calling it again with
@@ -175,11 +182,13 @@ func GuardedWriteRefused(reason string, stale bool, leaseNamespace, lease, opera
 }
 
 // ClockOffset records the largest lower bound, over the last minute, of how
-// far the controller's clock is ahead of this webhook replica's: renewTime
-// (written on the controller's clock before it committed) minus this
-// replica's clock when a live read returned it. A positive value shortens the
-// cut-off margin before expiry by as much (docs/design.md); the alert fires
-// above the configured --webhook-clock-skew.
+// far the controller's clock is ahead of this webhook replica's:
+// spec.renewTime of the operator's leader-election Lease (written on the
+// leader's clock before it committed) minus this replica's clock when its
+// watch delivered the renewal (controllers/webhooks/fencing.ClockSampler). A
+// positive value shortens the cut-off margin before expiry by as much
+// (docs/design.md); the alert fires above the configured
+// --webhook-clock-skew.
 func ClockOffset(offset time.Duration) {
 	clockOffset.Set(offset.Seconds())
 }
@@ -190,6 +199,22 @@ func ClockOffset(offset time.Duration) {
 // by reason.
 func LeaseWriteRefused(reason string) {
 	leaseWritesRefused.WithLabelValues(reason).Inc()
+}
+
+// Policy mode's installer's events (controllers/policy, Installer.OnCheck).
+
+// PolicyChecked records one comparison of an installed policy-mode object
+// ("<Kind>/<name>") with the generated one: as generated, or not and written
+// again (restored), or not and still not (the gauge stays 1 until it is).
+func PolicyChecked(object string, asGenerated, restored bool) {
+	drifted := 0.0
+	if !asGenerated && !restored {
+		drifted = 1
+	}
+	policyNotAsGenerated.WithLabelValues(object).Set(drifted)
+	if restored {
+		policyRestored.WithLabelValues(object).Inc()
+	}
 }
 
 // The certificate rotator's events (pkg/certrotation, Options.OnServing).

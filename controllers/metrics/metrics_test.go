@@ -31,6 +31,7 @@ func TestRegisterServesEveryDocumentedName(t *testing.T) {
 	ClockOffset(time.Millisecond)
 	LeaseWriteRefused("status")
 	WebhookCertificateExpiry(time.Unix(1e9, 0))
+	PolicyChecked("ValidatingAdmissionPolicyBinding/kubefence-fencing-guarded", false, true)
 
 	fams, err := reg.Gather()
 	if err != nil {
@@ -44,7 +45,7 @@ func TestRegisterServesEveryDocumentedName(t *testing.T) {
 	want := []string{"fencing_check_seconds", "guarded_writes_refused_total", "lease_acquisitions_total",
 		"lease_expiries_total", "lease_fencing_token", "lease_holder_age_seconds", "lease_releases_total",
 		"lease_renewals_total", "lease_takeovers_total", "lease_tenure_seconds", "lease_writes_refused_total",
-		"renewals_missed_total", "stale_writes_rejected_total", "tokens_issued_total",
+		"policy_not_as_generated", "policy_restored_total", "renewals_missed_total", "stale_writes_rejected_total", "tokens_issued_total",
 		"webhook_certificate_expiry_timestamp_seconds", "webhook_clock_offset_seconds"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("served names\n got %v\nwant %v", got, want)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,8 +38,14 @@ import (
 // RecorderName is the name the reconciler's events are recorded under.
 const RecorderName = "kubefence-controller"
 
-// Options configures Setup. Start from DefaultOptions: in Timing, WebhookSkew
-// and CleanupUsers the zero value means "none", not "the default".
+// LeaderElectionID is the name of the operator's leader-election Lease
+// (coordination.k8s.io, in its namespace; cmd/main.go): the fencing webhook
+// samples its renewals for the clock-offset gauge (fencing.ClockSampler).
+const LeaderElectionID = "controller.coordination.kubefence.io"
+
+// Options configures Setup. Start from DefaultOptions: in WebhookSkew,
+// CleanupUsers and Timing's drift fields the zero value means "none", not
+// "the default", and a zero Timing.CommitLag is refused (fencedlease.Timing).
 type Options struct {
 	// Reconciler sets up the FencedLease reconciler (default true).
 	Reconciler bool
@@ -268,6 +275,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.excluded(), Clock: o.Clock, StampSkew: o.WebhookSkew}
+	if o.Enforcement == EnforcementWebhook {
+		// A lease shorter than 10 (skew + commit lag) has a cut-off margin
+		// of L/10 and a smaller commit-lag bound (in policy mode every grant
+		// after an expiry waits the commit lag after its barrier instead).
+		skew, lag := o.WebhookSkew, o.Timing.CommitLag
+		v.DurationWarning = func(l time.Duration) string { return fencing.ShortLeaseWarning(l, skew, lag) }
+	}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FencedLease validator: %w", err)
 	}
@@ -296,6 +310,17 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Leases: leases, Parents: parents,
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,
 	})
+	if o.Namespace != "" {
+		// kubefence_webhook_clock_offset_seconds, from the renewals of the
+		// controller's leader-election Lease.
+		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: LeaderElectionID}, o.Clock)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(sampler); err != nil {
+			return fmt.Errorf("adding the clock-offset sampler: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -317,13 +342,17 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 		servers = tracker.APIServers
 	}
 	// Uncached: the installer reads the installed fencing policy's
-	// incarnation, which must be the one the API servers enforce.
-	live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	// incarnation, which must be the one the API servers enforce; it watches
+	// its objects and writes them again when they drift.
+	live, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the policy installer's client: %w", err)
 	}
-	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live}); err != nil {
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live, OnCheck: metrics.PolicyChecked}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
+	}
+	if err := (&policy.NamespaceMarker{Client: mgr.GetClient(), Excluded: settings.ExcludedNamespaces}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
 	}
 	return &policy.Tenures{
 		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},

@@ -38,9 +38,11 @@ func TestValidate(t *testing.T) {
 		want   string // "" for valid
 	}{
 		{"defaults with namespace and controller", func(*Options) {}, ""},
-		{"no cleanup users, zero skew, zero timing", func(o *Options) {
-			o.CleanupUsers, o.WebhookSkew, o.Timing = nil, 0, fencedlease.Timing{}
+		{"no cleanup users, zero skew, no drift allowance", func(o *Options) {
+			o.CleanupUsers, o.WebhookSkew, o.Timing = nil, 0, fencedlease.Timing{CommitLag: time.Second}
 		}, ""},
+		{"zero commit lag", func(o *Options) { o.Timing.CommitLag = 0 }, "Timing: --max-commit-lag must be > 0: it bounds admission-to-commit"},
+		{"zero Timing", func(o *Options) { o.Timing = fencedlease.Timing{} }, "got 0s"},
 		{"webhooks only need no namespace", func(o *Options) { o.Reconciler, o.Namespace = false, "" }, ""},
 		{"reconciler only needs no controller users", func(o *Options) { o.Webhooks, o.ControllerUsers = false, nil }, ""},
 		{"nothing enabled", func(o *Options) { o.Reconciler, o.Webhooks = false, false }, "nothing to set up"},

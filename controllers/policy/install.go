@@ -5,12 +5,15 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -18,7 +21,9 @@ import (
 // Objects are the policies and bindings of s, in the order they are applied.
 // s.Incarnation must be set (Apply sets it).
 func (s Settings) Objects() []client.Object {
-	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(), s.FencingPolicy(), s.GuardedBinding()}
+	objs := []client.Object{s.TablePolicy(), s.TableBinding(), s.LeasePolicy(), s.LeaseBinding(),
+		s.TerminatingPolicy(), s.TerminatingBinding(), s.FencingPolicy(), s.GuardedBinding(),
+		s.ClusterScopedPolicy(), s.ClusterScopedBinding()}
 	if b := s.RequiredBinding(); b != nil {
 		objs = append(objs, b)
 	}
@@ -32,13 +37,19 @@ func (s Settings) Objects() []client.Object {
 // installed one has none): tenure tables written for another incarnation
 // are not trusted (docs/design.md, "Switching modes").
 func (s Settings) Apply(ctx context.Context, c client.Client) error {
+	_, err := s.apply(ctx, c)
+	return err
+}
+
+// apply is Apply, returning the settings applied (their Incarnation set).
+func (s Settings) apply(ctx context.Context, c client.Client) (Settings, error) {
 	if err := s.Validate(); err != nil {
-		return err
+		return s, err
 	}
 	if s.Incarnation == "" {
 		inc, err := InstalledIncarnation(ctx, c)
 		if err != nil && !errors.Is(err, ErrNoIncarnation) {
-			return err
+			return s, err
 		}
 		if inc == "" {
 			inc = rand.Text()
@@ -48,16 +59,16 @@ func (s Settings) Apply(ctx context.Context, c client.Client) error {
 	for _, o := range s.Objects() {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
-			return err
+			return s, err
 		}
 		u := &unstructured.Unstructured{Object: m}
 		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 		unstructured.RemoveNestedField(u.Object, "status")
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+			return s, fmt.Errorf("applying %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 		}
 	}
-	return nil
+	return s, nil
 }
 
 // ErrNoIncarnation is wrapped by InstalledIncarnation's error when the
@@ -83,11 +94,26 @@ func InstalledIncarnation(ctx context.Context, r client.Reader) (string, error) 
 }
 
 // Installer applies the policies at the operator's start, retrying every
-// RetryInterval until it succeeds (a manager runnable on every replica).
+// RetryInterval until it succeeds, and then keeps them as generated (a
+// manager runnable on every replica): an installed policy or binding that was
+// deleted, or edited in any field of its spec (a rule dropped, a match
+// condition added, validationActions set to Warn), or a fencing policy that
+// lost its incarnation annotation, is written again as generated, at once on
+// a watch event (when Client is a client.WithWatch) and at the latest every
+// CheckInterval (safety review 2026-12-01, finding 10).
 type Installer struct {
 	Settings      Settings
 	Client        client.Client
 	RetryInterval time.Duration
+	// CheckInterval bounds the time between two comparisons of the installed
+	// objects with the generated ones (default 1 min).
+	CheckInterval time.Duration
+	// OnCheck, if set, is told the outcome of each comparison of an
+	// installed object ("<Kind>/<name>") with the generated one: whether it
+	// was as generated and, if not, whether writing it again succeeded (the
+	// operator exports it as kubefence_policy_not_as_generated and
+	// kubefence_policy_restored_total).
+	OnCheck func(object string, asGenerated, restored bool)
 }
 
 // Start implements manager.Runnable.
@@ -97,11 +123,13 @@ func (i *Installer) Start(ctx context.Context) error {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
+	var applied Settings
 	for {
-		err := i.Settings.Apply(ctx, i.Client)
+		var err error
+		applied, err = i.Settings.apply(ctx, i.Client)
 		if err == nil {
 			log.Info("Fencing policies applied", "policy", FencingPolicyName, "table", TableName)
-			return nil
+			break
 		}
 		log.Error(err, "Applying the fencing policies failed; retrying", "after", interval)
 		select {
@@ -110,6 +138,202 @@ func (i *Installer) Start(ctx context.Context) error {
 		case <-time.After(interval):
 		}
 	}
+	check := i.CheckInterval
+	if check <= 0 {
+		check = time.Minute
+	}
+	events := i.watch(ctx)
+	for {
+		if err := i.keep(ctx, applied.Incarnation); err != nil {
+			log.Error(err, "Keeping the fencing policies as generated failed; retrying", "after", interval)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(interval):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-events:
+		case <-time.After(check):
+		}
+	}
+}
+
+// installedObject is the object of the same kind and name as o, empty.
+func installedObject(o client.Object) client.Object {
+	switch o.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	default:
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	}
+}
+
+// keep compares every installed policy and binding with the generated one
+// and writes again each that is missing or differs. The fencing policy keeps
+// the installed incarnation; only when it is gone is it written with inc,
+// the incarnation this installer applied (while it is gone no table write
+// succeeds, Table.Update reading the installed incarnation first, so the
+// tables still say what they said for inc).
+func (i *Installer) keep(ctx context.Context, inc string) error {
+	s := i.Settings
+	installed, err := InstalledIncarnation(ctx, i.Client)
+	switch {
+	case err == nil:
+		s.Incarnation = installed
+	case errors.Is(err, ErrNoIncarnation):
+		s.Incarnation = inc
+	default:
+		return err
+	}
+	var errs []error
+	for _, want := range s.Objects() {
+		if err := i.keepOne(ctx, s, want); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// keepOne compares one object and writes it again if it is not as
+// generated; a conflict (another replica wrote it meanwhile) compares again.
+func (i *Installer) keepOne(ctx context.Context, s Settings, want client.Object) error {
+	name := want.GetObjectKind().GroupVersionKind().Kind + "/" + want.GetName()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		asGenerated, err := i.asGenerated(ctx, want)
+		if err != nil {
+			return err
+		}
+		if asGenerated {
+			i.report(name, true, false)
+			return nil
+		}
+		logf.FromContext(ctx).Info("A fencing policy or binding is not as generated (deleted or edited); writing it again", "object", name)
+		if err := s.writeAgain(ctx, i.Client, want); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				// Another replica wrote it meanwhile: compare again.
+				return apierrors.NewConflict(admissionregistrationv1.Resource(name), want.GetName(), err)
+			}
+			i.report(name, false, false)
+			return fmt.Errorf("writing %s again as generated: %w", name, err)
+		}
+		i.report(name, false, true)
+		return nil
+	})
+}
+
+func (i *Installer) report(object string, asGenerated, restored bool) {
+	if i.OnCheck != nil {
+		i.OnCheck(object, asGenerated, restored)
+	}
+}
+
+// asGenerated tells whether the installed object of want's kind and name is
+// want as the API server would store it: a dry-run update of want onto the
+// installed version (so the server's defaults are filled in and every field
+// another writer added is dropped) must leave its spec, and the
+// annotations want sets, unchanged.
+func (i *Installer) asGenerated(ctx context.Context, want client.Object) (bool, error) {
+	live := installedObject(want)
+	if err := i.Client.Get(ctx, client.ObjectKeyFromObject(want), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading %s: %w", want.GetName(), err)
+	}
+	for k, v := range want.GetAnnotations() {
+		if live.GetAnnotations()[k] != v {
+			return false, nil
+		}
+	}
+	probe := want.DeepCopyObject().(client.Object)
+	probe.SetResourceVersion(live.GetResourceVersion())
+	probe.SetAnnotations(live.GetAnnotations())
+	probe.SetLabels(live.GetLabels())
+	if err := i.Client.Update(ctx, probe, client.DryRunAll, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return false, nil // changed meanwhile: written again, then checked again
+		}
+		return false, fmt.Errorf("comparing %s with the generated one (dry run): %w", want.GetName(), err)
+	}
+	return equality.Semantic.DeepEqual(spec(probe), spec(live)), nil
+}
+
+// spec is the spec of a policy or binding.
+func spec(o client.Object) any {
+	switch o := o.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		return o.Spec
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		return o.Spec
+	}
+	return nil
+}
+
+// writeAgain writes want as generated: created if it is gone, else its spec
+// replaced whole (an update, which drops the fields other writers added,
+// as server-side apply would not) and its annotations set.
+func (s Settings) writeAgain(ctx context.Context, c client.Client, want client.Object) error {
+	live := installedObject(want)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(want), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return c.Create(ctx, want.DeepCopyObject().(client.Object), client.FieldOwner(FieldManager))
+		}
+		return err
+	}
+	obj := want.DeepCopyObject().(client.Object)
+	obj.SetResourceVersion(live.GetResourceVersion())
+	ann := live.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	maps.Copy(ann, want.GetAnnotations())
+	obj.SetAnnotations(ann)
+	obj.SetLabels(live.GetLabels())
+	return c.Update(ctx, obj, client.FieldOwner(FieldManager))
+}
+
+// watch returns a channel that receives when an installed policy or
+// binding of policy mode changes, for as long as ctx lasts, if the client
+// can watch; otherwise nil (only CheckInterval then).
+func (i *Installer) watch(ctx context.Context) <-chan struct{} {
+	wc, ok := i.Client.(client.WithWatch)
+	if !ok {
+		return nil
+	}
+	names := map[string]bool{}
+	for _, o := range i.Settings.Objects() {
+		names[o.GetName()] = true
+	}
+	out := make(chan struct{}, 1)
+	for _, list := range []client.ObjectList{&admissionregistrationv1.ValidatingAdmissionPolicyList{}, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}} {
+		go func() {
+			for ctx.Err() == nil {
+				w, err := wc.Watch(ctx, list)
+				if err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+					continue
+				}
+				for ev := range w.ResultChan() {
+					if o, ok := ev.Object.(client.Object); ok && !names[o.GetName()] {
+						continue
+					}
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+				w.Stop()
+			}
+		}()
+	}
+	return out
 }
 
 // NeedLeaderElection is false: every replica keeps the policies current.

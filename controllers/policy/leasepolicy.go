@@ -119,6 +119,10 @@ func (s Settings) leaseValidations() []admissionregistrationv1.Validation {
 		rule(fmt.Sprintf("!variables.update || !variables.admin || variables.holder == '' || variables.holder in variables.newIDs || "+
 			"variables.oldReqs.exists(r, r.holderIdentity == variables.holder && %s) || object.metadata.?annotations[?%q].orValue('') == variables.tenure", owns("r"), rev),
 			fmt.Sprintf("'removing the request of holder ' + variables.holder + ' revokes its tenure: set annotation %s=' + variables.tenure + ' in the same write (kubectl fence release and handover do), so that the controller waits for that holder\\'s admitted writes before it grants the lease again'", rev)),
+		// checkHolderRequeued: no request under the identity status still
+		// names as holder once its request was withdrawn.
+		rule("!variables.update || variables.holder == '' || variables.holder in variables.oldIDs || !(variables.holder in variables.newIDs)",
+			fmt.Sprintf("'spec.requests (holderIdentity ' + variables.holder + ') queues the identity status.holderIdentity still names as the holder of token ' + string(oldObject.?status.?fencingToken.orValue(0)) + ', whose request was withdrawn: until %s has ended that tenure, a new request under that identity would be taken for it; wait until status.holderIdentity no longer names ' + variables.holder + ', then request again'", ctrl)),
 		// checkOwnRequest on create (for everyone but the controller) and
 		// checkRequestChanges on update (clients).
 		rule(fmt.Sprintf("request.operation != 'CREATE' || variables.newReqs.all(r, %s)", ownNew("r")),

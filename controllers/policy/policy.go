@@ -40,6 +40,22 @@ const (
 	FencingPolicyName   = coordv1alpha1.FencingPolicyName
 	GuardedBindingName  = "kubefence-fencing-guarded"
 	RequiredBindingName = "kubefence-fencing-required"
+	// TerminatingPolicyName judges guarded objects in the namespaces the
+	// operator has marked as being deleted (TerminatingLabel), where the
+	// guarded and required bindings no longer apply: only the clean-up
+	// users' clean-up writes are accepted there, tenure table or not; its
+	// binding has the same name.
+	TerminatingPolicyName = "kubefence-fencing-terminating"
+	// TerminatingLabel, set to "true" by the operator (NamespaceMarker) on
+	// a namespace being deleted, moves its guarded objects from the fencing
+	// policy to TerminatingPolicyName (docs/design.md, "A terminating
+	// namespace").
+	TerminatingLabel = "kubefence.io/terminating"
+	// ClusterScopedPolicyName refuses the guard on cluster-scoped objects:
+	// the label names a FencedLease in the object's namespace, and a
+	// cluster-scoped object has none, so nothing could check its token
+	// (docs/design.md, I5); its binding has the same name.
+	ClusterScopedPolicyName = "kubefence-fencing-cluster-scoped"
 	// TablePolicyName refuses writes to the tenure tables from anyone but
 	// the controller (and deletes from the cluster's clean-up controllers);
 	// its binding has the same name.
@@ -147,6 +163,12 @@ func (s Settings) namespaceNotExcluded() metav1.LabelSelectorRequirement {
 		Values: append([]string(nil), s.ExcludedNamespaces...)}
 }
 
+// notTerminating leaves the namespaces marked TerminatingLabel out of the
+// fencing policy's bindings: their tenure table may be gone, and a binding
+// with parameterNotFoundAction: Deny would then refuse even the clean-up
+// users' deletes, before any CEL runs; TerminatingBinding judges them.
+var notTerminating = metav1.LabelSelectorRequirement{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpDoesNotExist}
+
 // The fencing rule in CEL, the same rule as controllers/webhooks/fencing
 // Decide (docs/design.md, "Policy mode"): the tenure table entry of a lease
 // is "<token>" (no holder) or "<token> <attempt> <pod> <user>", where pod is "-"
@@ -162,7 +184,6 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 	v := func(name, expr string) admissionregistrationv1.Variable {
 		return admissionregistrationv1.Variable{Name: name, Expression: expr}
 	}
-	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
 	entry := func(lease string) string {
 		return fmt.Sprintf("params.?data[?%s].orValue('').split(' ', 4)", lease)
 	}
@@ -182,10 +203,9 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		v("guardedOld", "variables.oldLease != ''"),
 		v("guardedNew", "variables.newLease != ''"),
 		v("metadataWrite", "request.operation != 'DELETE' && (variables.sub == '' || (oldObject != null && object != null && (variables.oldLease != variables.newLease || variables.hasOldTok != variables.hasNewTok || variables.oldTok != variables.newTok)))"),
-		v("cleanup", fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || (request.operation == 'UPDATE' && "+
-			"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
-			"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
-			"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)),
+		podStatusKeepsGuardVariable(),
+		s.cleanupVariable(),
+		nodeFinishesVariable(),
 		v("required", fmt.Sprintf("namespaceObject.metadata.?labels[?%q].orValue('') == 'required' && (request.resource.group + '/' + request.resource.resource) in %s",
 			coordv1alpha1.FencingNamespaceLabel, celList(kindKeys(s.RequiredKinds)))),
 		// A table written for another installation of the fencing policy
@@ -221,10 +241,49 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 	}
 }
 
+// The exemptions (the webhook's Decide and checkHolder) are self-contained
+// variables, in this order: the fencing policy and TerminatingPolicy both
+// judge with them.
+
+// podStatusKeepsGuardVariable is the webhook's podStatusKeepsGuard: an update
+// of a Pod's /status that changes neither the guard label nor the token
+// annotation.
+func podStatusKeepsGuardVariable() admissionregistrationv1.Variable {
+	return admissionregistrationv1.Variable{Name: "podStatusKeepsGuard", Expression: fmt.Sprintf("request.resource.group == '' && request.resource.resource == 'pods' && "+
+		"request.operation == 'UPDATE' && request.?subResource.orValue('') == 'status' && oldObject != null && object != null && "+
+		"oldObject.metadata.?labels[?%[1]q].orValue('') == object.metadata.?labels[?%[1]q].orValue('') && "+
+		"oldObject.metadata.?annotations[?%[2]q].hasValue() == object.metadata.?annotations[?%[2]q].hasValue() && "+
+		"oldObject.metadata.?annotations[?%[2]q].orValue('') == object.metadata.?annotations[?%[2]q].orValue('')", guardLabel, tokenAnn)}
+}
+
+// nodeFinishesVariable is the webhook's nodeFinishes (the node rule): the
+// kubelet of the node a pod is bound to writes its /status (guard and token
+// unchanged) and finishes its deletion once started.
+func nodeFinishesVariable() admissionregistrationv1.Variable {
+	return admissionregistrationv1.Variable{Name: "nodeFinishes", Expression: fmt.Sprintf("request.resource.group == '' && request.resource.resource == 'pods' && oldObject != null && "+
+		"oldObject.?spec.?nodeName.orValue('') != '' && request.userInfo.username == %q + oldObject.spec.nodeName && %q in request.userInfo.?groups.orValue([]) && "+
+		"(variables.podStatusKeepsGuard || (request.operation == 'DELETE' && request.?subResource.orValue('') == '' && oldObject.metadata.?deletionTimestamp.hasValue()))",
+		coordv1alpha1.NodeUserPrefix, coordv1alpha1.NodesGroup)}
+}
+
+// cleanupVariable is the clean-up exemption: a clean-up user's DELETE, its
+// UPDATE that changes nothing but finalizers, ownerReferences and what the
+// API server sets itself, and its Pod /status write that keeps guard and
+// token (variables.podStatusKeepsGuard).
+func (s Settings) cleanupVariable() admissionregistrationv1.Variable {
+	ignored := "['finalizers', 'ownerReferences', 'resourceVersion', 'managedFields', 'generation']"
+	return admissionregistrationv1.Variable{Name: "cleanup", Expression: fmt.Sprintf("request.userInfo.username in %s && (request.operation == 'DELETE' || variables.podStatusKeepsGuard || (request.operation == 'UPDATE' && "+
+		"object.all(k, k == 'metadata' || (k in oldObject && object[k] == oldObject[k])) && oldObject.all(k, k in object) && "+
+		"object.metadata.all(k, k in %[2]s || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "+
+		"oldObject.metadata.all(k, k in %[2]s || k in object.metadata)))", celList(s.CleanupUsers), ignored)}
+}
+
 // holderCheck is the webhook's checkHolder: the requester must be the
-// lease's current holder and the object must not be ahead of the lease.
+// lease's current holder and the object must not be ahead of the lease, or
+// the write is a kubelet's that the node rule lets through.
 func holderCheck(entry, scope string) string {
-	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`ENTRY[0] == '' ?
+	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`variables.nodeFinishes ? '' :
+ENTRY[0] == '' ?
     'lease ' + SCOPE + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
 (variables.hasOldTok && variables.oldTokOK && int(variables.oldTok) > int(ENTRY[0])) ?
     '` + coordv1alpha1.StaleMarker + `: the object already accepted token ' + variables.oldTok + ', above the current token ' + ENTRY[0] + ' of lease ' + SCOPE + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ')' :
@@ -263,17 +322,10 @@ size(variables.newEntry) < 4 ?
 // its IncarnationAnnotation.
 func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
-		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
-		MatchConstraints: &admissionregistrationv1.MatchResources{
-			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
-			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
-					Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-			}}},
-		},
-		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
-		Variables:       s.variables(),
+		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+		MatchConstraints: guardedWrites(),
+		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
+		Variables:        s.variables(),
 		Validations: []admissionregistrationv1.Validation{{
 			Expression:        "variables.verdict == ''",
 			MessageExpression: "variables.verdict",
@@ -282,6 +334,97 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 	})
 	p.Annotations = map[string]string{IncarnationAnnotation: s.Incarnation}
 	return p
+}
+
+// guardedWrites are the writes the fencing policies may judge: CREATE,
+// UPDATE and DELETE of every namespaced kind and of the subresources whose
+// object is the guarded object itself.
+func guardedWrites() *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+				Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}}},
+	}
+}
+
+// TerminatingPolicy judges guarded objects in the namespaces marked
+// TerminatingLabel: it needs no tenure table (a terminating namespace's
+// may be gone, and none can be created there), and accepts only the
+// clean-up users' clean-up writes and the kubelets' writes of the node
+// rule, which the fencing policy accepts whatever the tenure
+// (variables.cleanup and variables.nodeFinishes, the same expressions: a
+// pod the namespace controller deletes gracefully is gone only after its
+// kubelet's final delete); every other write is refused, the holder's too.
+// A namespace marked while it is not being deleted is refused with a
+// message that says so.
+func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: guardedWrites(),
+		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
+		Variables:        []admissionregistrationv1.Variable{podStatusKeepsGuardVariable(), s.cleanupVariable(), nodeFinishesVariable()},
+		Validations: []admissionregistrationv1.Validation{{
+			Expression: "variables.cleanup || variables.nodeFinishes",
+			MessageExpression: fmt.Sprintf("namespaceObject.status.?phase.orValue('') == 'Terminating' ? "+
+				"'namespace ' + request.namespace + ' is being deleted: a guarded object there accepts only deletes and finalizer or ownerReference updates from the clean-up controllers of the cluster, and a pod also the status writes and final delete of its node (this was ' + request.operation + ' by ' + request.userInfo.username + ')' : "+
+				"'namespace ' + request.namespace + ' is labelled %[1]s but is not being deleted: no write to a guarded object is accepted until the label is removed (the kubefence operator sets it on namespaces being deleted)'", TerminatingLabel),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
+}
+
+// TerminatingBinding binds TerminatingPolicy to every guarded object in the
+// namespaces marked TerminatingLabel (outside the excluded ones).
+func (s Settings) TerminatingBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	b := bindEverywhere(TerminatingPolicyName)
+	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpExists}, s.namespaceNotExcluded()}},
+	}
+	return b
+}
+
+// ClusterScopedPolicy refuses every create and update that leaves the guard
+// label on a cluster-scoped object, the webhook's uncheckable rule
+// (controllers/webhooks/fencing): deletes, and updates that remove the label,
+// pass, so that an object guarded before the rule can be cleaned up. It needs
+// no tenure table: there is no namespace to read one from.
+func (s Settings) ClusterScopedPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return newPolicy(ClusterScopedPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: &admissionregistrationv1.MatchResources{
+			MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
+					Resources: []string{"*", "*/status"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
+			}}},
+		},
+		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
+		Validations: []admissionregistrationv1.Validation{{
+			Expression: fmt.Sprintf("!object.metadata.?labels[?%q].hasValue()", guardLabel),
+			Message: fmt.Sprintf("this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",
+				guardLabel, guardLabel, tokenAnn),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		}},
+	})
+}
+
+// ClusterScopedBinding binds ClusterScopedPolicy to the cluster-scoped
+// objects that carry the guard label (the objectSelector keeps every other
+// cluster-scoped write out), outside the excluded namespaces (a Namespace
+// object is matched by its own labels).
+func (s Settings) ClusterScopedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	b := bindEverywhere(ClusterScopedPolicyName)
+	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
+	}
+	return b
 }
 
 func (s Settings) binding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
@@ -301,18 +444,19 @@ func (s Settings) binding(name string, match *admissionregistrationv1.MatchResou
 }
 
 // GuardedBinding binds the fencing policy to every guarded object outside
-// the excluded namespaces.
+// the excluded namespaces and the terminating ones (TerminatingBinding).
 func (s Settings) GuardedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return s.binding(GuardedBindingName, &admissionregistrationv1.MatchResources{
 		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
-		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded(), notTerminating}},
 	})
 }
 
 // RequiredBinding binds the fencing policy to every object of the required
-// kinds in namespaces labelled kubefence.io/fencing=required; nil without
-// required kinds.
+// kinds in namespaces labelled kubefence.io/fencing=required (but the
+// terminating ones: nothing can be created there); nil without required
+// kinds.
 func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	if len(s.RequiredKinds) == 0 {
 		return nil
@@ -329,7 +473,7 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 		ResourceRules: rules,
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: coordv1alpha1.FencingNamespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"required"}},
-			s.namespaceNotExcluded()}},
+			s.namespaceNotExcluded(), notTerminating}},
 	}
 	if slices.Contains(s.RequiredKinds, schema.GroupResource{Resource: "configmaps"}) {
 		// The operator's own ConfigMaps in lease namespaces carry no guard.

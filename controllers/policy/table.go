@@ -84,10 +84,15 @@ func decodeEntry(s string) (Entry, error) {
 	return e, nil
 }
 
-// EntryFor is the entry that says what status (of lease) says.
+// EntryFor is the entry that says what status (of lease) says, but for a
+// tenure that has ended in the API server before status says so: an entry
+// names a holder only while a request carries the tenure
+// (coordv1alpha1.HolderRequestIndex), with that request's user, never that
+// of a request made again under the holder's identity.
 func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus) Entry {
 	e := Entry{Token: st.FencingToken}
-	if st.HolderIdentity == "" {
+	i := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, st)
+	if i < 0 {
 		return e
 	}
 	e.Held = true
@@ -97,9 +102,7 @@ func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseSta
 			e.Pod = "!" // names no pod: nobody passes the identity path
 		}
 	}
-	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, st.HolderIdentity); i >= 0 {
-		e.User = lease.Spec.Requests[i].User
-	}
+	e.User = lease.Spec.Requests[i].User
 	return e
 }
 
@@ -149,7 +152,8 @@ func lookup(cm *corev1.ConfigMap, name string) (Entry, bool, error) {
 // Update sets lease ns/name's entry to what decide returns for the current
 // one (ok false: leave it), with the table's resourceVersion, retrying on
 // conflicts; it creates the table at its first entry. It returns the entry
-// written, or the current one when decide declined.
+// written, or the current one when decide declined or the table is missing
+// in a namespace being deleted (wrote false).
 func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Entry, found bool) (Entry, bool)) (Entry, bool, error) {
 	// Once per update, not per attempt: a conflict is about the table.
 	inc, err := InstalledIncarnation(ctx, t.Reader)
@@ -189,8 +193,18 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}
 			err = t.Writer.Create(ctx, &cm)
-			if apierrors.IsAlreadyExists(err) {
+			switch {
+			case apierrors.IsAlreadyExists(err):
 				return apierrors.NewConflict(corev1.Resource("configmaps"), TableName, err)
+			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				// The namespace is being deleted and its table is gone
+				// (the namespace controller deleted it): nothing can be
+				// created there any more, no guarded object can be judged
+				// against the entry, and no grant can pass the barrier,
+				// whose probes are creates. Declined, as the epoch store
+				// does (a deleted lease's finalizer completes).
+				out = cur
+				return nil
 			}
 		} else {
 			err = t.Writer.Update(ctx, &cm)

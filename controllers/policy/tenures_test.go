@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -82,5 +83,45 @@ func TestGrantWaitsTheCommitLagAfterTheBarrier(t *testing.T) {
 	}
 	if waited := returned.Sub(shown); waited < lag {
 		t.Errorf("the grant may be written %v after the last API server showed the new entry; want at least the commit lag %v", waited, lag)
+	}
+}
+
+// Sync runs at the top of every reconcile, before the controller decides:
+// for a tenure whose holder's identity was queued again by another user
+// than the one granted (status.holderUser), it must not write that user
+// into the table as the holder's ("same tenure, the status is the truth")
+// but end the tenure there: the fencing policy then passes nobody on the
+// identity path and refuses the token.
+func TestSyncDoesNotPassTheTenureToARequestMadeAgainByAnotherUser(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
+	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: TableName},
+		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 42, Held: true, User: "alice", Attempt: "1"}.encode()}}
+	lease := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job", UID: "u1"},
+		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{
+			{HolderIdentity: "bob", User: "bob"}, {HolderIdentity: "alice", User: "mallory"}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "alice", HolderUser: "alice", FencingToken: 42},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(installed, table, lease).Build()
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(lease), lease); err != nil {
+		t.Fatal(err)
+	}
+	tn := &Tenures{Table: &Table{Reader: c, Writer: c}, Leases: c}
+	if err := tn.Sync(t.Context(), lease); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	e, found, err := tn.Table.Get(t.Context(), "ns", "job")
+	if err != nil || !found {
+		t.Fatalf("entry: found %v, %v", found, err)
+	}
+	if e.Held || e.Token != 42 {
+		t.Fatalf("entry %+v after Sync, want token 42 with no holder: mallory's request under alice's identity is not alice's tenure", e)
 	}
 }

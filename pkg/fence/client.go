@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +22,19 @@ import (
 // ErrNotLeading is returned, without sending anything, by a fenced client whose
 // token source does not lead (or whose local deadline has passed).
 var ErrNotLeading = errors.New("not leading: no current fencing token")
+
+// ErrUnfenceable is returned, wrapped and without sending anything, by a fenced
+// client asked to write an object its lease cannot fence: a cluster-scoped
+// object (or one whose namespace is not set), or, when the client knows the
+// lease's namespace (ClientConfig.Namespace; an Elector's, a resourcelock
+// Lock's and the fenced manager's client do), an object in another
+// namespace. The guard label names a FencedLease in the object's own
+// namespace, so a token stamped there would be checked by no lease (the
+// webhook and the policy refuse a guard on cluster-scoped objects) or by a
+// different lease of the same name. Write such objects with an unfenced
+// client, knowing that nothing fences them, or with the client of a lease in
+// their namespace (docs/design.md, I5).
+var ErrUnfenceable = errors.New("fence: the lease cannot fence this object")
 
 // StaleError is a write refused because this holder's token is no longer
 // current: the lease moved on. The holder must stop.
@@ -81,7 +95,7 @@ func staleLease(err error) (lease string, stale bool) {
 }
 
 // TokenSource gives the current fencing token while its holder leads. An
-// *Elector is one.
+// *Elector is one, and a WriteCounter too.
 type TokenSource interface {
 	Token() (int64, bool)
 }
@@ -92,6 +106,8 @@ type TokenSource interface {
 // object is guarded by the lease and stamped with the current token, and every
 // status or scale write is sent only while the holder leads. A refusal as
 // stale is returned as *StaleError and reported to ClientConfig.OnStale.
+// With a WriteCounter token source, each write is counted in flight from the
+// moment it takes its token until it returns, so that a release waits for it.
 type FencedClient struct {
 	client.Client
 	lease  string
@@ -106,14 +122,23 @@ type ClientConfig struct {
 	// synchronously on the goroutine that made the write, before the write
 	// returns. An Elector's client steps down.
 	OnStale func(error)
-	// Metrics, if set, counts stale refusals (kubefence_client_stale_refusals_total).
-	// An Elector's client takes its Config.Metrics.
+	// Metrics, if set, times every write (kubefence_client_write_duration_seconds)
+	// and counts stale refusals (kubefence_client_stale_refusals_total). An
+	// Elector's client takes its Config.Metrics.
 	Metrics *Metrics
+	// Namespace, if set, is the lease's namespace: writes of objects in any
+	// other namespace are refused locally (ErrUnfenceable), since the webhook
+	// would check their guard against another lease of the same name. An
+	// Elector's client takes its Config.Namespace. Unset, the client fences
+	// each object with the lease of its name in the object's namespace, and
+	// its token source must be that lease's.
+	Namespace string
 }
 
 // NewFencedClient returns a client fencing writes with the lease of that name
-// (in each object's namespace) and the tokens of src. At most one ClientConfig
-// may be given.
+// (in each object's namespace, which must be ClientConfig.Namespace when set)
+// and the tokens of src. Cluster-scoped objects are never written
+// (ErrUnfenceable). At most one ClientConfig may be given.
 func NewFencedClient(c client.Client, lease string, src TokenSource, cfg ...ClientConfig) *FencedClient {
 	fc := &FencedClient{Client: c, lease: lease, tokens: src}
 	switch len(cfg) {
@@ -129,37 +154,74 @@ func NewFencedClient(c client.Client, lease string, src TokenSource, cfg ...Clie
 // Client returns a FencedClient stamping this Elector's token; a stale refusal
 // makes the Elector step down at once.
 func (e *Elector) Client(c client.Client) *FencedClient {
-	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics})
+	return NewFencedClient(c, e.cfg.Name, e, ClientConfig{OnStale: func(error) { e.StepDown() }, Metrics: e.cfg.Metrics, Namespace: e.cfg.Namespace})
 }
 
-// writeTracker is implemented by *Elector: it counts writes in flight so
-// that a release waits for them.
-type writeTracker interface{ beginWrite() func(error) }
-
-// track counts a write in flight while it runs, if the token source tracks them.
-func (c *FencedClient) track(write func() error) error {
-	if t, ok := c.tokens.(writeTracker); ok {
-		done := t.beginWrite()
-		err := write()
-		done(err)
-		return err
+// fenceable refuses (ErrUnfenceable) an object whose guard no lease would
+// check: one without a namespace (cluster-scoped, or its namespace unset),
+// or one outside the lease's namespace when the client knows it.
+func (c *FencedClient) fenceable(obj client.Object) error {
+	ns := obj.GetNamespace()
+	switch {
+	case ns == "":
+		return fmt.Errorf("%w: %s %q has no namespace (it is cluster-scoped, or its namespace is not set), and the %s label names a FencedLease in the object's own namespace, so no lease could check the token; "+
+			"set the object's namespace, or write a cluster-scoped object with an unfenced client (nothing fences it: admission refuses the guard on cluster-scoped objects)",
+			ErrUnfenceable, kindOf(obj), obj.GetName(), coordv1alpha1.GuardLeaseLabel)
+	case c.cfg.Namespace != "" && ns != c.cfg.Namespace:
+		return fmt.Errorf("%w: %s %s/%s is outside namespace %s of lease %s/%s, and admission checks the %s label against the FencedLease of that name in the object's own namespace (%s/%s), not this one; "+
+			"write it with the fenced client of a lease in namespace %s, or with an unfenced client (nothing fences it)",
+			ErrUnfenceable, kindOf(obj), ns, obj.GetName(), c.cfg.Namespace, c.cfg.Namespace, c.lease, coordv1alpha1.GuardLeaseLabel, ns, c.lease, ns)
 	}
-	return write()
+	return nil
 }
 
-func (c *FencedClient) token() (int64, error) {
+// kindOf names obj's kind for a message: its GroupVersionKind's, or its Go type.
+func kindOf(obj runtime.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// begin takes the token of one write; from a WriteCounter (an Elector, a
+// resourcelock Lock) it also counts the write in flight, in the same step, so
+// that a release waits for it. end must be called with the write's error.
+func (c *FencedClient) begin() (token int64, end func(error), err error) {
+	if wc, ok := c.tokens.(WriteCounter); ok {
+		return wc.Writes().Begin(c.tokens)
+	}
 	t, ok := c.tokens.Token()
 	if !ok {
-		return 0, ErrNotLeading
+		return 0, nil, ErrNotLeading
 	}
-	return t, nil
+	return t, func(error) {}, nil
 }
 
-func (c *FencedClient) stamp(obj client.Object) error {
-	t, err := c.token()
+// write sends one write with the token (send), counted in flight and timed
+// while it runs, and checks its answer for a stale refusal about obj's lease.
+func (c *FencedClient) write(obj client.Object, send func(token int64) error) error {
+	if err := c.fenceable(obj); err != nil {
+		return err
+	}
+	t, end, err := c.begin()
 	if err != nil {
 		return err
 	}
+	err = c.timed(obj.GetNamespace(), func() error { return send(t) })
+	end(err)
+	return c.check(obj, err)
+}
+
+// timed runs send and records its round trip in the write histogram.
+func (c *FencedClient) timed(namespace string, send func() error) error {
+	start := time.Now()
+	err := send()
+	c.cfg.Metrics.observeWrite(namespace, c.lease, err, time.Since(start))
+	return err
+}
+
+// stamp sets the guard label and the token annotation on obj.
+func (c *FencedClient) stamp(obj client.Object, token int64) {
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -170,9 +232,8 @@ func (c *FencedClient) stamp(obj client.Object) error {
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[coordv1alpha1.FencingTokenAnnotation] = strconv.FormatInt(t, 10)
+	ann[coordv1alpha1.FencingTokenAnnotation] = strconv.FormatInt(token, 10)
 	obj.SetAnnotations(ann)
-	return nil
 }
 
 func (c *FencedClient) check(obj client.Object, err error) error {
@@ -197,38 +258,31 @@ func (c *FencedClient) check(obj client.Object, err error) error {
 
 // Create stamps and creates obj.
 func (c *FencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.stamp(obj); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Create(ctx, obj, opts...) }))
+	return c.write(obj, func(t int64) error {
+		c.stamp(obj, t)
+		return c.Client.Create(ctx, obj, opts...)
+	})
 }
 
 // Update stamps and updates obj.
 func (c *FencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := c.stamp(obj); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Update(ctx, obj, opts...) }))
+	return c.write(obj, func(t int64) error {
+		c.stamp(obj, t)
+		return c.Client.Update(ctx, obj, opts...)
+	})
 }
 
 // Patch adds the guard label and the token to the patch, whatever its type.
 func (c *FencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	t, err := c.token()
-	if err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error {
+	return c.write(obj, func(t int64) error {
 		return c.Client.Patch(ctx, obj, &stampedPatch{Patch: patch, lease: c.lease, token: t}, opts...)
-	}))
+	})
 }
 
 // Delete sends the delete only while leading; the webhook checks that the
 // requester is the lease's current holder (DELETE carries no object).
 func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if _, err := c.token(); err != nil {
-		return err
-	}
-	return c.check(obj, c.track(func() error { return c.Client.Delete(ctx, obj, opts...) }))
+	return c.write(obj, func(int64) error { return c.Client.Delete(ctx, obj, opts...) })
 }
 
 // Apply stamps the guard label and the token on a server-side apply
@@ -238,17 +292,21 @@ func (c *FencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 // On success the API server's answer is written back into obj, as the
 // controller-runtime client does.
 func (c *FencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	t, err := c.token()
+	t, end, err := c.begin()
 	if err != nil {
 		return err
 	}
 	u, err := stampApplyConfiguration(obj, c.lease, t)
+	if err == nil {
+		err = c.fenceable(u)
+	}
 	if err != nil {
+		end(nil) // nothing was sent
 		return err
 	}
-	if err := c.check(u, c.track(func() error {
-		return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
-	})); err != nil {
+	err = c.timed(u.GetNamespace(), func() error { return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...) })
+	end(err)
+	if err := c.check(u, err); err != nil {
 		return err
 	}
 	answer, err := json.Marshal(u)
@@ -306,24 +364,15 @@ type fencedSubResource struct {
 }
 
 func (s *fencedSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Create(ctx, obj, sub, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Create(ctx, obj, sub, opts...) })
 }
 
 func (s *fencedSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Update(ctx, obj, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Update(ctx, obj, opts...) })
 }
 
 func (s *fencedSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if _, err := s.c.token(); err != nil {
-		return err
-	}
-	return s.c.check(obj, s.c.track(func() error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) }))
+	return s.c.write(obj, func(int64) error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) })
 }
 
 // stampedPatch adds the guard label and token annotation to any patch.

@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -285,3 +288,95 @@ func TestFencedClientApplyStamps(t *testing.T) {
 type kindless struct{}
 
 func (kindless) IsApplyConfiguration() {}
+
+// TestFencedClientRefusesUnfenceableObjects: the fenced client never stamps a
+// token that no lease checks. A cluster-scoped object (no namespace) and,
+// when the client knows the lease's namespace, an object in another
+// namespace are refused locally with ErrUnfenceable, whatever the write
+// (create, update, patch, apply, delete, status), and nothing is sent: the
+// webhook checks a guard against the lease of that name in the object's own
+// namespace, and refuses it on cluster-scoped objects. Objects in the
+// lease's namespace are written as before.
+func TestFencedClientRefusesUnfenceableObjects(t *testing.T) {
+	sent := 0
+	count := func() error { sent++; return nil }
+	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return count() },
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return count() },
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return count()
+		},
+		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+			return count()
+		},
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return count() },
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return count()
+		},
+	}).Build()
+	ctx := context.Background()
+	writes := func(c *FencedClient, obj func() client.Object, ac runtime.ApplyConfiguration) map[string]error {
+		return map[string]error{
+			"create": c.Create(ctx, obj()),
+			"update": c.Update(ctx, obj()),
+			"patch":  c.Patch(ctx, obj(), client.MergeFrom(obj())),
+			"apply":  c.Apply(ctx, ac),
+			"delete": c.Delete(ctx, obj()),
+			"status": c.Status().Update(ctx, obj()),
+		}
+	}
+	clusterRole := func() client.Object {
+		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "cr"}}
+	}
+	inNamespace := func(ns string) func() client.Object {
+		return func() client.Object {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		c       *FencedClient
+		obj     func() client.Object
+		ac      runtime.ApplyConfiguration
+		message string
+	}{
+		{"cluster-scoped, lease namespace unknown", NewFencedClient(base, "job", fixedToken{42, true}), clusterRole,
+			rbacv1ac.ClusterRole("cr"), `ClusterRole "cr" has no namespace (it is cluster-scoped`},
+		{"cluster-scoped", NewFencedClient(base, "job", fixedToken{42, true}, ClientConfig{Namespace: "jobs"}), clusterRole,
+			rbacv1ac.ClusterRole("cr"), `ClusterRole "cr" has no namespace (it is cluster-scoped`},
+		{"another namespace", NewFencedClient(base, "job", fixedToken{42, true}, ClientConfig{Namespace: "jobs"}), inNamespace("other"),
+			corev1ac.ConfigMap("cm", "other"), "other/cm is outside namespace jobs of lease jobs/job"},
+	} {
+		for write, err := range writes(tc.c, tc.obj, tc.ac) {
+			if !errors.Is(err, ErrUnfenceable) || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("%s, %s: %v, want ErrUnfenceable saying %q", tc.name, write, err, tc.message)
+			}
+		}
+	}
+	if sent != 0 {
+		t.Fatalf("%d unfenceable writes sent", sent)
+	}
+	for write, err := range writes(NewFencedClient(base, "job", fixedToken{42, true}, ClientConfig{Namespace: "jobs"}), inNamespace("jobs"), corev1ac.ConfigMap("cm", "jobs")) {
+		if err != nil {
+			t.Errorf("the lease's namespace, %s: %v", write, err)
+		}
+	}
+	if sent != 6 {
+		t.Fatalf("%d writes in the lease's namespace sent, want 6", sent)
+	}
+}
+
+// An Elector's client (and so the fenced manager's) knows its lease's
+// namespace: it refuses objects of other namespaces.
+func TestElectorClientKnowsTheLeaseNamespace(t *testing.T) {
+	base := fake.NewClientBuilder().Build()
+	e, err := New(Config{Client: base, Namespace: "jobs", Name: "job", Identity: "a", User: "a",
+		Callbacks: Callbacks{OnStartedLeading: func(context.Context, int64) {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cm"}}
+	if err := e.Client(base).Create(context.Background(), cm); !errors.Is(err, ErrUnfenceable) {
+		t.Fatalf("an Elector's client writing into another namespace: %v, want ErrUnfenceable", err)
+	}
+}

@@ -47,7 +47,10 @@ type Config struct {
 
 	// DisableReleaseOnCancel keeps the request when Run's context is cancelled.
 	// By default (false) Run withdraws it then, which releases a held lease and
-	// hands it to the next candidate at once.
+	// hands it to the next candidate at once. Run called again on the same
+	// Elector continues with the kept request (and a tenure granted to it); a
+	// new Elector, as in a restarted process, does not take it over: it waits
+	// until the controller expired and removed it, and queues its own.
 	DisableReleaseOnCancel bool
 
 	// Callbacks are called on leadership changes. OnStartedLeading is required.

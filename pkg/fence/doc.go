@@ -22,6 +22,15 @@
 //   - The token handed to OnStartedLeading is the one the server granted; a
 //     renewal succeeds only if the server's answer still names this identity with
 //     that token.
+//   - Two Electors with one identity, in two processes, do not lead one
+//     tenure together: an Elector leads, renews and withdraws only the request it appended itself,
+//     as its own writes left it (protocol.OwnRequest). A new Elector that finds
+//     a request of its identity (another process's, or its previous process's
+//     after a restart) waits until the controller expired and removed it, or
+//     its maker withdrew it, and queues its own: a new tenure, a new token. An
+//     Elector whose request another process renews steps down and leaves the
+//     request to it. Run called again on the same Elector continues a tenure
+//     it kept (DisableReleaseOnCancel).
 //
 // # Non-guarantees
 //

@@ -48,11 +48,15 @@ type Elector struct {
 	sentBoot     time.Duration
 	lastSent     time.Time
 
-	// writes tracks the FencedClient writes in flight; unknown is set when one
-	// ended without an answer from the API server (it may still commit).
-	writes  int
-	unknown bool
-	idle    chan struct{}
+	// writes counts the FencedClient writes in flight; its lock is taken
+	// before mu (Writes.Begin reads Token under it), never after.
+	writes Writes
+
+	// own is this Elector's own request, the only one it leads, renews and
+	// withdraws; touched only by Run's goroutine. It outlives Run, so that
+	// Run called again continues a tenure this Elector kept
+	// (DisableReleaseOnCancel).
+	own protocol.OwnRequest
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -147,6 +151,10 @@ func (e *Elector) Check(*http.Request) error {
 // (on a watch) for the grant, leads while it can renew, and queues again after
 // losing the lease. On return the request is withdrawn (unless
 // DisableReleaseOnCancel) and OnStoppedLeading has run if OnStartedLeading did.
+// It leads only this Elector's own request (see the package documentation): a
+// request of its identity it did not append, or that another process renewed,
+// it neither leads, renews nor withdraws, and it queues again once that is
+// gone.
 func (e *Elector) Run(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithValues("lease", e.key, "identity", e.cfg.Identity)
 	if e.cfg.User == "" {
@@ -168,11 +176,17 @@ func (e *Elector) Run(ctx context.Context) error {
 	// acknowledging renewal would delay the controller's grant) but waits for
 	// the lease to change: a new grant, or its request expired and removed.
 	var fenced int64 = -1
+	// foreign is set while a request of this identity that is not this
+	// Elector's own is there (logged once).
+	var foreign bool
 	for {
 		if ctx.Err() != nil {
 			return e.withdraw(context.WithoutCancel(ctx))
 		}
 		lease, known := e.view.get()
+		if known {
+			e.own.Observe(lease, e.cfg.Identity)
+		}
 		if known && lease != nil {
 			if h, t := lease.Status.HolderIdentity, lease.Status.FencingToken; h != lastHolder || t != lastToken {
 				lastHolder, lastToken = h, t
@@ -181,8 +195,20 @@ func (e *Elector) Run(ctx context.Context) error {
 				}
 			}
 			idx := coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity)
+			own := idx >= 0 && e.own.Owns(lease.Spec.Requests[idx])
+			if idx >= 0 && !own && !foreign {
+				// Another process uses this identity (or this identity's
+				// previous process left its request): its request, and a
+				// tenure granted to it, are not ours. Leading it would share
+				// the token; wait until it is gone (withdrawn, or expired and
+				// removed by the controller) and queue our own.
+				log.Info("A request of this identity is there that is not this Elector's own: not leading, renewing or withdrawing it; waiting until it is gone",
+					"reason", e.own.NotOwn(lease, e.cfg.Identity).Error(), "holder", lease.Status.HolderIdentity, "token", lease.Status.FencingToken)
+				e.own.Disown()
+			}
+			foreign = idx >= 0 && !own
 			switch {
-			case idx >= 0 && lease.Status.HolderIdentity == e.cfg.Identity && lease.Status.FencingToken != fenced:
+			case own && lease.Status.HolderIdentity == e.cfg.Identity && lease.Status.FencingToken != fenced:
 				if e.lead(ctx, lease) {
 					fenced = lease.Status.FencingToken
 					log.Info("Waiting for the lease to change before leading again", "token", fenced)
@@ -256,6 +282,7 @@ func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) er
 	if err := e.cfg.Client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("queueing request for %s: %w", e.key, err)
 	}
+	e.own.Appended(updated.Spec.Requests[len(updated.Spec.Requests)-1])
 	e.view.offer(updated)
 	return nil
 }
@@ -316,9 +343,6 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		}
 		log.Info("Stopped leading", "token", token)
 		if releaseDone != nil || ctx.Err() != nil {
-			// The writes of this tenure must have committed (or failed) before
-			// the request goes: the next holder is granted at once.
-			e.quiesce(context.WithoutCancel(ctx), l)
 			err := e.withdraw(context.WithoutCancel(ctx))
 			if releaseDone != nil {
 				e.mu.Lock()
@@ -355,9 +379,19 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			return true
 		case <-e.view.changed:
 			timer.Stop()
-			if cur, _ := e.view.get(); cur == nil || cur.Status.HolderIdentity != e.cfg.Identity || cur.Status.FencingToken != token {
+			cur, _ := e.view.get()
+			if cur == nil || cur.Status.HolderIdentity != e.cfg.Identity || cur.Status.FencingToken != token {
 				log.Info("Lease is no longer ours", "token", token)
 				return
+			}
+			if i := coordv1alpha1.RequestIndex(cur.Spec.Requests, e.cfg.Identity); i >= 0 && !e.own.Owns(cur.Spec.Requests[i]) {
+				// Someone else renewed our request: a second process holds
+				// this tenure with us. Step down at once; the request is not
+				// ours to renew or withdraw any more.
+				log.Info("Stepping down: another process renewed this identity's request", "token", token,
+					"reason", e.own.NotOwn(cur, e.cfg.Identity).Error())
+				e.own.Disown()
+				return true
 			}
 		case <-timer.C():
 			if !e.clock.Now().Before(e.Deadline()) {
@@ -443,72 +477,9 @@ func (e *Elector) bootExpired() bool {
 	return e.leading && e.boot != nil && e.boot() >= e.bootDeadline
 }
 
-// beginWrite counts a FencedClient write in flight; the returned function
-// ends it with the write's error.
-func (e *Elector) beginWrite() func(error) {
-	e.mu.Lock()
-	e.writes++
-	e.mu.Unlock()
-	return func(err error) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.writes--
-		if err != nil && outcomeUnknown(err) {
-			e.unknown = true
-		}
-		if e.writes == 0 && e.idle != nil {
-			close(e.idle)
-			e.idle = nil
-		}
-	}
-}
-
-// quiesce waits (at most max) until no FencedClient write is in flight; if a
-// write ended without an answer, it then waits MaxCommitLag more, the longest
-// the API server may take to commit a write it admitted. Only then may the
-// request be withdrawn: the next holder is granted at once after a release.
-func (e *Elector) quiesce(ctx context.Context, max time.Duration) {
-	e.mu.Lock()
-	var idle chan struct{}
-	if e.writes > 0 {
-		if e.idle == nil {
-			e.idle = make(chan struct{})
-		}
-		idle = e.idle
-	}
-	e.mu.Unlock()
-	if idle != nil {
-		t := e.clock.NewTimer(max)
-		select {
-		case <-idle:
-		case <-t.C():
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	e.mu.Lock()
-	unknown := e.unknown || e.writes > 0
-	e.unknown = false
-	e.mu.Unlock()
-	if unknown {
-		lag := e.cfg.MaxCommitLag
-		if lag <= 0 {
-			lag = DefaultMaxCommitLag
-		}
-		sleep(ctx, e.clock, lag)
-	}
-}
-
-// outcomeUnknown tells whether a write's error leaves open whether the API
-// server committed it: no answer (a cancelled context, a broken connection) or
-// a server-side timeout.
-func outcomeUnknown(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true
-	}
-	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
-}
+// Writes counts the FencedClient writes of this Elector in flight: a release
+// withdraws the request only after they returned (Writes.Quiesce).
+func (e *Elector) Writes() *Writes { return &e.writes }
 
 // renew raises this identity's renewSequence with one JSON patch that first
 // tests the request is exactly as last seen. It returns the time the patch was
@@ -520,7 +491,10 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	}
 	// renewTime is a wall-clock time for the API server's side (the webhook
 	// compares it with its own clock); the deadline counts on e.clock.
-	patch, err := protocol.RenewPatch(lease, e.cfg.Identity, time.Now())
+	patch, err := e.own.RenewPatch(lease, e.cfg.Identity, time.Now())
+	if errors.Is(err, protocol.ErrNotOwnRequest) {
+		return time.Time{}, nil, fmt.Errorf("%w: %w", ErrLost, err)
+	}
 	if err != nil {
 		return time.Time{}, nil, err
 	}
@@ -540,6 +514,7 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 		e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalError, took)
 		return time.Time{}, nil, fmt.Errorf("renewing %s: %w", e.key, err)
 	}
+	e.own.Renewed(updated, e.cfg.Identity)
 	e.view.offer(updated)
 	if updated.Status.HolderIdentity != e.cfg.Identity || updated.Status.FencingToken != token {
 		e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalLost, took)
@@ -552,23 +527,38 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 	return sent, updated, nil
 }
 
-// withdraw removes this identity's request, if it is there.
+// withdraw removes this Elector's own request, if it is there, once every
+// FencedClient write sent with its token has returned (Writes.Quiesce): the
+// controller grants the next request at once. A write that returned without
+// an answer may still commit: then it waits MaxCommitLag more. A request of
+// this identity that another process made or renewed stays: withdrawing it
+// would end that process's tenure without waiting for its writes.
 func (e *Elector) withdraw(ctx context.Context) error {
 	if e.cfg.DisableReleaseOnCancel {
 		return nil
 	}
+	lease, _ := e.view.get()
+	if lease == nil || e.own.WithdrawPatch(lease, e.cfg.Identity) == nil {
+		return nil
+	}
+	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
+	if l == 0 {
+		l = time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	e.writes.Quiesce(ctx, e.clock, l, e.cfg.MaxCommitLag)
 	for attempt := 0; attempt < 5; attempt++ {
 		lease, _ := e.view.get()
 		if lease == nil {
 			return nil
 		}
-		patch := protocol.WithdrawPatch(lease, e.cfg.Identity)
+		patch := e.own.WithdrawPatch(lease, e.cfg.Identity)
 		if patch == nil {
 			return nil
 		}
 		updated := lease.DeepCopy()
 		err := e.cfg.Client.Patch(ctx, updated, patch)
 		if err == nil || apierrors.IsNotFound(err) {
+			e.own.Disown()
 			if err == nil {
 				e.view.offer(updated)
 			}

@@ -9,8 +9,8 @@ import (
 )
 
 // Metrics are the opt-in Prometheus metrics of this package's clients: whether
-// each Elector leads, its token, how long its renewals take, and the writes
-// its FencedClient had refused as stale. They stand in for controller-runtime's
+// each Elector leads, its token, how long its renewals take, how long its
+// FencedClient's writes take, and the writes it had refused as stale. They stand in for controller-runtime's
 // leader_election_master_status in a manager whose leader election is a
 // FencedLease (package manager's LeaseOptions.Metrics).
 //
@@ -21,11 +21,21 @@ import (
 //	kubefence_client_fencing_token{lease_namespace, lease}               gauge: token of the current (or last) tenure
 //	kubefence_client_renewal_duration_seconds{lease_namespace, lease, result}  histogram: renewal round trips; result ok, lost or error
 //	kubefence_client_stale_refusals_total{lease_namespace, lease}        counter: writes refused as stale (each ends the tenure)
+//	kubefence_client_write_duration_seconds{lease_namespace, lease, result}  histogram: fenced writes' round trips; result ok, refused or unknown
+//
+// A write's round trip, from sending it to its answer, bounds the time from
+// its admission to its commit from above (the API server answers after the
+// commit): the fencing webhook's margins and the controller's waits assume
+// that time stays within the operator's --max-commit-lag, and nothing else
+// measures it (docs/design.md, "How each way a tenure ends keeps the
+// promise"). The alert KubefenceClientWritesSlow fires when the p99 of the
+// acknowledged writes passes half of it.
 type Metrics struct {
 	leading *prometheus.GaugeVec
 	token   *prometheus.GaugeVec
 	renewal *prometheus.HistogramVec
 	stale   *prometheus.CounterVec
+	write   *prometheus.HistogramVec
 }
 
 // Results of a renewal, the result label of kubefence_client_renewal_duration_seconds.
@@ -33,6 +43,18 @@ const (
 	RenewalOK    = "ok"
 	RenewalLost  = "lost"
 	RenewalError = "error"
+)
+
+// Results of a fenced write, the result label of
+// kubefence_client_write_duration_seconds.
+const (
+	// WriteOK: acknowledged, so committed before the answer.
+	WriteOK = "ok"
+	// WriteRefused: answered with a refusal (admission, conflict, a 4xx):
+	// nothing was committed.
+	WriteRefused = "refused"
+	// WriteUnknown: no answer, or a timeout: the write may still commit.
+	WriteUnknown = "unknown"
 )
 
 // NewMetrics creates the client metrics and registers them with reg (for a
@@ -62,6 +84,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kubefence_client_stale_refusals_total",
 			Help: "Writes of this client refused as stale by the fencing webhook (each ends the tenure).",
 		}, labels),
+		write: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubefence_client_write_duration_seconds",
+			Help: "Round trip of this client's fenced writes to guarded objects, by result (ok, refused, unknown): " +
+				"an acknowledged write's round trip bounds the time from its admission to its commit from above.",
+			Buckets: prometheus.DefBuckets,
+		}, append(labels, "result")),
 	}
 	var err error
 	if m.leading, err = register(reg, m.leading); err != nil {
@@ -74,6 +102,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.stale, err = register(reg, m.stale); err != nil {
+		return nil, err
+	}
+	if m.write, err = register(reg, m.write); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -122,6 +153,22 @@ func (m *Metrics) observeRenewal(namespace, lease, result string, d time.Duratio
 		return
 	}
 	m.renewal.WithLabelValues(namespace, lease, result).Observe(d.Seconds())
+}
+
+// observeWrite records the round trip d of a fenced write that ended with err.
+func (m *Metrics) observeWrite(namespace, lease string, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	result := WriteOK
+	switch {
+	case err == nil:
+	case outcomeUnknown(err):
+		result = WriteUnknown
+	default:
+		result = WriteRefused
+	}
+	m.write.WithLabelValues(namespace, lease, result).Observe(d.Seconds())
 }
 
 func (m *Metrics) staleRefusal(namespace, lease string) {

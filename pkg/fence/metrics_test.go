@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -69,4 +71,65 @@ func TestMetrics(t *testing.T) {
 	none.setLeading("jobs", "job", true, 1)
 	none.observeRenewal("jobs", "job", RenewalError, time.Second)
 	none.staleRefusal("jobs", "job")
+}
+
+// Every fenced write is timed, from sending it to its answer, by result: an
+// acknowledged write's round trip bounds its admission-to-commit time from
+// above (kubefence_client_write_duration_seconds, alert
+// KubefenceClientWritesSlow).
+func TestWriteDurations(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			time.Sleep(60 * time.Millisecond) // a slow commit
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return refusal(409, "the object has been modified")
+		},
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return errors.New("connection reset by peer") // no answer
+		},
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+			return apierrors.NewTimeoutError("the write may still commit", 1)
+		},
+	}).Build()
+	c := NewFencedClient(base, "job", fixedToken{7, true}, ClientConfig{Metrics: m})
+	cm := func() *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "cm"}}
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, cm()); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Update(ctx, cm())
+	_ = c.Patch(ctx, cm(), client.MergeFrom(cm()))
+	_ = c.Delete(ctx, cm())
+	_ = c.Status().Update(ctx, cm()) // refused by the interceptor too
+	for result, want := range map[string]uint64{WriteOK: 1, WriteRefused: 2, WriteUnknown: 2} {
+		h := &dto.Metric{}
+		if err := m.write.WithLabelValues("jobs", "job", result).(prometheus.Histogram).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.GetHistogram().GetSampleCount(); got != want {
+			t.Errorf("%s writes timed: %d, want %d", result, got, want)
+		}
+		if result == WriteOK && h.GetHistogram().GetSampleSum() < 0.06 {
+			t.Errorf("the acknowledged write's round trip %vs is below the 60ms it took", h.GetHistogram().GetSampleSum())
+		}
+	}
+	// A write never sent (not leading) is not timed.
+	notLeading := NewFencedClient(base, "job", fixedToken{0, false}, ClientConfig{Metrics: m})
+	if err := notLeading.Create(ctx, cm()); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("create while not leading: %v", err)
+	}
+	if n := testutil.CollectAndCount(m.write); n != 3 {
+		t.Errorf("%d write series, want 3 (ok, refused, unknown)", n)
+	}
+	var none *Metrics
+	none.observeWrite("jobs", "job", nil, time.Second)
 }

@@ -23,6 +23,7 @@ func grantedStatus() coordinationv1alpha1.FencedLeaseStatus {
 	acquired := metav1.NewMicroTime(time.Date(2030, time.January, 2, 3, 3, 0, 0, time.UTC))
 	st := coordinationv1alpha1.FencedLeaseStatus{
 		HolderIdentity:       "worker-a",
+		HolderUser:           "system:serviceaccount:jobs:worker",
 		FencingToken:         42,
 		TokenBase:            40,
 		LeaseDurationSeconds: 15,
@@ -88,6 +89,7 @@ var _ = Describe("FencedLease status subresource", func() {
 
 		got := getLease("granted")
 		Expect(got.Status.HolderIdentity).To(Equal("worker-a"))
+		Expect(got.Status.HolderUser).To(Equal("system:serviceaccount:jobs:worker"), "holderUser is in the CRD's schema, not pruned")
 		Expect(got.Status.FencingToken).To(Equal(int64(42)))
 		Expect(got.Status.LeaseTransitions).To(Equal(int32(3)))
 		Expect(got.Status.ExpireTime.Equal(&expireAt)).To(BeTrue(), "expireTime: got %v", got.Status.ExpireTime)

@@ -26,13 +26,20 @@ type kcm struct {
 // It is stopped when t ends.
 func startKCM(t *testing.T, useSACredentials bool) *kcm {
 	t.Helper()
+	return startKCMOn(t, cluster, kcmKubeconfig, useSACredentials)
+}
+
+// startKCMOn is startKCM against the API server of c, authenticating with
+// kubeconfig.
+func startKCMOn(t *testing.T, c *testenv.Cluster, kubeconfigData []byte, useSACredentials bool) *kcm {
+	t.Helper()
 	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("no kube-controller-manager in KUBEBUILDER_ASSETS (hack/setup-envtest.sh builds it): %v", err)
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kcmKubeconfig, 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log := &testenv.Buffer{}
@@ -44,7 +51,7 @@ func startKCM(t *testing.T, useSACredentials bool) *kcm {
 		"--use-service-account-credentials="+strconv.FormatBool(useSACredentials),
 		// The key the API server signs service-account tokens with (envtest's
 		// --service-account-signing-key-file).
-		"--service-account-private-key-file="+filepath.Join(cluster.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
+		"--service-account-private-key-file="+filepath.Join(c.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
 		"--v=2",
 	)
 	cmd.Stdout, cmd.Stderr = log, log

@@ -5,7 +5,8 @@
 // of kube-controller-manager's credential modes: namespace deletion and
 // foreground and orphan cascades of guarded objects finish, and a holder that
 // lost its lease cannot delete a guarded object through an owner guarded by
-// the same lease.
+// the same lease. TestCleanupWithKubeControllerManagerPolicyMode does the
+// namespace deletion in policy mode, on a control plane of its own.
 package cleanup_test
 
 import (

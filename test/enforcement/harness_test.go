@@ -196,8 +196,8 @@ func (h *harness) grantRoles(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-client"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: all},
-			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"}, Verbs: all},
-			{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "pods/status", "pods/eviction"}, Verbs: all},
+			{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale", "clusterwidgets", "clusterwidgets/status"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "pods/status", "pods/eviction", "pods/ephemeralcontainers"}, Verbs: all},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: all},
 		},
@@ -269,7 +269,14 @@ func (h *harness) leads(t *testing.T, e *elector, timeout time.Duration, what st
 // elect starts user's Elector for ns/lease without waiting for it to lead.
 func (h *harness) elect(t *testing.T, user, ns, lease string) *elector {
 	t.Helper()
-	el, err := fence.New(fence.Config{Client: h.users[user], Namespace: ns, Name: lease, Identity: user, User: user,
+	return h.electAs(t, h.users[user], user, user, ns, lease)
+}
+
+// electAs starts an Elector for ns/lease with client c, as identity of
+// user, without waiting for it to lead.
+func (h *harness) electAs(t *testing.T, c client.WithWatch, identity, user, ns, lease string) *elector {
+	t.Helper()
+	el, err := fence.New(fence.Config{Client: c, Namespace: ns, Name: lease, Identity: identity, User: user,
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(h.ctx)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,6 +19,21 @@ import (
 // does not end at its own deadline, and its guarded writes succeed
 // throughout; a forged renewal of its request and a stolen grant are refused
 // by the policy.
+// forgeLease sends write on a fresh read of lease ns/short, again while bob's
+// renewals (every L/3) make it conflict: a conflict is decided before
+// admission, and the test wants admission's answer.
+func forgeLease(t *testing.T, h *harness, ns string, write func(*coordv1alpha1.FencedLease) error) error {
+	t.Helper()
+	for i := 0; ; i++ {
+		var lease coordv1alpha1.FencedLease
+		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "short"}, &lease))
+		err := write(&lease)
+		if !apierrors.IsConflict(err) || i == 20 {
+			return err
+		}
+	}
+}
+
 func renewalsKeepWorking(t *testing.T, h *harness, ns string, bob *elector) {
 	t.Helper()
 	const l = 2 * time.Second
@@ -49,16 +65,18 @@ func renewalsKeepWorking(t *testing.T, h *harness, ns string, bob *elector) {
 		t.Errorf("operator down: bob's renewSequence went from %d to %d in %v, want at least 3 renewals admitted", first, got, 3*l)
 	}
 
-	var lease coordv1alpha1.FencedLease
-	must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "short"}, &lease))
-	forged := lease.DeepCopy()
-	forged.Spec.Requests[coordv1alpha1.RequestIndex(forged.Spec.Requests, "bob")].RenewSequence += 100
-	checkLease(t, h, "operator down: alice renews bob's request", h.users["alice"].Update(h.ctx, forged), "only the holder can renew it", false)
-	stolen := lease.DeepCopy()
-	stolen.Status.HolderIdentity = "alice"
-	stolen.Status.FencingToken = token + 1
-	checkLease(t, h, "operator down: alice grants herself the lease in status", h.users["alice"].Status().Update(h.ctx, stolen), "status is written only by the kubefence controller", false)
-	queued := lease.DeepCopy()
-	queued.Spec.Requests = append([]coordv1alpha1.LeaseRequest{{HolderIdentity: "alice", User: "alice"}}, queued.Spec.Requests...)
-	checkLease(t, h, "operator down: alice queues before bob", h.users["alice"].Update(h.ctx, queued), "new requests are appended at the end of the queue", false)
+	alice := h.users["alice"]
+	checkLease(t, h, "operator down: alice renews bob's request", forgeLease(t, h, ns, func(l *coordv1alpha1.FencedLease) error {
+		l.Spec.Requests[coordv1alpha1.RequestIndex(l.Spec.Requests, "bob")].RenewSequence += 100
+		return alice.Update(h.ctx, l)
+	}), "only the holder can renew it", false)
+	checkLease(t, h, "operator down: alice grants herself the lease in status", forgeLease(t, h, ns, func(l *coordv1alpha1.FencedLease) error {
+		l.Status.HolderIdentity = "alice"
+		l.Status.FencingToken = token + 1
+		return alice.Status().Update(h.ctx, l)
+	}), "status is written only by the kubefence controller", false)
+	checkLease(t, h, "operator down: alice queues before bob", forgeLease(t, h, ns, func(l *coordv1alpha1.FencedLease) error {
+		l.Spec.Requests = append([]coordv1alpha1.LeaseRequest{{HolderIdentity: "alice", User: "alice"}}, l.Spec.Requests...)
+		return alice.Update(h.ctx, l)
+	}), "new requests are appended at the end of the queue", false)
 }

@@ -138,11 +138,11 @@ func (h *harness) tableNames(ns, lease string, token int64, user string) error {
 // administrator leaving policy mode does (docs/design.md, "Switching modes").
 func (h *harness) deletePolicies(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{policy.GuardedBindingName, policy.RequiredBindingName, policy.TablePolicyName, policy.LeasePolicyName} {
+	for _, name := range []string{policy.GuardedBindingName, policy.RequiredBindingName, policy.TerminatingPolicyName, policy.ClusterScopedPolicyName, policy.TablePolicyName, policy.LeasePolicyName} {
 		err := h.admin.Delete(h.ctx, &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		must(t, client.IgnoreNotFound(err))
 	}
-	for _, name := range []string{policy.FencingPolicyName, policy.TablePolicyName, policy.LeasePolicyName} {
+	for _, name := range []string{policy.FencingPolicyName, policy.TerminatingPolicyName, policy.ClusterScopedPolicyName, policy.TablePolicyName, policy.LeasePolicyName} {
 		must(t, client.IgnoreNotFound(h.admin.Delete(h.ctx, &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})))
 	}
 }

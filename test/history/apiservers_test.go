@@ -16,6 +16,13 @@ import (
 // ConfigMap watch cache.
 const configMapsKey = "/registry/configmaps/"
 
+// widgetWrites picks out the Widget writes among what a kube-apiserver sends
+// etcd: on the Widget storage's connection (it carries their key prefix,
+// "/registry/<group>/<resource>/"), the Txns that carry a Widget's stored
+// JSON. The CustomResourceDefinition storage's writes of the Widget CRD carry
+// the kind too, but not on that connection.
+var widgetWrites = writeMatch{key: []byte("/registry/example.kubefence.io/widgets/"), value: []byte(`"kind":"Widget"`)}
+
 // connectProxy is an HTTP CONNECT proxy (the operator's HTTPS_PROXY) that
 // reaches the addresses the kube-apiservers advertise, and only those,
 // through dial (testenv.TwoAPIServers.Config's: each advertised address at

@@ -44,7 +44,9 @@ const (
 // as a separate process (bin/manager built from cmd/), so that kill -9 and a
 // restart are real. In policy mode it is two kube-apiservers on one etcd
 // (testenv.StartTwo), the second reaching etcd through etcdProxy so that its
-// caches can be made to lag.
+// caches can be made to lag. Every kube-apiserver reaches etcd through a
+// proxy of etcdProxies, which can delay its Widget writes after admission
+// (commit-delay).
 type cluster struct {
 	env *envtest.Environment
 	// two, etcdProxy and connect are policy mode's: the two kube-apiservers,
@@ -54,9 +56,12 @@ type cluster struct {
 	two       *testenv.TwoAPIServers
 	etcdProxy *faultProxy
 	connect   *connectProxy
-	cfg       *rest.Config
-	scheme    *runtime.Scheme
-	admin     client.Client
+	// etcdProxies are every kube-apiserver's way to etcd, the first's first
+	// (the second's is etcdProxy).
+	etcdProxies []*faultProxy
+	cfg         *rest.Config
+	scheme      *runtime.Scheme
+	admin       client.WithWatch
 	// adminUser is the envtest admin's username: the operator runs as it and
 	// the FencedLease webhook trusts it as the controller.
 	adminUser       string
@@ -96,13 +101,27 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 // port and certificate envtest allocates for the operator.
 func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32, enforcement string) (*cluster, error) {
 	scheme := testenv.NewScheme()
-	var configErr error
+	var (
+		configErr   error
+		etcdAddr    string // etcd's own address
+		etcdProxies []*faultProxy
+	)
 	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
 		env.ControlPlaneStartTimeout = 90 * time.Second
 		env.ControlPlaneStopTimeout = 30 * time.Second
 		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
 		if enforcement == operator.EnforcementPolicy {
 			configErr = testenv.PolicyModeWebhooks(root, env)
+		}
+		if err := testenv.EtcdVia(env, func(etcd string) (string, error) {
+			p, err := newEtcdProxy(etcd, nil, widgetWrites)
+			if err != nil {
+				return "", err
+			}
+			etcdAddr, etcdProxies = etcd, append(etcdProxies, p)
+			return p.Addr(), nil
+		}); err != nil && configErr == nil {
+			configErr = err
 		}
 	}}
 	var (
@@ -112,13 +131,20 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 		etcdProxy *faultProxy
 		err       error
 	)
+	closeProxies := func() {
+		for _, p := range etcdProxies {
+			p.Close()
+		}
+	}
 	if enforcement == operator.EnforcementPolicy {
-		two, err = testenv.StartTwo(in, testenv.SecondEtcdVia(func(etcd string) (string, error) {
-			p, err := newMarkingProxy(etcd, []byte(configMapsKey))
+		// The second server copies the first's flags, so its etcd address is
+		// the first's proxy: it gets its own, to etcd itself.
+		two, err = testenv.StartTwo(in, testenv.SecondEtcdVia(func(string) (string, error) {
+			p, err := newEtcdProxy(etcdAddr, []byte(configMapsKey), widgetWrites)
 			if err != nil {
 				return "", err
 			}
-			etcdProxy = p
+			etcdProxy, etcdProxies = p, append(etcdProxies, p)
 			return p.Addr(), nil
 		}))
 		if err == nil {
@@ -136,13 +162,12 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 		}
 	}
 	if err != nil {
-		if etcdProxy != nil {
-			etcdProxy.Close()
-		}
+		closeProxies()
 		return nil, err
 	}
-	c := &cluster{env: env, cfg: cfg, two: two, etcdProxy: etcdProxy, scheme: scheme, dir: dir, managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
-	if c.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	c := &cluster{env: env, cfg: cfg, two: two, etcdProxy: etcdProxy, etcdProxies: etcdProxies, scheme: scheme, dir: dir,
+		managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
+	if c.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return c, err
 	}
 	review := &authenticationv1.SelfSubjectReview{}
@@ -272,7 +297,7 @@ func (c *cluster) killOperator() {
 
 // stop stops the operator, then kube-apiserver and etcd.
 func (c *cluster) stop() error {
-	for _, p := range []*faultProxy{c.operatorProxy, c.etcdProxy} {
+	for _, p := range append([]*faultProxy{c.operatorProxy}, c.etcdProxies...) {
 		if p != nil {
 			defer p.Close()
 		}
@@ -297,9 +322,14 @@ func (c *cluster) stop() error {
 
 // createLease creates a FencedLease of the run's duration.
 func (c *cluster) createLease(ctx context.Context, name string) error {
+	return c.createLeaseOf(ctx, name, c.leaseSeconds)
+}
+
+// createLeaseOf creates a FencedLease of that duration.
+func (c *cluster) createLeaseOf(ctx context.Context, name string, seconds int32) error {
 	return c.admin.Create(ctx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: historyNamespace, Name: name},
-		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: c.leaseSeconds},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: seconds},
 	})
 }
 

@@ -9,11 +9,13 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
 // Fault kinds.
@@ -30,12 +32,31 @@ const (
 	faultRevoke        = "revoke"             // an operator revokes a held lease (kubectl fence release / handover), writes in flight
 	faultAPIServerLag  = "apiserver-lag"      // delay what etcd sends the second kube-apiserver: its caches (the policy's parameters) lag
 	faultAPIServerStop = "apiserver-pause"    // SIGSTOP the second kube-apiserver, then SIGCONT: what queued runs on a stale cache
+	faultCommitDelay   = "commit-delay"       // delay the kube-apiservers' Widget writes to etcd after admission, revoking the leases meanwhile
 	faultHealReset     = "reset"              // heal by resetting the connections
 	faultHealLate      = "late"               // heal by delivering what was held
 )
 
 var faultKinds = []string{faultPauseShort, faultPauseLong, faultWorkerKill, faultOperatorKill, faultLeaseRecreate,
-	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke}
+	faultNetDelay, faultNetPartition, faultLoseResponses, faultOperatorDelay, faultRevoke, faultCommitDelay}
+
+// The settings of the commit-delay fault (HISTORY_COMMIT_DELAY).
+const (
+	// commitDelayWithin delays commits by a quarter to a half of the commit
+	// lag the run's leases are fenced for (commitDelayRange): no violation
+	// may follow.
+	commitDelayWithin = "within"
+	// commitDelayWithinLag delays them by a quarter to a half of
+	// --max-commit-lag C: within what the waits after a revocation, a
+	// recreation and the barrier cover, beyond what a 2 s lease's expiry
+	// does (its budget is L/10 - S). No violation is expected from the
+	// fault's revocations; the mutation experiment of docs/reliability.md
+	// runs with it.
+	commitDelayWithinLag = "within-lag"
+	// commitDelayBeyond delays them by 1.5 to 3 times --max-commit-lag:
+	// commit-order violations must follow (the run fails without one).
+	commitDelayBeyond = "beyond"
+)
 
 // twoServerFaults are the faults of a control plane of two kube-apiservers
 // (policy mode's): they act on the second.
@@ -61,11 +82,15 @@ type injector struct {
 	workers *workerSet
 	leases  []string
 	lease   time.Duration // the lease duration
-	minGap  time.Duration
-	maxGap  time.Duration
-	log     *os.File
-	start   time.Time
-	errs    chan error
+	// commitLag is the operator's --max-commit-lag, commitDelay the
+	// commit-delay fault's setting.
+	commitLag   time.Duration
+	commitDelay string
+	minGap      time.Duration
+	maxGap      time.Duration
+	log         *os.File
+	start       time.Time
+	errs        chan error
 
 	mu      sync.Mutex
 	busy    map[string]bool
@@ -334,7 +359,82 @@ func (in *injector) plan(kind string) func() {
 				kind, delay.Round(time.Millisecond), d.Round(time.Millisecond), scope, marked)
 			in.cluster.etcdProxy.SetDownDelay(delay, configMapsOnly)
 			time.Sleep(d)
-			in.cluster.etcdProxy.Heal(false)
+			in.cluster.etcdProxy.SetDownDelay(0, false) // not Heal: a commit delay may be under way
+		}
+	case faultCommitDelay:
+		// What a kube-apiserver has admitted commits late: a slow etcd, a
+		// slow network to it, or an API server starved after admission. It
+		// matters where a tenure ends, so tenures end inside the window: an
+		// operator revokes (or hands over) every lease not under another
+		// fault, one after another, each while its holder's writes are in
+		// flight (the next grant waits the commit lag); expiries and
+		// releases meanwhile count too.
+		lo, hi := in.commitDelayRange()
+		delay := in.between(lo, hi)
+		type revocation struct {
+			lease    string
+			after    time.Duration
+			handover bool
+		}
+		var revs []revocation
+		for _, i := range in.rnd.Perm(len(in.leases)) {
+			revs = append(revs, revocation{lease: in.leases[i], after: in.between(300*time.Millisecond, 900*time.Millisecond),
+				handover: in.rnd.Intn(2) == 0})
+		}
+		rest := in.between(time.Second, 2*time.Second)
+		if !in.claim("apiserver/commit") {
+			return nil
+		}
+		claimed := revs[:0]
+		for _, r := range revs {
+			if in.claim("lease/" + r.lease) {
+				claimed = append(claimed, r)
+			}
+		}
+		revs = claimed
+		return func() {
+			defer in.release("apiserver/commit")
+			for _, r := range revs {
+				defer in.release("lease/" + r.lease)
+			}
+			delayed := func() (n int) {
+				for _, p := range in.cluster.etcdProxies {
+					n += p.DelayedWrites()
+				}
+				return n
+			}
+			before, start := delayed(), time.Now()
+			in.logf("%s: delay the kube-apiservers' Widget writes to etcd by %v (%s), revoking the holders of %d leases meanwhile",
+				kind, delay.Round(time.Millisecond), describeCommitDelay(in.commitDelay), len(revs))
+			for _, p := range in.cluster.etcdProxies {
+				p.SetWriteDelay(delay)
+			}
+			// The revocations begin once writes are delayed: not while nobody
+			// writes (after an operator-kill, until the new leader has waited
+			// out the killed one's Lease, nothing is granted).
+			for delayed() == before && time.Since(start) < 30*time.Second {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if waited := time.Since(start); waited > time.Second {
+				in.logf("%s: the first Widget write was delayed after %v", kind, waited.Round(time.Millisecond))
+			}
+			for _, r := range revs {
+				time.Sleep(r.after)
+				holder, err := in.cluster.revoke(context.Background(), r.lease, r.handover)
+				switch {
+				case err != nil:
+					in.logf("%s: revoking %s: %v", kind, r.lease, err)
+				case holder == "":
+					in.logf("%s: %s has no holder to revoke", kind, r.lease)
+				default:
+					in.logf("%s: revoked %s's tenure of %s (hand-over to the next waiting: %v)", kind, holder, r.lease, r.handover)
+				}
+			}
+			time.Sleep(rest)
+			for _, p := range in.cluster.etcdProxies {
+				p.SetWriteDelay(0)
+			}
+			in.logf("%s: lifted after %v, %d Widget writes delayed", kind, time.Since(start).Round(time.Millisecond), delayed()-before)
 		}
 	case faultAPIServerStop:
 		// Shorter than its master lease (15 s): the server stays listed. It
@@ -376,6 +476,55 @@ func (in *injector) plan(kind string) func() {
 		}
 	}
 	panic("unknown fault kind " + kind)
+}
+
+// commitDelayRange is the commit-delay fault's range of delays. The commit
+// lag the run's leases are fenced for is their commit-lag budget B: the
+// cut-off margin min(S + C, L/10) less the clock offset S (C for long leases,
+// 100 ms for the 2 s leases here), of which the webhook keeps half for its
+// lease read and decision (fencing.AnswerBy) and leaves half to what follows
+// its answer, where this fault acts. Within the lag it delays by a quarter to
+// a half of B; within-lag by a quarter to a half of C; beyond it, by 1.5 to
+// 3 C, past the wait after a revocation too.
+func (in *injector) commitDelayRange() (lo, hi time.Duration) {
+	switch in.commitDelay {
+	case commitDelayBeyond:
+		return in.commitLag * 3 / 2, in.commitLag * 3
+	case commitDelayWithinLag:
+		return in.commitLag / 4, in.commitLag / 2
+	}
+	budget := commitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
+	return budget / 4, budget / 2
+}
+
+// describeCommitDelay says what a commit-delay setting delays by.
+func describeCommitDelay(setting string) string {
+	switch setting {
+	case commitDelayWithinLag:
+		return "within --max-commit-lag"
+	case commitDelayBeyond:
+		return "beyond --max-commit-lag"
+	}
+	return "within the leases' commit-lag budget"
+}
+
+// commitBudget is fencing.CommitBudget, computed here so that a scratch copy
+// with the commit-lag terms removed (docs/reliability.md, "Commit order")
+// still delays commits by what the design allows
+// (TestCommitBudgetIsTheDesigns).
+func commitBudget(lease, skew, commitLag time.Duration) time.Duration {
+	return max(min(skew+commitLag, lease/10)-skew, 0)
+}
+
+// TestCommitBudgetIsTheDesigns: commitBudget is fencing.CommitBudget.
+func TestCommitBudgetIsTheDesigns(t *testing.T) {
+	for _, lease := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute} {
+		for _, c := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second} {
+			if got, want := commitBudget(lease, fencing.DefaultSkew, c), fencing.CommitBudget(lease, fencing.DefaultSkew, c); got != want {
+				t.Errorf("commitBudget(%v, %v, %v) = %v, fencing.CommitBudget says %v", lease, fencing.DefaultSkew, c, got, want)
+			}
+		}
+	}
 }
 
 // pickWorker picks a worker: mostly one that holds a lease right now (a

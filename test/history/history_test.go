@@ -13,7 +13,11 @@
 // HISTORY_ENFORCEMENT=policy runs the operator in policy mode
 // (--enforcement=policy: a ValidatingAdmissionPolicy judges the guarded
 // writes, the propagation barrier holds each grant); TestHistoryPolicy runs
-// the short profile in policy mode when it is unset. HISTORY_SEED replays a
+// the short profile in policy mode when it is unset.
+// HISTORY_COMMIT_DELAY=beyond makes the commit-delay fault hold commits past
+// the commit lag: the run then passes only if the commit-order checker
+// reports violations (default: within the leases' commit-lag budget, and no
+// violation; within-lag: within --max-commit-lag). HISTORY_SEED replays a
 // fault schedule (the choices; timing differs), HISTORY_DURATION caps the
 // run, HISTORY_WORKERS and HISTORY_LEASES size it, and HISTORY_ARTIFACTS
 // keeps the logs in that directory.
@@ -36,6 +40,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/history/checker"
 )
 
@@ -55,13 +60,15 @@ type profile struct {
 	seed                    int64
 	// enforcement is the operator's --enforcement mode.
 	enforcement string
+	// commitDelay is the commit-delay fault's setting.
+	commitDelay string
 }
 
 func loadProfile(t *testing.T) profile {
 	p := profile{name: "short", writes: 2000, faults: 24, maxRun: 240 * time.Second, required: true,
 		workers: 5, leases: 3, objectsPerLease: 2, segCap: 200, leaseSeconds: 2,
 		minGap: 2 * time.Second, maxGap: 5 * time.Second, seed: time.Now().UnixNano() % 1_000_000_000,
-		enforcement: operator.EnforcementWebhook}
+		enforcement: operator.EnforcementWebhook, commitDelay: commitDelayWithin}
 	if os.Getenv("HISTORY_PROFILE") == "soak" {
 		p.name, p.writes, p.faults, p.maxRun, p.required = "soak", 100_000, 1000, 0, false
 		p.minGap, p.maxGap = time.Second, 4*time.Second
@@ -100,6 +107,13 @@ func loadProfile(t *testing.T) profile {
 	default:
 		t.Fatalf("HISTORY_ENFORCEMENT=%q: expected %q or %q", e, operator.EnforcementWebhook, operator.EnforcementPolicy)
 	}
+	switch d := os.Getenv("HISTORY_COMMIT_DELAY"); d {
+	case "":
+	case commitDelayWithin, commitDelayWithinLag, commitDelayBeyond:
+		p.commitDelay = d
+	default:
+		t.Fatalf("HISTORY_COMMIT_DELAY=%q: expected %q, %q or %q", d, commitDelayWithin, commitDelayWithinLag, commitDelayBeyond)
+	}
 	if p.workers < 2 || p.leases < 1 {
 		t.Fatalf("HISTORY_WORKERS must be at least 2 and HISTORY_LEASES at least 1")
 	}
@@ -131,8 +145,8 @@ func runHistory(t *testing.T, prof profile) {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	}
 	logf.SetLogger(logr.Discard())
-	t.Logf("history profile %s, %s mode: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
-		prof.name, prof.enforcement, prof.seed, prof.seed, prof.writes, prof.faults)
+	t.Logf("history profile %s, %s mode, commits delayed %s: seed %d (replay the fault schedule with HISTORY_SEED=%d), targets %d writes and %d faults",
+		prof.name, prof.enforcement, describeCommitDelay(prof.commitDelay), prof.seed, prof.seed, prof.writes, prof.faults)
 
 	dir := os.Getenv("HISTORY_ARTIFACTS")
 	if dir == "" {
@@ -161,6 +175,24 @@ func runHistory(t *testing.T, prof profile) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The commit log: every version of the Widgets and FencedLeases, from
+	// before the first is written, placed by its etcd revision.
+	commitsOut, err := os.Create(filepath.Join(dir, "commits.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer commitsOut.Close()
+	start := time.Now()
+	rec, err := checker.StartCommitRecorder(ctx, cl.admin, historyNamespace, start, commitsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording := true
+	defer func() {
+		if recording {
+			_, _ = rec.Stop()
+		}
+	}()
 	if err := cl.startOperator(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +205,6 @@ func runHistory(t *testing.T, prof profile) {
 		}
 	}
 
-	start := time.Now()
 	ws := &workerSet{bin: workerBin, seed: prof.seed, args: []string{
 		"--namespace=" + historyNamespace,
 		"--leases=" + joinLeases(leases),
@@ -226,6 +257,7 @@ func runHistory(t *testing.T, prof profile) {
 	defer faultLog.Close()
 	inj := &injector{
 		kinds: kindsFor(cl), rnd: newRand(prof.seed), cluster: cl, workers: ws, leases: leases, lease: time.Duration(prof.leaseSeconds) * time.Second,
+		commitLag: fencing.DefaultCommitLag, commitDelay: prof.commitDelay,
 		minGap: prof.minGap, maxGap: prof.maxGap, log: faultLog, start: start, errs: make(chan error, 16),
 		busy: map[string]bool{}, counts: map[string]int{}, healing: map[string]int{},
 	}
@@ -259,6 +291,9 @@ func runHistory(t *testing.T, prof profile) {
 		if harnessErr == nil {
 			harnessErr = inj.deadWorker()
 		}
+		if harnessErr == nil {
+			harnessErr = rec.Err()
+		}
 		if harnessErr != nil || (n >= prof.writes && inj.Total() >= prof.faults) ||
 			(prof.maxRun > 0 && time.Since(start) >= prof.maxRun) {
 			break
@@ -291,6 +326,31 @@ func runHistory(t *testing.T, prof profile) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The canary: one write made to commit after the next grant, on a lease of
+	// its own. Then every version committed so far is in the log once the
+	// watches deliver what is committed after it.
+	canaryHeld, canaryErr := cl.commitOrderCanary(ctx)
+	if err := rec.Sync(ctx, cl.admin, 30*time.Second); err != nil {
+		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
+	}
+	recorded, err := rec.Stop()
+	recording = false
+	if err != nil {
+		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
+	}
+	commits, canary := splitCanary(recorded)
+	if canaryErr != nil {
+		t.Errorf("the commit-order canary failed (the harness, not kubefence): %v", canaryErr)
+	} else {
+		cres := checker.Check(nil, nil, checker.Options{Commits: canary})
+		if cres.Counts[checker.CommitOrder] == 0 {
+			t.Errorf("the commit-order checker did not flag the canary's write, held %v on its way to etcd until after the next grant: "+
+				"it cannot fail (canary log: %+v)", canaryHeld.Round(time.Millisecond), canary)
+		} else {
+			t.Logf("commit-order canary (a write held %v, until after the next grant): flagged as it must be: %s",
+				canaryHeld.Round(time.Millisecond), cres.Violations[0])
+		}
+	}
 	var records []checker.Record
 	for _, path := range ws.logPaths() {
 		f, err := os.Open(path)
@@ -306,7 +366,7 @@ func runHistory(t *testing.T, prof profile) {
 	}
 	ops := checker.Ops(records)
 	checkStart := time.Now()
-	res := checker.Check(ops, finals, checker.Options{VisualizeDir: dir})
+	res := checker.Check(ops, finals, checker.Options{VisualizeDir: dir, Commits: commits})
 	checkTime := time.Since(checkStart)
 
 	s := summarize(prof, ops, records, finals, inj.Counts(), inj.Total(), res, runTime, checkTime)
@@ -314,11 +374,25 @@ func runHistory(t *testing.T, prof profile) {
 	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(s), 0o644); err != nil {
 		t.Error(err)
 	}
-	for _, v := range res.Violations {
-		t.Errorf("violation: %s", v)
+	if prof.commitDelay == commitDelayBeyond {
+		// The experiment: commits held past the commit lag must show.
+		for _, v := range res.Violations {
+			t.Logf("violation (commits delayed beyond the commit lag): %s", v)
+		}
+		if res.Counts[checker.CommitOrder] == 0 {
+			t.Errorf("commits were delayed beyond the commit lag (%d commit-delay faults), yet the commit-order checker reports no violation",
+				inj.Counts()[faultCommitDelay])
+		}
+	} else {
+		for _, v := range res.Violations {
+			t.Errorf("violation: %s", v)
+		}
 	}
 	if len(res.Inconclusive) > 0 {
 		t.Errorf("linearizability check inconclusive (timed out) for %v", res.Inconclusive)
+	}
+	for _, g := range res.CommitLogGaps {
+		t.Errorf("the commit log is incomplete, so commit order is unproven (the harness failed, not kubefence): %s", g)
 	}
 	if prof.required {
 		if n := countAppends(ops); n < prof.writes {
@@ -394,7 +468,8 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 			appliedUnknown++
 		}
 	}
-	fmt.Fprintf(&b, "kubefence history test, profile %s, %s mode, seed %d\n", prof.name, prof.enforcement, prof.seed)
+	fmt.Fprintf(&b, "kubefence history test, profile %s, %s mode, commits delayed %s, seed %d\n", prof.name, prof.enforcement,
+		describeCommitDelay(prof.commitDelay), prof.seed)
 	fmt.Fprintf(&b, "  run: %v with %d workers, %d leases (%ds), %d objects\n", runTime.Round(time.Second), prof.workers, prof.leases,
 		prof.leaseSeconds, res.Objects)
 	fmt.Fprintf(&b, "  guarded writes attempted: %d\n", countAppends(ops))
@@ -416,6 +491,10 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 	fmt.Fprintf(&b, "  violations: %d (%s)\n", total, strings.Join(counts, " "))
 	fmt.Fprintf(&b, "  linearizability: %d ops checked with porcupine in %v, %d inconclusive\n", res.LinearizableOps,
 		checkTime.Round(time.Millisecond), len(res.Inconclusive))
+	c := res.Commits
+	fmt.Fprintf(&b, "  commit log: %d Widget and %d FencedLease versions by etcd revision, %d gaps; %d grants (%d in the commit that ended the previous tenure), "+
+		"%d tenure ends without a grant, %d lease deletions\n", c.WidgetVersions, c.LeaseVersions, len(res.CommitLogGaps), c.Grants, c.HandOvers, c.Ends, c.Deletions)
+	fmt.Fprintf(&b, "  commits after their tenure's end, before the next grant (allowed): %d, at most %d revisions late\n", c.LateCommits, c.MaxLateBy)
 	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
 	return b.String()
 }

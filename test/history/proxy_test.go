@@ -20,7 +20,10 @@ import (
 // (SetDownDelay), and only on the connections whose requests name a key
 // prefix: kube-apiserver keeps one etcd client, so one connection, per
 // resource, and a delay there makes that resource's watch cache, and every
-// informer fed from it, lag while the server goes on serving.
+// informer fed from it, lag while the server goes on serving. And it can
+// delay one resource's writes on their way to etcd (SetWriteDelay, with
+// newEtcdProxy): a write kube-apiserver has admitted then commits late, the
+// commit lag that fencing's commit-lag bound is about.
 type faultProxy struct {
 	ln     net.Listener
 	target string
@@ -34,16 +37,40 @@ type faultProxy struct {
 	// if downMarkedOnly.
 	downDelay      time.Duration
 	downMarkedOnly bool
-	holdUp         bool          // client to server held
-	holdDn         bool          // server to client held
-	healed         chan struct{} // closed when a hold is lifted
-	conns          map[net.Conn]struct{}
-	closed         bool
-	counter        struct{ conns, resets, marked int }
+	// writes is set before the first connection (newEtcdProxy): it picks out
+	// the etcd writes that SetWriteDelay delays.
+	writes     *writeMatch
+	writeDelay time.Duration
+	holdUp     bool          // client to server held
+	holdDn     bool          // server to client held
+	healed     chan struct{} // closed when a hold is lifted
+	conns      map[net.Conn]struct{}
+	closed     bool
+	counter    struct{ conns, resets, marked, delayedWrites int }
 }
+
+// writeMatch picks out one resource's writes among the bytes a kube-apiserver
+// sends etcd. kube-apiserver keeps one etcd client, so one connection, per
+// resource: a connection whose bytes have carried key (the resource's etcd
+// key prefix) is that resource's. On it, a write (an etcd Txn putting an
+// object) carries the object's stored JSON, and only a write does: reads and
+// watches carry keys only. So a chunk that carries value (a string in every
+// stored object of the resource, such as its kind) is a write.
+type writeMatch struct{ key, value []byte }
 
 func newFaultProxy(target string) (*faultProxy, error) {
 	return newMarkingProxy(target, nil)
+}
+
+// newEtcdProxy is a proxy from a kube-apiserver to etcd that marks the
+// connections carrying mark (nil: none), as newMarkingProxy does, and whose
+// SetWriteDelay delays the writes that writes picks out.
+func newEtcdProxy(etcd string, mark []byte, writes writeMatch) (*faultProxy, error) {
+	p, err := newMarkingProxy(etcd, mark)
+	if err == nil {
+		p.writes = &writes
+	}
+	return p, err
 }
 
 // newMarkingProxy is a faultProxy that marks the connections whose bytes to
@@ -75,9 +102,9 @@ func (p *faultProxy) serve() {
 		if !p.track(c, s) {
 			return
 		}
-		m := &marker{}
-		go p.pipe(c, s, true, m)
-		go p.pipe(s, c, false, m)
+		m, wm := &marker{}, &marker{}
+		go p.pipe(c, s, true, m, wm)
+		go p.pipe(s, c, false, m, wm)
 	}
 }
 
@@ -100,6 +127,8 @@ func (p *faultProxy) track(conns ...net.Conn) bool {
 type chunk struct {
 	data []byte
 	at   time.Time
+	// write: the chunk carries a write that SetWriteDelay delays.
+	write bool
 }
 
 // marker tells whether one connection's bytes to the target have contained
@@ -140,22 +169,39 @@ func (m *marker) isMarked() bool {
 }
 
 // pipe copies src to dst: a reader queues chunks with their arrival time, a
-// writer delivers each after the delay in force, and not while held. m is the
-// connection's marker: the reader of bytes going up feeds it.
-func (p *faultProxy) pipe(src, dst net.Conn, up bool, m *marker) {
+// writer delivers each after the delay in force, and not while held; a chunk
+// waits for the ones before it, so order is kept. m and wm are the
+// connection's markers (for the mark and for the writes' key): the reader of
+// bytes going up feeds them.
+func (p *faultProxy) pipe(src, dst net.Conn, up bool, m, wm *marker) {
 	queue := make(chan chunk, 256)
 	go func() {
 		defer close(queue)
+		var tail []byte // the last bytes read, for a write's value split across reads
 		for {
 			buf := make([]byte, 32*1024)
 			n, err := src.Read(buf)
 			if n > 0 {
+				c := chunk{data: buf[:n], at: time.Now()}
 				if up && m.observe(buf[:n], p.mark) {
 					p.mu.Lock()
 					p.counter.marked++
 					p.mu.Unlock()
 				}
-				queue <- chunk{data: buf[:n], at: time.Now()}
+				if up && p.writes != nil {
+					wm.observe(buf[:n], p.writes.key)
+					seen := append(tail, buf[:n]...)
+					c.write = wm.isMarked() && bytes.Contains(seen, p.writes.value)
+					tail = append([]byte(nil), seen[max(0, len(seen)-len(p.writes.value)+1):]...)
+					if c.write {
+						p.mu.Lock()
+						if p.writeDelay > 0 {
+							p.counter.delayedWrites++
+						}
+						p.mu.Unlock()
+					}
+				}
+				queue <- c
 			}
 			if err != nil {
 				return
@@ -178,18 +224,22 @@ func (p *faultProxy) pipe(src, dst net.Conn, up bool, m *marker) {
 		for {
 			p.mu.Lock()
 			delay, held, healed := p.delay, (up && p.holdUp) || (!up && p.holdDn), p.healed
-			downDelay, markedOnly := p.downDelay, p.downMarkedOnly
+			downDelay, markedOnly, writeDelay := p.downDelay, p.downMarkedOnly, p.writeDelay
 			p.mu.Unlock()
 			if !up && downDelay > delay && (!markedOnly || m.isMarked()) {
 				delay = downDelay
+			}
+			if up && c.write && writeDelay > delay {
+				delay = writeDelay
 			}
 			if held {
 				<-healed
 				continue
 			}
 			if wait := time.Until(c.at.Add(delay)); wait > 0 {
-				time.Sleep(wait)
-				continue // the fault may have changed meanwhile
+				// In steps, so that a fault lifted meanwhile frees it.
+				time.Sleep(min(wait, 20*time.Millisecond))
+				continue
 			}
 			break
 		}
@@ -215,6 +265,23 @@ func (p *faultProxy) SetDownDelay(d time.Duration, markedOnly bool) {
 	p.downDelay, p.downMarkedOnly = d, markedOnly
 }
 
+// SetWriteDelay delays every write that the proxy's writeMatch picks out
+// (newEtcdProxy) by d on its way to etcd, and with it what follows on its
+// connection (order is kept): a write kube-apiserver has admitted commits d
+// late. Heal ends it.
+func (p *faultProxy) SetWriteDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.writeDelay = d
+}
+
+// DelayedWrites is the number of writes delayed so far.
+func (p *faultProxy) DelayedWrites() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counter.delayedWrites
+}
+
 // Marked is the number of connections marked so far.
 func (p *faultProxy) Marked() int {
 	p.mu.Lock()
@@ -237,7 +304,7 @@ func (p *faultProxy) Heal(reset bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.delay, p.downDelay, p.holdUp, p.holdDn = 0, 0, false, false
+	p.delay, p.downDelay, p.writeDelay, p.holdUp, p.holdDn = 0, 0, 0, false, false
 	close(p.healed)
 	p.healed = make(chan struct{})
 }
@@ -374,5 +441,58 @@ func TestFaultProxy(t *testing.T) {
 	c = marked
 	if d, err := roundTrip("healed", time.Second); err != nil || d > 200*time.Millisecond {
 		t.Fatalf("marked connection after healing: %v, %v", d, err)
+	}
+
+	// A write delay: on the connection that carried the resource's key, the
+	// bytes carrying its value (even split across reads) wait; reads there,
+	// and the value on another connection, do not.
+	ep, err := newEtcdProxy(echo.Addr().String(), nil, writeMatch{key: []byte("/registry/w/"), value: []byte(`"kind":"W"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", ep.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	resource, other := dial(), dial()
+	defer resource.Close()
+	defer other.Close()
+	c = resource
+	if _, err := roundTrip("watch /registry/w/", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ep.SetWriteDelay(300 * time.Millisecond)
+	if d, err := roundTrip("range /registry/w/ns/a", time.Second); err != nil || d > 200*time.Millisecond {
+		t.Fatalf("a read under a write delay: %v, %v", d, err)
+	}
+	if d, err := roundTrip(`txn /registry/w/ns/a {"kind":"W"}`, 2*time.Second); err != nil || d < 300*time.Millisecond || d > 550*time.Millisecond {
+		t.Fatalf("a write under a 300ms write delay: %v, %v", d, err)
+	}
+	if d, err := roundTrip(`txn /registry/w/ns/b {"ki`, time.Second); err != nil || d > 200*time.Millisecond {
+		t.Fatalf("the first half of a write: %v, %v", d, err)
+	}
+	if d, err := roundTrip(`nd":"W"}`, 2*time.Second); err != nil || d < 300*time.Millisecond {
+		t.Fatalf("the second half of a write, which completes its value: %v, %v", d, err)
+	}
+	c = other
+	if d, err := roundTrip(`txn /registry/crds/w {"kind":"W"}`, time.Second); err != nil || d > 200*time.Millisecond {
+		t.Fatalf("the value on another resource's connection: %v, %v", d, err)
+	}
+	if n := ep.DelayedWrites(); n != 2 {
+		t.Errorf("%d writes delayed, want 2", n)
+	}
+	// Lifting the delay frees a write already waiting.
+	c = resource
+	ep.SetWriteDelay(time.Hour)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		ep.SetWriteDelay(0)
+	}()
+	if d, err := roundTrip(`txn /registry/w/ns/c {"kind":"W"}`, 2*time.Second); err != nil || d > 500*time.Millisecond {
+		t.Fatalf("a held write after the delay was lifted: %v, %v", d, err)
 	}
 }

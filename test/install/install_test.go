@@ -157,7 +157,7 @@ func TestRenderedManifestsAreSafe(t *testing.T) {
 			t.Errorf("the manager is not told to keep the caBundle of %s current (missing %s)", h.Name, want)
 		}
 	}
-	for _, want := range []string{"vfencedlease-v1alpha1.kb.io", "guarded.fencing.kubefence.io", "required.fencing.kubefence.io", "scale.fencing.kubefence.io", "eviction.fencing.kubefence.io"} {
+	for _, want := range []string{"vfencedlease-v1alpha1.kb.io", "guarded.fencing.kubefence.io", "required.fencing.kubefence.io", "scale.fencing.kubefence.io", "eviction.fencing.kubefence.io", "cluster-scoped.fencing.kubefence.io"} {
 		if !names[want] {
 			t.Errorf("webhook %s missing from the install manifests", want)
 		}

@@ -316,8 +316,8 @@ func TestChartValues(t *testing.T) {
 	if err := sigsyaml.Unmarshal([]byte(hooks), &vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.Webhooks) != 4 {
-		t.Errorf("%d fencing webhooks, want 4 (guarded, required, scale, eviction)", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 5 {
+		t.Errorf("%d fencing webhooks, want 5 (guarded, required, scale, eviction, cluster-scoped)", len(vwc.Webhooks))
 	}
 	for _, w := range vwc.Webhooks {
 		var excluded []string

@@ -473,6 +473,7 @@ func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
 		{clientFams, "kubefence_client_stale_refusals_total", map[string]string{"lease_namespace": ns, "lease": "job"}, staleWrites},
 		{clientFams, "kubefence_client_renewal_duration_seconds", map[string]string{"lease_namespace": ns, "lease": "job", "result": fence.RenewalOK}, 2},
 		{clientFams, "kubefence_client_fencing_token", map[string]string{"lease_namespace": ns, "lease": "job"}, 1},
+		{clientFams, "kubefence_client_write_duration_seconds", map[string]string{"lease_namespace": ns, "lease": "job", "result": fence.WriteOK}, 1},
 		{values(apiserver), "apiserver_admission_webhook_rejection_count", map[string]string{"name": "guarded.fencing.kubefence.io", "error_type": "no_error"}, staleWrites},
 		{values(apiserver), "apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "guarded.fencing.kubefence.io"}, staleWrites},
 	} {

@@ -1,9 +1,11 @@
 // Package tenure_test proves the fencing promise for every way a tenure ends
 // (expiry, release, operator release and hand-over, delete-then-recreate) and
 // every write path, against a real kube-apiserver and etcd. Its webhook
-// manager's informer cache can be frozen, and its webhook answers can be
-// delayed after the decision, so that neither a lagging cache nor the time
-// from admission to commit can let an old token in (docs/design.md).
+// manager's informer cache can be frozen, its webhook answers can be
+// delayed after the decision, and its live lease reads can be held after
+// the API server answered them, so that neither a lagging cache, nor the
+// time from admission to commit, nor a slow decision can let an old token in
+// (docs/design.md).
 package tenure_test
 
 import (
@@ -45,6 +47,9 @@ var (
 	freeze = &watchFreezer{}
 	// answerDelay delays every fencing webhook answer after the decision.
 	answerDelay atomic.Int64
+	// slowReads holds the fencing webhook's live lease reads in one
+	// namespace after the API server answered them.
+	slowReads = &readDelay{}
 )
 
 func TestMain(m *testing.M) {
@@ -82,6 +87,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 
 	whMgr, err := c.ServeOperator(ctx, c.Webhooks(), func(cfg *rest.Config, opts *ctrl.Options) {
 		cfg.Wrap(freeze.wrap)
+		cfg.Wrap(slowReads.wrap)
 		opts.WebhookServer = &delayingServer{Server: opts.WebhookServer}
 	})
 	if err != nil {
@@ -170,4 +176,40 @@ func (s *delayingServer) Register(path string, h http.Handler) {
 		w.WriteHeader(rec.Code)
 		_, _ = io.Copy(w, bytes.NewReader(rec.Body.Bytes()))
 	}))
+}
+
+// readDelay holds the answers to the webhook manager's GETs of FencedLeases
+// in one namespace (the fencing webhook's live lease reads: its cache only
+// lists and watches) for a while after they arrived: a read linearised at
+// once, whose decision ends late.
+type readDelay struct {
+	mu        sync.Mutex
+	namespace string
+	delay     time.Duration
+}
+
+// set holds the reads in namespace ns by d ("", 0: none).
+func (r *readDelay) set(ns string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.namespace, r.delay = ns, d
+}
+
+func (r *readDelay) of(req *http.Request) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.delay == 0 || req.Method != http.MethodGet || req.URL.Query().Get("watch") == "true" ||
+		!strings.Contains(req.URL.Path, "/namespaces/"+r.namespace+"/fencedleases/") {
+		return 0
+	}
+	return r.delay
+}
+
+func (r *readDelay) wrap(rt http.RoundTripper) http.RoundTripper {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		d := r.of(req)
+		resp, err := rt.RoundTrip(req)
+		time.Sleep(d)
+		return resp, err
+	})
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -79,13 +80,25 @@ func leadsWithPod(user string) (string, client.Client, *corev1.Pod) {
 	return ns, fc, pod
 }
 
-func startElector(user, ns, lease string) *runningElector {
-	ctx, cancelRun := context.WithCancel(suiteCtx)
-	el, err := fence.New(fence.Config{
+// startElector runs an Elector of user (its identity too) for ns/lease,
+// its Config changed by configure, if given.
+func startElector(user, ns, lease string, configure ...func(*fence.Config)) *runningElector {
+	cfg := fence.Config{
 		Client: users[user], Namespace: ns, Name: lease, Identity: user, User: user,
 		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }},
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	el, err := fence.New(cfg)
 	Expect(err).NotTo(HaveOccurred())
+	return runElector(el)
+}
+
+// runElector runs el until the returned runningElector is stopped (or the
+// spec ends).
+func runElector(el *fence.Elector) *runningElector {
+	ctx, cancelRun := context.WithCancel(suiteCtx)
 	r := &runningElector{el: el, cancel: cancelRun, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
@@ -286,4 +299,116 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 			Expect(rv).To(BeNumerically("<", g), "a write with token %d committed at revision %d, after bob's grant at %d", n, rv, g)
 		}
 	})
+
+	// Review of 1 December 2026, finding 2: with L = 2 s the cut-off margin
+	// is L/10 = 200 ms, less than the C/2 = 500 ms a decision may take. A
+	// decision that starts 300 ms before expireTime (before the cut-off),
+	// whose live read shows alice and is held 400 ms, was admitted and
+	// answered about 100 ms after expireTime, and its write committed after
+	// bob's grant. The webhook now refuses it (503: it ends after the
+	// tenure's AnswerBy), and the retry is refused as stale.
+	It("orders every accepted old-token write before the grant on a 2 s lease, with the webhook's live lease reads held 400 ms", func() {
+		ns := newNamespace()
+		// Created by an operator (a lease admin; the suite's admin is the
+		// controller user, which the FencedLease webhook does not check).
+		_, cfg, err := cluster.User("operator", "system:masters")
+		Expect(err).NotTo(HaveOccurred())
+		warned := &warnings{}
+		cfg = rest.CopyConfig(cfg)
+		cfg.WarningHandler, cfg.WarningHandlerWithContext = nil, warned
+		operator, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		lease := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
+			Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 2}}
+		Expect(operator.Create(suiteCtx, lease)).To(Succeed())
+		Expect(warned.all()).To(ContainElement(ContainSubstring("commit-lag bound shrinks to L/10 = 200ms")),
+			"creating a 2 s lease gave no warning that its commit-lag bound shrinks")
+		// alice, then bob, queue (written as the controller, in one step).
+		Expect(k8sClient.Patch(suiteCtx, lease, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"requests":[{"holderIdentity":"alice","user":"alice"},{"holderIdentity":"bob","user":"bob"}]}}`)))).To(Succeed())
+		// alice is granted and never renews: the controller expires her at
+		// expireTime E and grants bob.
+		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
+		l := getLease(ns, "job")
+		n, e := l.Status.FencingToken, l.Status.ExpireTime.Time
+		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		Expect(stale.Create(suiteCtx, widget(ns, "w"))).To(Succeed())
+
+		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+		grantRV := make(chan int64, 1)
+		go func() {
+			for ev := range w.ResultChan() {
+				if l, ok := ev.Object.(*coordv1alpha1.FencedLease); ok && l.Status.HolderIdentity == "bob" {
+					rv, _ := strconv.ParseInt(l.ResourceVersion, 10, 64)
+					grantRV <- rv
+					return
+				}
+			}
+		}()
+
+		slowReads.set(ns, 400*time.Millisecond)
+		defer slowReads.set("", 0)
+		// write patches w with alice's token from the instant before E on:
+		// it returns the revision of an accepted write, or 0 and whether the
+		// refusal is final (stale) rather than a retry (503).
+		write := func(before time.Duration) (rv int64, final bool) {
+			time.Sleep(time.Until(e.Add(-before)))
+			started := time.Since(e)
+			obj := widget(ns, "w")
+			err := stale.Patch(suiteCtx, obj, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"writer":"alice-%d"}}`, before.Milliseconds())))
+			GinkgoWriter.Printf("write started at expireTime%+v, answered at expireTime%+v: %v\n", started.Round(time.Millisecond), time.Since(e).Round(time.Millisecond), err)
+			switch {
+			case err == nil:
+				rv, _ = strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+				return rv, false
+			case fence.IsStale(err):
+				return 0, true
+			case apierrors.IsServiceUnavailable(err):
+				return 0, false
+			}
+			Fail(fmt.Sprintf("unexpected refusal: %v", err))
+			return 0, false
+		}
+		Expect(time.Until(e)).To(BeNumerically(">", 1500*time.Millisecond), "the grant took too long to set up the writes before the cut-off")
+		var ok []int64
+		// Long before the cut-off: accepted (answered 1.1 s before E).
+		if rv, _ := write(1500 * time.Millisecond); rv != 0 {
+			ok = append(ok, rv)
+		}
+		Expect(ok).NotTo(BeEmpty(), "no write was accepted: the test shows nothing")
+		// Started before the cut-off (E - 200 ms), answered after E; then
+		// retried until refused as stale.
+		for before, done := 300*time.Millisecond, false; !done; before = -time.Since(e) {
+			var rv int64
+			if rv, done = write(before); rv != 0 {
+				ok = append(ok, rv)
+			}
+		}
+		var g int64
+		Eventually(grantRV, 30*time.Second).Should(Receive(&g))
+		GinkgoWriter.Printf("grant of bob at revision %d; accepted token-%d writes at %v\n", g, n, ok)
+		for _, rv := range ok {
+			Expect(rv).To(BeNumerically("<", g), "a write with token %d committed at revision %d, after bob's grant at %d", n, rv, g)
+		}
+	})
 })
+
+// warnings records the admission warnings a client was given.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}

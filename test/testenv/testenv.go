@@ -107,7 +107,7 @@ func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctr
 
 // LeaderElectionID is the deployed operator's leader-election Lease
 // (cmd/main.go's LeaderElectionID).
-const LeaderElectionID = "controller.coordination.kubefence.io"
+const LeaderElectionID = operator.LeaderElectionID
 
 // ControllerManagerOptions are the options of a manager that runs the
 // operator's controller in a test: no metrics or probe servers, controller

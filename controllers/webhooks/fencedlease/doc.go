@@ -5,10 +5,13 @@
 // its own request; lease admins change settings and act as operators
 // (release, hand-over) with the revoked annotation; clean-up users delete.
 //
-// It owns the validator (fencedlease_webhook.go), its pure rules, their
-// table tests (fencedlease_rules_test.go) and a fuzz test with a committed
-// corpus. The cases that need a real API server (patch types, server-side
-// apply, RBAC) are in test/operator/admission_test.go.
+// It owns the validator (fencedlease_webhook.go), its pure rules and a fuzz
+// test with a committed corpus. The rules' cases are one table,
+// test/ruletable.LeaseRows, which TestLeaseRuleTable runs against this
+// validator and against the policy's CEL rendering (controllers/policy) in
+// process, and test/enforcement replays on a real API server in both modes.
+// The cases about patch types, server-side apply and RBAC are in
+// test/operator/admission_test.go.
 //
 // It imports only the API (api/v1alpha1), controllers/metrics, apimachinery
 // and controller-runtime. It must not import the reconciler

@@ -49,6 +49,26 @@ type FencedLeaseValidator struct {
 	// never later than the renewal's commit (docs/design.md).
 	Clock     clock.PassiveClock
 	StampSkew time.Duration
+	// DurationWarning, if set, is the warning for a lease duration that the
+	// fencing webhook cannot protect fully ("" for none): the assembly passes
+	// fencing.ShortLeaseWarning with its clock skew and commit lag (webhook
+	// mode). It is sent to whoever creates a lease of that duration or
+	// changes a lease to it, and logged.
+	DurationWarning func(leaseDuration time.Duration) string
+}
+
+// durationWarnings is DurationWarning for lease, logged.
+func (v *FencedLeaseValidator) durationWarnings(ctx context.Context, lease *coordv1alpha1.FencedLease) admission.Warnings {
+	if v.DurationWarning == nil {
+		return nil
+	}
+	w := v.DurationWarning(time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second)
+	if w == "" {
+		return nil
+	}
+	logf.FromContext(ctx).Info("Warned about a lease too short for the full commit-lag bound",
+		"lease", lease.Namespace+"/"+lease.Name, "leaseDurationSeconds", lease.Spec.LeaseDurationSeconds, "warning", w)
+	return admission.Warnings{w}
 }
 
 // checkRenewTimes refuses a renewTime later than the webhook's clock plus
@@ -124,7 +144,7 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 			return nil, v.refuse(lease, "foreign-request", err.Error())
 		}
 	}
-	return nil, nil
+	return v.durationWarnings(ctx, lease), nil
 }
 
 // ValidateUpdate enforces who may change what.
@@ -166,6 +186,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 	if hadAnn != hasAnn || oldAnn != newAnn {
 		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
+	if err := checkHolderRequeued(oldLease, lease); err != nil {
+		return nil, v.refuse(lease, "requeued-holder", err.Error())
+	}
 	if v.isAdmin(user) {
 		// An operator action: it may remove and reorder others' requests, but
 		// removing the holder's must say so, so that the controller waits for
@@ -187,6 +210,9 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 		return nil, v.refuse(lease, "settings", fmt.Sprintf(
 			"only the kubefence controller and members of %v may change leaseDurationSeconds, lockDelaySeconds or minFencingToken of an existing lease; %q may only queue, renew and withdraw its own requests",
 			v.adminGroups(), user.Username))
+	}
+	if oldLease.Spec.LeaseDurationSeconds != lease.Spec.LeaseDurationSeconds {
+		return v.durationWarnings(ctx, lease), nil
 	}
 	return nil, nil
 }
@@ -310,6 +336,28 @@ func ownsRequest(lease *coordv1alpha1.FencedLease, r coordv1alpha1.LeaseRequest,
 		}
 	}
 	return nil
+}
+
+// checkHolderRequeued refuses, from anyone but the controller, a request
+// added under the identity status still names as holder after that
+// holder's request was withdrawn: the controller has not ended the tenure
+// yet, and until it has, a request under that identity could be taken for
+// the tenure (by a controller that restarted, by the live reads of the
+// fencing webhook and the tenure table; status.holderUser tells the
+// granted request from one another user makes, nothing tells it from one
+// the same user makes). The client waits until status names another
+// holder or none (docs/protocol.md; the Go helper does).
+func checkHolderRequeued(oldLease, lease *coordv1alpha1.FencedLease) error {
+	h := oldLease.Status.HolderIdentity
+	if h == "" || coordv1alpha1.RequestIndex(oldLease.Spec.Requests, h) >= 0 {
+		return nil
+	}
+	i := coordv1alpha1.RequestIndex(lease.Spec.Requests, h)
+	if i < 0 {
+		return nil
+	}
+	return fmt.Errorf("spec.requests[%d] (holderIdentity %q) queues the identity status.holderIdentity still names as the holder of token %d, whose request was withdrawn: until the kubefence controller has ended that tenure, a new request under that identity would be taken for it; wait until status.holderIdentity no longer names %q, then request again",
+		i, h, oldLease.Status.FencingToken, h)
 }
 
 // checkRequestChanges lets a client append its own requests, renew (raise the

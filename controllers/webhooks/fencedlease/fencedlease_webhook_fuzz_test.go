@@ -111,6 +111,7 @@ func FuzzValidateUpdate(f *testing.F) {
 		{"a:alice:0", "a:alice:0", "alice", "", 0, 2, ""},                                          // expired annotation set
 		{"a:alice:0", "a:alice:9", "alice", "", 0, 0, "status"},                                    // status write
 		{"a:alice:0", "", fuzzController, "", 0, 3, ""},                                            // the controller
+		{"b:bob:0", "b:bob:0,a:mallory:0", "mallory", "", 0, 4, ""},                                // the released holder's identity queued again
 	} {
 		f.Add(s.old, s.cur, s.user, s.pod, s.binding, s.meta, s.sub)
 	}
@@ -129,6 +130,14 @@ func FuzzValidateUpdate(f *testing.F) {
 		}
 		if meta&2 != 0 {
 			lease.Annotations = map[string]string{coordv1alpha1.ExpiredAnnotation: "a/1"}
+		}
+		// meta&4: status names as holder the identity of the last request
+		// of the new queue (the controller's status, unchanged by the write).
+		holder := ""
+		if n := len(lease.Spec.Requests); meta&4 != 0 && n > 0 {
+			holder = lease.Spec.Requests[n-1].HolderIdentity
+			oldLease.Status.HolderIdentity, oldLease.Status.FencingToken = holder, 1
+			lease.Status = oldLease.Status
 		}
 		user := authenticationv1.UserInfo{Username: username}
 		if pod != "" {
@@ -207,6 +216,9 @@ func FuzzValidateUpdate(f *testing.F) {
 		}
 		if !slices.Equal(keptInOldOrder, keptInNewOrder) {
 			refused("the queue was reordered from %v to %v", keptInOldOrder, keptInNewOrder)
+		}
+		if holder != "" && !oldIDs[holder] {
+			refused("a request was added under %q, which status still names as the holder, after its request was withdrawn", holder)
 		}
 	})
 }

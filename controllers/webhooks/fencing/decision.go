@@ -1,11 +1,17 @@
 // Package fencing is the admission webhook that makes guarded objects refuse
 // writes carrying a stale fencing token (invariants I4, I5, I7).
 //
-// It owns the rule (decision.go: Decide, a pure function with a table test
-// and a fuzz test), the live single-flight lease reader (leases.go) and the
-// admission handler with its three paths (handler.go). Cases that need a real
-// API server are in test/enforcement (the write-path table, with the
-// webhook's HTTP codes and typed causes) and test/tenure.
+// It owns the rule (decision.go: Decide, a pure function), the live
+// single-flight lease reader (leases.go) with its fair turns of the read
+// budget (turns.go), the admission handler with its three paths
+// (handler.go) and the clock-offset sampler (clockoffset.go). The rule's
+// cases are one table, test/ruletable.FencingRows, which
+// TestFencingRuleTable runs against this webhook and against the policy's
+// CEL rendering (controllers/policy) in process, FuzzDecide compares the two
+// on random writes, and test/enforcement replays on a real API server in
+// both modes; the tests of this package's own parts (the clock's cut-off,
+// the lease reader, the handler) are beside them, and test/tenure has the
+// scenarios.
 //
 // It imports only the API (api/v1alpha1), controllers/metrics, client-go,
 // apimachinery and controller-runtime. It must not import the reconciler
@@ -16,7 +22,9 @@ package fencing
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -34,6 +42,11 @@ type Object struct {
 	HasToken bool
 	// Owners are the object's ownerReferences as "Kind/name" (for warnings).
 	Owners []string
+	// NodeName is a Pod's spec.nodeName (the node it is bound to); Deleting
+	// tells whether metadata.deletionTimestamp is set (its deletion has
+	// started). Both serve the node rule (nodeFinishes).
+	NodeName string
+	Deleting bool
 }
 
 // LeaseState is the webhook's view of one FencedLease.
@@ -54,9 +67,6 @@ type LeaseState struct {
 	// RenewStamp - Skew + LeaseDuration is a lower bound of the controller's
 	// expiry for it (zero: not stamped).
 	RenewStamp time.Time
-	// RenewTime is status.renewTime: when the controller last recorded a
-	// renewal, on its clock (for the clock-offset gauge).
-	RenewTime time.Time
 	// LeaseDuration is the tenure's status.leaseDurationSeconds; it caps the
 	// cut-off margin before ExpireTime (see Input.CommitLag).
 	LeaseDuration time.Duration
@@ -69,13 +79,18 @@ type LeaseState struct {
 // Requester is who sent the write.
 type Requester struct {
 	Username string
+	// Groups are the requester's groups: a kubelet is user
+	// system:node:<node> in group system:nodes (nodeFinishes).
+	Groups []string
 	// PodName comes from a pod-bound service-account token (may be empty).
 	PodName string
 	// Cleanup is true for the cluster's own clean-up controllers (the
-	// namespace controller, the garbage collector): their DELETEs of guarded
-	// objects, and their UPDATEs that change nothing but finalizers and
-	// ownerReferences (finishing foreground and orphan cascades), are accepted
-	// without a lease (see Handler.CleanupUsers).
+	// namespace controller, the garbage collector; PodGC and taint eviction
+	// where an administrator adds them): their DELETEs of guarded objects,
+	// their UPDATEs that change nothing but finalizers and ownerReferences
+	// (finishing foreground and orphan cascades), and their Pod /status
+	// writes that keep guard and token (the phase or condition set before
+	// deleting a pod) are accepted without a lease (see Handler.CleanupUsers).
 	Cleanup bool
 }
 
@@ -96,6 +111,12 @@ type Requester struct {
 // object because its owner was deleted, and the owner's deletion is fenced
 // only if the owner is guarded by the same lease. The webhook warns on every
 // guarded write that sets ownerReferences (docs/design.md).
+//
+// PodGC (system:serviceaccount:kube-system:pod-garbage-collector) and taint
+// eviction with node lifecycle (system:serviceaccount:kube-system:node-controller)
+// are not defaults either: only clusters that guard Pods themselves, not
+// through their owners, need them, and add them (docs/design.md, "Guarded
+// Pods on real nodes").
 var DefaultCleanupUsers = []string{
 	"system:serviceaccount:kube-system:namespace-controller",
 	"system:serviceaccount:kube-system:generic-garbage-collector",
@@ -106,6 +127,9 @@ type Input struct {
 	Operation   admissionv1.Operation
 	SubResource string
 	Namespace   string
+	// Pod is true when the object is a core Pod (resource pods of group ""):
+	// the only kind the node rule (nodeFinishes) applies to.
+	Pod bool
 	// Old is nil on CREATE; New is nil on DELETE. On /scale, /eviction and
 	// /binding both stand for the parent object.
 	Old, New *Object
@@ -147,7 +171,8 @@ const (
 	ReasonNotHolder   Reason = "not-holder"  // tokenless write from someone other than the holder
 	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
 	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
-	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag
+	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag, or ended too near the tenure's expiry
+	ReasonUncheckable Reason = "uncheckable" // a cluster-scoped object carries the guard: no FencedLease can check it
 )
 
 // Verdict is the webhook's answer.
@@ -163,6 +188,12 @@ type Verdict struct {
 	// Lease, Presented and Current describe the check, for logs and metrics.
 	Lease              string
 	Presented, Current int64
+	// AnswerBy, when a live tenure admitted the write, is the latest instant
+	// on the webhook's clock at which the answer may leave (the tenure's
+	// AnswerBy; the earlier one when the write needed two leases): the
+	// handler refuses a decision that ends later (it is slow). Zero when no
+	// tenure admitted the write.
+	AnswerBy time.Time
 }
 
 func allow(lease string, presented, current int64) Verdict {
@@ -185,11 +216,17 @@ func Decide(in Input) Verdict {
 	// the guard or the token is a metadata write and takes the token rules.
 	metadataWrite := in.Operation != admissionv1.Delete && (in.SubResource == "" || guardChanged(in.Old, in.New))
 
-	if in.Requester.Cleanup && (in.Operation == admissionv1.Delete || (in.Operation == admissionv1.Update && in.CleanupOnly)) {
+	if in.Requester.Cleanup && (in.Operation == admissionv1.Delete || (in.Operation == admissionv1.Update && in.CleanupOnly) || podStatusKeepsGuard(in)) {
 		// Namespace deletion and garbage collection, including the finalizer and
-		// ownerReference updates that finish cascades: not a lease holder's
-		// write (and, with mandatory fencing, possibly of an object never guarded).
+		// ownerReference updates that finish cascades, and the pod status
+		// PodGC and taint eviction write before they delete a pod (phase
+		// Failed, a DisruptionTarget condition): not a lease holder's write
+		// (and, with mandatory fencing, possibly of an object never guarded).
 		return allow("", 0, 0)
+	}
+
+	if in.Namespace == "" {
+		return uncheckable(in, guardedNew)
 	}
 
 	if !guardedOld && !guardedNew {
@@ -220,8 +257,13 @@ func Decide(in Input) Verdict {
 		if !v.Allowed || !metadataWrite || !guardedNew {
 			return v
 		}
-		// Re-pointed at another lease: the new token must be current there too.
-		return checkToken(in, in.New.Lease, nil)
+		// Re-pointed at another lease: the new token must be current there
+		// too, and the answer must leave in time for both tenures.
+		w := checkToken(in, in.New.Lease, nil)
+		if w.Allowed && v.AnswerBy.Before(w.AnswerBy) {
+			w.AnswerBy = v.AnswerBy
+		}
+		return w
 	}
 
 	// An update that leaves the token as stored did not present one: a plain
@@ -251,6 +293,24 @@ func Decide(in Input) Verdict {
 		}
 	}
 	return checkToken(in, in.New.Lease, accepted)
+}
+
+// uncheckable decides a write of a cluster-scoped object: the guard label
+// names a FencedLease in the object's namespace and such an object has none,
+// so no lease can check its token (docs/design.md, I5, "Cluster-scoped
+// objects and other namespaces"). A create or update that leaves the guard on
+// the object is refused; a delete, an update that removes the guard (so that
+// an object guarded before this rule can be cleaned up) and unguarded writes
+// pass, reading no lease. A guard naming a lease of another namespace cannot
+// be written (a label value has no "/"): for a namespaced object the lease is
+// always the one of that name in the object's own namespace.
+func uncheckable(in Input, guardedNew bool) Verdict {
+	if !guardedNew || in.Operation == admissionv1.Delete {
+		return allow("", 0, 0)
+	}
+	return refuse(403, ReasonUncheckable, "", 0, 0,
+		"this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",
+		coordv1alpha1.GuardLeaseLabel, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 }
 
 // checkToken checks the token presented in the new object against the token
@@ -293,8 +353,17 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 // checkHolder fences writes that carry no token of their own (DELETE,
 // /status, /scale, removing the guard, re-pointing, updates that leave the
 // stored token unchanged): the requester must be the lease's current holder,
-// and the object must not have accepted a newer token.
+// and the object must not have accepted a newer token; or the write is a
+// kubelet's that the node rule lets through (nodeFinishes).
 func checkHolder(in Input, lease string) Verdict {
+	if nodeFinishes(in) {
+		// The kubelet reporting the status of a pod bound to its node, or
+		// finishing a deletion that has started: not a lease holder's write,
+		// and nothing a node could not do to its pods anyway. It needs no
+		// lease, not even one that exists (docs/design.md, "Guarded Pods on
+		// real nodes").
+		return allow("", 0, 0)
+	}
 	scope := in.Namespace + "/" + lease
 	st, v := lookup(in, lease, 0)
 	if !v.Allowed {
@@ -350,7 +419,9 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
 			coordv1alpha1.StaleMarker, token, scope, st.Holder, expire.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
-	return allow(scope, token, st.Token)
+	v := allow(scope, token, st.Token)
+	v.AnswerBy = AnswerBy(expire, st.LeaseDuration, in.Skew, in.CommitLag)
+	return v
 }
 
 // Expiry is the webhook's lower bound of the controller's expiry of the
@@ -376,16 +447,73 @@ func Expiry(st LeaseState, skew time.Duration) time.Time {
 //
 // The controller never grants the next tenure before expire, so a write
 // admitted before the cut-off commits before that grant as long as it commits
-// within the margin of its admission (clock offset included). The cap keeps
-// the cut-off after the client helper's own deadline (sent + L - L/10, before
-// expire - L/10): an honest holder is never refused before it stops itself.
-// So for leases shorter than 10 (skew + commitLag) the commit-lag bound is L/10.
+// within the margin of its admission, less the clock offset (CommitBudget).
+// The cap keeps the cut-off after the client helper's own deadline
+// (sent + L - L/10, before expire - L/10): an honest holder is never refused
+// before it stops itself. So for leases shorter than FullMarginLease the
+// commit-lag bound shrinks to L/10 - skew.
 func CutOff(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
+	return expire.Add(-cutOffMargin(leaseDuration, skew, commitLag))
+}
+
+func cutOffMargin(leaseDuration, skew, commitLag time.Duration) time.Duration {
 	margin := skew + commitLag
 	if leaseDuration > 0 && leaseDuration/10 < margin {
 		margin = leaseDuration / 10
 	}
-	return expire.Add(-margin)
+	return margin
+}
+
+// FullMarginLease is the shortest lease whose cut-off margin is the whole
+// skew + commitLag: 10 (skew + commitLag), 11 s by default. A shorter lease's
+// margin is L/10, and its commit-lag budget less than commitLag.
+func FullMarginLease(skew, commitLag time.Duration) time.Duration {
+	return 10 * (skew + commitLag)
+}
+
+// CommitBudget is the commit-lag budget of a tenure: how long a write whose
+// fencing decision started just before the cut-off may take from then to its
+// commit and still commit before the controller may expire the tenure. It is
+// the cut-off margin less the clock offset: commitLag for leases of
+// FullMarginLease and longer, leaseDuration/10 - skew for shorter ones, and
+// none once leaseDuration/10 <= skew.
+func CommitBudget(leaseDuration, skew, commitLag time.Duration) time.Duration {
+	return max(cutOffMargin(leaseDuration, skew, commitLag)-skew, 0)
+}
+
+// AnswerBy is the latest instant, on the webhook's clock, at which the
+// webhook may answer a write admitted in a tenure that expires at expire:
+//
+//	expire - skew - CommitBudget/2
+//
+// expire - skew is the earliest the controller's clock may show expire, seen
+// on the webhook's clock. The webhook keeps half of the commit-lag budget
+// (its lease read and decision) and leaves the other half (the answer's way
+// back, the API server's other admission, the commit) to the stated
+// assumption. For leases of FullMarginLease and longer a decision that
+// started before the cut-off and took at most commitLag/2 always answers by
+// then; for shorter ones a decision that started near the cut-off must be
+// quicker than that (docs/design.md, "The webhook keeps its half").
+func AnswerBy(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
+	return expire.Add(-skew - CommitBudget(leaseDuration, skew, commitLag)/2)
+}
+
+// ShortLeaseWarning is the warning for a lease of duration leaseDuration
+// shorter than FullMarginLease(skew, commitLag), "" for others: its cut-off
+// margin is L/10, so the time an admitted write may take to commit before
+// the next grant shrinks from commitLag to CommitBudget.
+func ShortLeaseWarning(leaseDuration, skew, commitLag time.Duration) string {
+	full := FullMarginLease(skew, commitLag)
+	if leaseDuration <= 0 || leaseDuration >= full {
+		return ""
+	}
+	budget := CommitBudget(leaseDuration, skew, commitLag)
+	left := budget.String()
+	if budget == 0 {
+		left = "nothing (L/10 is not more than the skew)"
+	}
+	return fmt.Sprintf("kubefence: lease duration %v is shorter than 10 x (webhook clock skew %v + max commit lag %v) = %v, so its commit-lag bound shrinks to L/10 = %v, clock skew included: the fencing webhook stops accepting the holder's token only %v before its expiry, which leaves %s, not %v, for a write admitted just before then to commit; a write that takes longer from admission to commit may commit after the next holder's grant. Set leaseDurationSeconds to at least %d for the full bound (docs/design.md)",
+		leaseDuration, skew, commitLag, full, leaseDuration/10, leaseDuration/10, left, commitLag, (full+time.Second-1)/time.Second)
 }
 
 // isHolder tells whether the requester is the lease's current holder: the user
@@ -400,6 +528,41 @@ func isHolder(r Requester, st LeaseState) bool {
 		return r.PodName == st.Holder
 	}
 	return true
+}
+
+// node is the node the requester authenticates as, "" for anyone else.
+func (r Requester) node() string {
+	n, ok := strings.CutPrefix(r.Username, coordv1alpha1.NodeUserPrefix)
+	if !ok || n == "" || !slices.Contains(r.Groups, coordv1alpha1.NodesGroup) {
+		return ""
+	}
+	return n
+}
+
+// nodeFinishes is the node rule: the kubelet of the node a guarded Pod is
+// bound to (the stored pod's spec.nodeName) may, without holding the lease,
+//   - write the pod's /status when the write changes neither the guard label
+//     nor the token annotation (pods/status keeps metadata; a write that
+//     changes them takes the token rules), and
+//   - DELETE the pod once its deletion has started (deletionTimestamp set on
+//     the stored pod: the first DELETE, or eviction, was fenced), which is
+//     the kubelet's final delete with grace period 0.
+//
+// Nothing else, and no other kind: no create, no spec, no delete that starts
+// a deletion, no pod bound to another node.
+func nodeFinishes(in Input) bool {
+	n := in.Requester.node()
+	if n == "" || !in.Pod || in.Old == nil || in.Old.NodeName != n {
+		return false
+	}
+	return podStatusKeepsGuard(in) || (in.Operation == admissionv1.Delete && in.SubResource == "" && in.Old.Deleting)
+}
+
+// podStatusKeepsGuard tells whether the write is an update of a Pod's
+// /status that changes neither the guard label nor the token annotation.
+func podStatusKeepsGuard(in Input) bool {
+	return in.Pod && in.Operation == admissionv1.Update && in.SubResource == "status" &&
+		in.Old != nil && in.New != nil && !guardChanged(in.Old, in.New)
 }
 
 // guardChanged tells whether a write changes the guard label or the token

@@ -48,119 +48,50 @@ func lagged(left, d, stampedAgo time.Duration) Input {
 	return in
 }
 
-func cleanup(in Input) Input  { in.Requester.Cleanup = true; return in }
-func required(in Input) Input { in.Required = true; return in }
+// The fencing rule's cases live in one table, test/ruletable.FencingRows,
+// run against this package's Decide and the policy's CEL by
+// TestFencingRuleTable and FuzzDecide (ruletable_test.go). What only the Go
+// back end has is tested here: the webhook's clock (the policy has none:
+// its tenure table names a holder until the controller ends the tenure),
+// the live lease read, and the instant its answer must leave by.
 
-func TestDecide(t *testing.T) {
+// TestCutOff: a token stops being accepted at the tenure's cut-off,
+// expireTime (or the stamped renewal's bound, whichever is later) less
+// min(skew + commit lag, L/10).
+func TestCutOff(t *testing.T) {
 	expired := held()
 	expired.ExpireTime = now.Add(50 * time.Millisecond) // inside the skew
-	released := held()
-	released.Holder, released.HolderUser = "", ""
-	recreated := LeaseState{Exists: true, TokenBase: 141} // deleted and created again, nothing granted yet
-	pod := held()
-	pod.Binding, pod.Holder = coordv1alpha1.IdentityBindingPod, "worker-1"
-	cases := []struct {
+	for _, c := range []struct {
 		name    string
 		in      Input
 		allowed bool
-		code    int32
-		msg     string
 	}{
-		{"unguarded create", input(admissionv1.Create, "", nil, &Object{}, "x", held()), true, 0, ""},
-		{"current token create", input(admissionv1.Create, "", nil, guarded("42"), "bob", held()), true, 0, ""},
-		{"stale token create", input(admissionv1.Create, "", nil, guarded("41"), "alice", held()), false, 409,
-			"stale fencing token 41 for lease jobs/job: current token is 42"},
-		{"stale against the object", input(admissionv1.Update, "", guarded("42"), guarded("41"), "alice", held()), false, 409,
-			"the object already accepted token 42"},
-		{"unchanged token from the holder", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
-		{"unchanged token from someone else (inherited by a plain client)", input(admissionv1.Update, "", guarded("42"), guarded("42"), "alice", held()), false, 403,
-			"alice is not the holder of lease jobs/job"},
-		{"unchanged but old token from a holder granted again", input(admissionv1.Update, "", guarded("34"), guarded("34"), "bob", held()), false, 409,
-			"stale fencing token 34 for lease jobs/job: current token is 42"},
-		{"never issued", input(admissionv1.Create, "", nil, guarded("43"), "bob", held()), false, 409, "was never issued"},
-		{"token of an earlier incarnation", input(admissionv1.Update, "", guarded("139"), guarded("141"), "bob", recreated), false, 409,
-			"stale fencing token 141 for lease jobs/job: tokens up to 141 were issued before the lease was deleted and created again"},
-		{"beyond every incarnation", input(admissionv1.Create, "", nil, guarded("142"), "bob", recreated), false, 409, "fencing token 142 for lease jobs/job was never issued"},
-		{"tokenless write to an object ahead of a recreated lease", input(admissionv1.Delete, "", guarded("141"), nil, "bob", recreated), false, 409,
-			"stale fencing token: the object already accepted token 141, above the current token 0 of lease jobs/job"},
-		{"expired tenure", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false, 409, "writes stop being accepted at"},
-		{"released lease", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", released), false, 409, "has no holder"},
-		{"missing token", input(admissionv1.Create, "", nil, &Object{Lease: "job"}, "bob", held()), false, 400, "missing fencing token"},
-		{"non-numeric", input(admissionv1.Create, "", nil, guarded("4x2"), "bob", held()), false, 400, "is not a decimal integer"},
-		{"negative", input(admissionv1.Create, "", nil, guarded("-42"), "bob", held()), false, 400, "is negative"},
-		{"overflow", input(admissionv1.Create, "", nil, guarded("92233720368547758070"), "bob", held()), false, 400, "overflows int64"},
-		{"unknown lease", input(admissionv1.Create, "", nil, &Object{Lease: "nope", Token: "1", HasToken: true}, "bob", held()), false, 404, "does not exist"},
-		{"holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true, 0, ""},
-		{"stale holder deletes", input(admissionv1.Delete, "", guarded("42"), nil, "alice", held()), false, 403, "alice is not the holder of lease jobs/job"},
-		{"namespace controller deletes", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:namespace-controller", held())), true, 0, ""},
-		{"garbage collector deletes after the lease was released", cleanup(input(admissionv1.Delete, "", guarded("42"), nil, "system:serviceaccount:kube-system:generic-garbage-collector", released)), true, 0, ""},
-		{"namespace controller deletes an unguarded object where fencing is required", required(cleanup(input(admissionv1.Delete, "", &Object{}, nil, "system:serviceaccount:kube-system:namespace-controller", held()))), true, 0, ""},
-		{"others may not delete it there", required(input(admissionv1.Delete, "", &Object{}, nil, "bob", held())), false, 403, "fencing is required"},
-		{"a clean-up user may not update anything else", cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:serviceaccount:kube-system:generic-garbage-collector", held())), false, 403, "is not the holder"},
-		{"delete after release", input(admissionv1.Delete, "", guarded("42"), nil, "bob", released), false, 409, "has no holder"},
-		{"holder writes status", input(admissionv1.Update, "status", guarded("42"), guarded("42"), "bob", held()), true, 0, ""},
-		{"stale status", input(admissionv1.Update, "status", guarded("41"), guarded("41"), "alice", held()), false, 403, "writes to /status"},
-		{"stale scale", input(admissionv1.Update, "scale", guarded("42"), guarded("42"), "alice", held()), false, 403, "writes to /scale"},
-		{"guard removal by holder", input(admissionv1.Update, "", guarded("42"), &Object{}, "bob", held()), true, 0, ""},
-		{"guard removal by other", input(admissionv1.Update, "", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},
-		{"guard removal where required", func() Input {
-			in := input(admissionv1.Update, "", guarded("42"), &Object{}, "bob", held())
-			in.Required = true
-			return in
-		}(), false, 403, "cannot be removed"},
-		{"unguarded where required", func() Input {
-			in := input(admissionv1.Create, "", nil, &Object{}, "bob", held())
-			in.Required = true
-			return in
-		}(), false, 403, "fencing is required"},
-		{"pod binding: right pod", func() Input {
-			in := input(admissionv1.Delete, "", guarded("42"), nil, "bob", pod)
-			in.Requester.PodName = "worker-1"
-			return in
-		}(), true, 0, ""},
-		{"pod binding: sibling pod of the same service account", func() Input {
-			in := input(admissionv1.Delete, "", guarded("42"), nil, "bob", pod)
-			in.Requester.PodName = "worker-2"
-			return in
-		}(), false, 403, "bob (pod worker-2) is not the holder"},
-		{"re-spelled token +42", input(admissionv1.Update, "", guarded("42"), guarded("+42"), "alice", held()), false, 400, "not written canonically"},
-		{"re-spelled token 042", input(admissionv1.Update, "", guarded("42"), guarded("042"), "alice", held()), false, 400, "not written canonically"},
-		{"re-spelled token -0", input(admissionv1.Create, "", nil, guarded("-0"), "bob", LeaseState{Exists: true, Holder: "bob", HolderUser: "bob", ExpireTime: now.Add(time.Minute)}), false, 400, "not written canonically"},
-		{"holder without expireTime: fail closed", func() Input {
-			st := held()
-			st.ExpireTime = time.Time{}
-			return input(admissionv1.Update, "", guarded("41"), guarded("42"), "bob", st)
-		}(), false, 409, "no expireTime"},
-		{"inside the commit-lag margin", lagged(900*time.Millisecond, 15*time.Second, 0), false, 409, "writes stop being accepted at"},
-		{"outside the commit-lag margin", lagged(1200*time.Millisecond, 15*time.Second, 0), true, 0, ""},
-		{"the margin is capped at a tenth of a short lease", lagged(150*time.Millisecond, time.Second, 0), true, 0, ""},
-		{"stamped renewal: accepted past the acknowledged expireTime", lagged(-5*time.Second, 15*time.Second, 4*time.Second), true, 0, ""},        // bound: now + 11 s - skew
-		{"stamped renewal too old: refused", lagged(-5*time.Second, 15*time.Second, 14*time.Second), false, 409, "writes stop being accepted at"}, // bound: now + 1 s - skew, inside the margin
-		{"pods/status that rewrites the token takes the token rules", input(admissionv1.Update, "status", guarded("42"), guarded("999999999999"), "bob", held()), false, 409, "was never issued"},
-		{"pods/status that lowers the token", input(admissionv1.Update, "status", guarded("42"), guarded("0"), "bob", held()), false, 409, "already accepted token 42"},
-		{"pods/status that removes the guard, from someone else", input(admissionv1.Update, "status", guarded("42"), &Object{}, "alice", held()), false, 403, "is not the holder"},
-		{"status write that removes the guard where required", required(input(admissionv1.Update, "status", guarded("42"), &Object{}, "bob", held())), false, 403, "cannot be removed"},
-		{"the garbage collector finishes a cascade (finalizers and ownerReferences only)", func() Input {
-			in := cleanup(input(admissionv1.Update, "", guarded("42"), guarded("42"), "system:serviceaccount:kube-system:generic-garbage-collector", released))
-			in.CleanupOnly = true
-			return in
-		}(), true, 0, ""},
-		{"lease read fails: fail closed", func() Input {
-			in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
-			in.Lease = func(string) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
-			return in
-		}(), false, 500, "fail closed"},
-	}
-	for _, c := range cases {
+		{"expired tenure (inside the skew)", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", expired), false},
+		{"inside the commit-lag margin", lagged(900*time.Millisecond, 15*time.Second, 0), false},
+		{"outside the commit-lag margin", lagged(1200*time.Millisecond, 15*time.Second, 0), true},
+		{"the margin is capped at a tenth of a short lease", lagged(150*time.Millisecond, time.Second, 0), true},
+		{"stamped renewal: accepted past the acknowledged expireTime", lagged(-5*time.Second, 15*time.Second, 4*time.Second), true}, // bound: now + 11 s - skew
+		{"stamped renewal too old: refused", lagged(-5*time.Second, 15*time.Second, 14*time.Second), false},                         // bound: now + 1 s - skew, inside the margin
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := Decide(c.in)
 			if v.Allowed != c.allowed {
 				t.Fatalf("allowed = %v, want %v (%s)", v.Allowed, c.allowed, v.Message)
 			}
-			if !c.allowed && (v.Code != c.code || !strings.Contains(v.Message, c.msg)) {
-				t.Fatalf("refusal %d %q, want %d containing %q", v.Code, v.Message, c.code, c.msg)
+			if !c.allowed && (v.Code != 409 || v.Reason != ReasonExpired || !strings.Contains(v.Message, "writes stop being accepted at")) {
+				t.Fatalf("refusal %d %s %q, want 409 expired at the cut-off", v.Code, v.Reason, v.Message)
 			}
 		})
+	}
+}
+
+// A lease that cannot be read refuses the write (500, fail closed): the
+// policy reads no lease.
+func TestLeaseReadFailureFailsClosed(t *testing.T) {
+	in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
+	in.Lease = func(string) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
+	if v := Decide(in); v.Allowed || v.Code != 500 || v.Reason != ReasonLeaseLookup || !strings.Contains(v.Message, "fail closed") {
+		t.Fatalf("verdict %+v, want a 500 lease-error refusal that says it fails closed", v)
 	}
 }
 
@@ -177,6 +108,11 @@ func TestEveryLeaseDecisionReadsTheLeaseOnce(t *testing.T) {
 		{"inherited token, then the holder check", input(admissionv1.Update, "", guarded("42"), guarded("42"), "bob", held()), true},
 		{"tokenless delete", input(admissionv1.Delete, "", guarded("42"), nil, "bob", held()), true},
 		{"below the object's token", input(admissionv1.Update, "", guarded("42"), guarded("41"), "alice", held()), false},
+		{"a guarded cluster-scoped object", func() Input {
+			in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
+			in.Namespace = ""
+			return in
+		}(), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reads := 0
@@ -199,49 +135,75 @@ func TestRefusalsCarryTheMarkers(t *testing.T) {
 	}
 }
 
-// FuzzDecide: no input makes the decision panic, every refusal has a specific
-// message and a status code, and a token lower than the object's accepted
-// token is never allowed.
-func FuzzDecide(f *testing.F) {
-	for _, s := range []struct {
-		op                 string
-		sub                string
-		oldLease, oldToken string
-		newLease, newToken string
-		user               string
-		leaseToken         int64
-		holder             string
-	}{
-		{"CREATE", "", "", "", "job", "42", "bob", 42, "bob"},
-		{"UPDATE", "", "job", "42", "job", "41", "alice", 42, "bob"},
-		{"UPDATE", "status", "job", "42", "job", "42", "alice", 42, "bob"},
-		{"DELETE", "", "job", "42", "", "", "bob", 42, ""},
-		{"UPDATE", "scale", "job", "9223372036854775807", "other", "-1", "", 0, "x"},
-		{"UPDATE", "", "job", "abc", "", "", "bob", 7, "bob"},
-	} {
-		f.Add(s.op, s.sub, s.oldLease, s.oldToken, s.newLease, s.newToken, s.user, s.leaseToken, s.holder)
-	}
-	f.Fuzz(func(t *testing.T, op, sub, oldLease, oldToken, newLease, newToken, user string, leaseToken int64, holder string) {
-		var oldObj, newObj *Object
-		if op != "CREATE" {
-			oldObj = &Object{Lease: oldLease, Token: oldToken, HasToken: oldToken != ""}
-		}
-		if op != "DELETE" {
-			newObj = &Object{Lease: newLease, Token: newToken, HasToken: newToken != ""}
-		}
-		st := LeaseState{Exists: leaseToken >= 0, Token: leaseToken, Holder: holder, HolderUser: holder, ExpireTime: now.Add(time.Second)}
-		in := input(admissionv1.Operation(op), sub, oldObj, newObj, user, st)
-		in.Lease = func(string) (LeaseState, error) { return st, nil }
-		v := Decide(in)
-		if !v.Allowed && (v.Message == "" || v.Code == 0 || v.Reason == "") {
-			t.Fatalf("refusal without message, code or reason: %+v", v)
-		}
-		if v.Allowed && oldObj != nil && newObj != nil && sub == "" && oldLease != "" && oldLease == newLease {
-			o, err1 := parseToken(oldToken)
-			n, err2 := parseToken(newToken)
-			if err1 == nil && err2 == nil && n < o {
-				t.Fatalf("accepted token %d after the object accepted %d", n, o)
+// An admitting decision carries the instant by which its answer must leave:
+// half the tenure's commit-lag budget before its expiry less the skew, from
+// the same expiry the cut-off used (the stamp's, when later), and the
+// earlier of two tenures for a write moved from one lease to another.
+func TestDecisionCarriesItsAnswerBy(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	repointed := func() Input {
+		in := lagged(10*time.Second, 15*time.Second, 0)
+		short := held()
+		short.ExpireTime, short.LeaseDuration = now.Add(time.Second), 2*time.Second
+		long := in.Lease
+		in.Lease = func(name string) (LeaseState, error) {
+			if name == "other" {
+				return short, nil
 			}
+			return long(name)
 		}
-	})
+		in.Old, in.New = guarded("42"), &Object{Lease: "other", Token: "42", HasToken: true}
+		return in
+	}()
+	for _, c := range []struct {
+		name string
+		in   Input
+		want time.Time
+	}{
+		// 15 s: budget C = 1 s; answer by expire - 100 ms - 500 ms.
+		{"15 s lease", lagged(10*time.Second, 15*time.Second, 0), now.Add(10*time.Second - ms(600))},
+		// 2 s: margin 200 ms, budget 100 ms; answer by expire - 100 ms - 50 ms.
+		{"2 s lease", lagged(time.Second, 2*time.Second, 0), now.Add(time.Second - ms(150))},
+		// 1 s: margin 100 ms, no budget left; answer by expire - 100 ms (the cut-off).
+		{"1 s lease", lagged(time.Second, time.Second, 0), now.Add(time.Second - ms(100))},
+		// Stamped 1 s ago on a 2 s lease: expiry now + 1 s - skew.
+		{"2 s lease, stamped renewal", lagged(-5*time.Second, 2*time.Second, time.Second), now.Add(time.Second - ms(100) - ms(150))},
+		{"moved to a lease that expires sooner", repointed, now.Add(time.Second - ms(150))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.in)
+			if !v.Allowed {
+				t.Fatalf("refused: %s", v.Message)
+			}
+			if !v.AnswerBy.Equal(c.want) {
+				t.Fatalf("AnswerBy = now%+v, want now%+v", v.AnswerBy.Sub(now), c.want.Sub(now))
+			}
+		})
+	}
+	if v := Decide(input(admissionv1.Create, "", nil, &Object{}, "x", held())); !v.Allowed || !v.AnswerBy.IsZero() {
+		t.Fatalf("unguarded write: allowed %v, AnswerBy %v; want allowed with no AnswerBy", v.Allowed, v.AnswerBy)
+	}
+}
+
+// A lease shorter than 10 (S + C) gets a warning that says how far its
+// commit-lag bound shrinks; others get none.
+func TestShortLeaseWarning(t *testing.T) {
+	for _, c := range []struct {
+		l    time.Duration
+		want string // "" for none
+	}{
+		{15 * time.Second, ""},
+		{11 * time.Second, ""},
+		{10 * time.Second, "shrinks to L/10 = 1s, clock skew included: the fencing webhook stops accepting the holder's token only 1s before its expiry, which leaves 900ms, not 1s,"},
+		{2 * time.Second, "shrinks to L/10 = 200ms, clock skew included: the fencing webhook stops accepting the holder's token only 200ms before its expiry, which leaves 100ms, not 1s,"},
+		{time.Second, "leaves nothing (L/10 is not more than the skew), not 1s,"},
+	} {
+		got := ShortLeaseWarning(c.l, DefaultSkew, DefaultCommitLag)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("ShortLeaseWarning(%v) = %q, want %q", c.l, got, c.want)
+		}
+		if got != "" && (!strings.Contains(got, "= 11s") || !strings.Contains(got, "at least 11")) {
+			t.Errorf("ShortLeaseWarning(%v) = %q: does not name the 11s threshold", c.l, got)
+		}
+	}
 }

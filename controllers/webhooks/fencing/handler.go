@@ -70,13 +70,15 @@ type Handler struct {
 	Parents dynamic.Interface
 	// Clock is the webhook's clock; Skew covers its difference from the
 	// controller's; CommitLag bounds the time from a decision to the write's
-	// commit (see CutOff).
+	// commit (see CutOff and AnswerBy). CommitLag must be > 0: with 0 no
+	// decision that takes any time is in time, and every one is refused.
 	Clock     clock.PassiveClock
 	Skew      time.Duration
 	CommitLag time.Duration
-	// CleanupUsers may DELETE guarded objects without holding their lease:
-	// the cluster's namespace controller and garbage collector
-	// (DefaultCleanupUsers in the deployed operator). Nil: nobody.
+	// CleanupUsers may DELETE guarded objects without holding their lease
+	// (and write what Requester.Cleanup says): the cluster's namespace
+	// controller and garbage collector (DefaultCleanupUsers in the deployed
+	// operator). Nil: nobody.
 	CleanupUsers []string
 }
 
@@ -91,15 +93,24 @@ func Register(srv webhook.Server, base Handler) {
 
 // guardOnly is the part of an object the fencing rule reads: decoding only
 // labels and annotations skips the rest of metadata (managedFields above all).
+// deletionTimestamp (and a Pod's spec.nodeName, podNode) serve the node rule.
 type guardOnly struct {
 	Metadata struct {
-		Labels          map[string]string `json:"labels"`
-		Annotations     map[string]string `json:"annotations"`
-		OwnerReferences []struct {
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
+		DeletionTimestamp *string           `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
 			Kind string `json:"kind"`
 			Name string `json:"name"`
 		} `json:"ownerReferences"`
 	} `json:"metadata"`
+}
+
+// podNode is the part of a Pod the node rule reads besides guardOnly.
+type podNode struct {
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
 }
 
 // maxCallTime bounds a decision whose context lost its cancellation: the
@@ -119,9 +130,10 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	in := Input{
 		Operation:   req.Operation,
 		SubResource: req.SubResource,
-		Namespace:   req.Namespace,
+		Namespace:   objectNamespace(req),
+		Pod:         req.Resource.Group == "" && req.Resource.Resource == "pods",
 		Required:    h.Mode == ModeRequired,
-		Requester:   Requester{Username: req.UserInfo.Username},
+		Requester:   Requester{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
 		Now:         h.Clock.Now(),
 		Skew:        h.Skew,
 		CommitLag:   h.CommitLag,
@@ -149,7 +161,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if readsParent(req) {
 		in.Old, in.New, err = h.scaleParent(ctx, req)
 	} else {
-		in.Old, in.New, err = decodeObjects(req)
+		in.Old, in.New, err = decodeObjects(req, in.Pod)
 	}
 	if err == nil && in.Requester.Cleanup && req.Operation == admissionv1.Update {
 		in.CleanupOnly = onlyFinalizersOrOwnersChanged(req.OldObject.Raw, req.Object.Raw)
@@ -160,13 +172,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	} else {
 		v = Decide(in)
 	}
-	if took := h.Clock.Since(in.Now); v.Allowed && len(reads) > 0 && h.CommitLag > 0 && took > h.CommitLag/2 {
-		// The commit-lag bound runs from the lease read to the commit: the
-		// webhook keeps its own half of it (read and decision), and assumes
-		// the other half (its answer's way back, the API server's commit).
-		v = refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
-			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
-			v.Lease, took.Round(time.Millisecond), h.CommitLag)
+	if v.Allowed && len(reads) > 0 {
+		v = h.inTime(v, in.Now, h.Clock.Now())
 	}
 	metrics.FencingChecked(len(reads) > 0, time.Since(start))
 	if v.Allowed {
@@ -177,6 +184,31 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		Allowed: false,
 		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: statusReason(v.Code), Message: v.Message, Details: staleDetails(v)},
 	}}
+}
+
+// inTime refuses (503, retry) an admitting decision that started at start
+// and ends at end too late for the write to commit before the next grant.
+// The commit-lag bound runs from the lease read to the commit: the webhook
+// keeps its own half of it (read and decision) and assumes the other half
+// (its answer's way back, the API server's other admission, the commit).
+// So the decision may take at most half the commit lag (a tenure revoked, or
+// a lease recreated, after the read: the controller grants the next one the
+// commit lag after it saw the end), and must end by the tenure's AnswerBy
+// (an expiry: for a lease shorter than FullMarginLease half the commit-lag
+// budget is less than half the commit lag; docs/design.md).
+func (h *Handler) inTime(v Verdict, start, end time.Time) Verdict {
+	took := end.Sub(start)
+	switch {
+	case took > h.CommitLag/2:
+		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
+			v.Lease, took.Round(time.Millisecond), h.CommitLag)
+	case !v.AnswerBy.IsZero() && end.After(v.AnswerBy):
+		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+			"the fencing check of lease %s took %v and ended at %s, after %s, the last instant that leaves half of the tenure's commit-lag budget before its expiry (a lease shorter than 10 x (clock skew + commit lag) has a cut-off margin of only a tenth of its duration), so the write could commit after the next grant; refusing (fail closed): retry",
+			v.Lease, took.Round(time.Millisecond), end.UTC().Format(time.RFC3339Nano), v.AnswerBy.UTC().Format(time.RFC3339Nano))
+	}
+	return v
 }
 
 // staleDetails carries a stale refusal to clients as typed causes (the wire
@@ -269,26 +301,34 @@ func onlyFinalizersOrOwnersChanged(oldRaw, newRaw []byte) bool {
 	return reflect.DeepEqual(o, n)
 }
 
-func decodeObjects(req admission.Request) (oldObj, newObj *Object, err error) {
+func decodeObjects(req admission.Request, pod bool) (oldObj, newObj *Object, err error) {
 	if len(req.OldObject.Raw) > 0 {
-		if oldObj, err = decode(req.OldObject.Raw, req.Kind); err != nil {
+		if oldObj, err = decode(req.OldObject.Raw, req.Kind, pod); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(req.Object.Raw) > 0 && req.Operation != admissionv1.Delete {
-		if newObj, err = decode(req.Object.Raw, req.Kind); err != nil {
+		if newObj, err = decode(req.Object.Raw, req.Kind, pod); err != nil {
 			return nil, nil, err
 		}
 	}
 	return oldObj, newObj, nil
 }
 
-func decode(raw []byte, kind metav1.GroupVersionKind) (*Object, error) {
+func decode(raw []byte, kind metav1.GroupVersionKind, pod bool) (*Object, error) {
 	var m guardOnly
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("cannot decode the %s object to read its kubefence.io/ guard (expected a JSON object with metadata): %v", kind.Kind, err)
 	}
 	o := objectOf(m.Metadata.Labels, m.Metadata.Annotations)
+	o.Deleting = m.Metadata.DeletionTimestamp != nil
+	if pod {
+		var p podNode
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("cannot decode the Pod to read its spec.nodeName: %v", err)
+		}
+		o.NodeName = p.Spec.NodeName
+	}
 	for _, ref := range m.Metadata.OwnerReferences {
 		o.Owners = append(o.Owners, ref.Kind+"/"+ref.Name)
 	}
@@ -298,6 +338,18 @@ func decode(raw []byte, kind metav1.GroupVersionKind) (*Object, error) {
 func objectOf(labels, annotations map[string]string) *Object {
 	tok, has := annotations[coordv1alpha1.FencingTokenAnnotation]
 	return &Object{Lease: labels[coordv1alpha1.GuardLeaseLabel], Token: tok, HasToken: has}
+}
+
+// objectNamespace is the namespace of the request's object: "" for a
+// cluster-scoped one. The API server names a Namespace object's own name as
+// the request's namespace, but a Namespace is cluster-scoped: its guard is
+// refused like any other cluster-scoped object's (Decide's uncheckable; the
+// policy kubefence-fencing-cluster-scoped does the same in policy mode).
+func objectNamespace(req admission.Request) string {
+	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" {
+		return ""
+	}
+	return req.Namespace
 }
 
 // readsParent tells whether the request's object is not the guarded object

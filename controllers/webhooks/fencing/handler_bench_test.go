@@ -36,7 +36,7 @@ func benchHandler(b testing.TB) (*Handler, admission.Request, []byte) {
 		Status:     coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: 42, ExpireTime: &exp},
 	}
 	cl := cacheLike{lease: lease}
-	h := &Handler{Mode: ModeGuarded, Leases: &LeaseReader{Reader: cl}, Clock: clock.RealClock{}, Skew: DefaultSkew}
+	h := &Handler{Mode: ModeGuarded, Leases: &LeaseReader{Reader: cl}, Clock: clock.RealClock{}, Skew: DefaultSkew, CommitLag: DefaultCommitLag}
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{

@@ -2,9 +2,11 @@ package fencing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -64,5 +66,59 @@ func TestCallsInFlightAreDecidedWhileTheManagerStops(t *testing.T) {
 	resp := h.Handle(ctx, req)
 	if !resp.Allowed {
 		t.Fatalf("a live holder's write refused while the manager stops: %v", resp.Result)
+	}
+}
+
+// A decision must end early enough for the write it admits to commit before
+// the controller may expire the tenure: half of the tenure's commit-lag
+// budget before expire - skew (AnswerBy). For a lease of 10 (skew + commit
+// lag) or longer that is what "at most half the commit lag" already gives;
+// for a shorter one the cut-off margin is only L/10, and a decision that
+// started just before the cut-off must end quickly. Review of 1 December
+// 2026, finding 2: a 2 s lease's decision starting 250 ms before the
+// persisted expireTime, whose live read took 400 ms (less than half the 1 s
+// commit lag), was answered 150 ms after expireTime, when the controller may
+// already have granted the next tenure.
+func TestDecisionThatEndsPastTheCutOffIsRefused(t *testing.T) {
+	e := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, c := range []struct {
+		name         string
+		seconds      int32
+		before, took time.Duration // the decision starts before expireTime and takes took
+		allowed      bool
+	}{
+		// L = 2 s, S = 100 ms, C = 1 s: the cut-off is expireTime - 200 ms
+		// (L/10), the commit-lag budget is 200 - 100 = 100 ms, and the
+		// answer must leave by expireTime - 100 ms - 50 ms.
+		{"2 s lease: the review's decision, answered 150 ms after expireTime", 2, ms(250), ms(400), false},
+		{"2 s lease: started before the cut-off, answered 140 ms before expireTime", 2, ms(220), ms(80), false},
+		{"2 s lease: started before the cut-off, answered 200 ms before expireTime", 2, ms(300), ms(100), true},
+		{"2 s lease: a slow read long before the cut-off", 2, ms(1000), ms(400), true},
+		// L = 15 s: margin S + C = 1.1 s, budget C; a decision started
+		// before the cut-off and within C/2 always answers by
+		// expireTime - 100 ms - 500 ms.
+		{"15 s lease: started just before the cut-off, within half the commit lag", 15, ms(1150), ms(450), true},
+		{"15 s lease: slower than half the commit lag", 15, ms(1500), ms(600), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, req, _ := benchHandler(t)
+			lease := h.Leases.Reader.(cacheLike).lease.DeepCopy()
+			lease.Spec.LeaseDurationSeconds, lease.Status.LeaseDurationSeconds = c.seconds, c.seconds
+			exp := metav1.NewMicroTime(e)
+			lease.Status.ExpireTime = &exp
+			fake := clocktesting.NewFakePassiveClock(e.Add(-c.before))
+			h.Clock, h.CommitLag, h.Skew = fake, time.Second, DefaultSkew
+			// The webhook's clock moves on by took while the lease is read.
+			h.Leases = &LeaseReader{Reader: readerAfter{cacheLike{lease}, func() { fake.SetTime(fake.Now().Add(c.took)) }}}
+			resp := h.Handle(context.Background(), req)
+			answered := fake.Now().Sub(e)
+			if resp.Allowed != c.allowed {
+				t.Fatalf("decision started %v before expireTime, answered at expireTime%+v: allowed %v, want %v (%v)", c.before, answered, resp.Allowed, c.allowed, resp.Result)
+			}
+			if !c.allowed && (resp.Result.Code != 503 || !strings.Contains(resp.Result.Message, "retry")) {
+				t.Fatalf("refused with %d %q, want 503 (retry): the holder may have renewed meanwhile", resp.Result.Code, resp.Result.Message)
+			}
+		})
 	}
 }

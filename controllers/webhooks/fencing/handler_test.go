@@ -14,7 +14,7 @@ func TestStaleDetails(t *testing.T) {
 		want   bool
 	}{
 		{ReasonStale, true}, {ReasonExpired, true}, {ReasonNoHolder, true}, {ReasonNotHolder, true},
-		{ReasonNotIssued, false}, {ReasonMalformed, false}, {ReasonNoLease, false}, {ReasonUnguarded, false}, {ReasonLeaseLookup, false},
+		{ReasonNotIssued, false}, {ReasonMalformed, false}, {ReasonNoLease, false}, {ReasonUnguarded, false}, {ReasonUncheckable, false}, {ReasonLeaseLookup, false},
 	} {
 		t.Run(string(tc.reason), func(t *testing.T) {
 			d := staleDetails(Verdict{Reason: tc.reason, Lease: "jobs/job", Presented: 41, Current: 42})

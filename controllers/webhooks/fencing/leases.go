@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/metrics"
 )
 
 // DefaultReadTimeout bounds one live read of a lease: well inside the
@@ -30,8 +30,11 @@ const DefaultReadTimeout = 2 * time.Second
 // that started earlier might miss a grant or a tenure end committed just
 // before the write arrived. So there is at most one read in flight and one
 // queued per lease, whatever the write rate, and a flood of writes naming
-// one lease (forged tokens among them) costs at most that lease's queue; the
-// reader's client has its own rate limiter, apart from the manager's.
+// one lease (forged tokens among them) costs at most that lease's queue.
+// Reads take turns of the reader's own budget (NewLeaseReader: LeaseReadQPS,
+// apart from the manager's), fairly between namespaces and, within one,
+// leases known to exist first (turns): a flood of forged lease *names*
+// waits for its own namespace's turns.
 type LeaseReader struct {
 	// Reader reads from the API server, never from a cache.
 	Reader client.Reader
@@ -46,34 +49,16 @@ type LeaseReader struct {
 	// /scale and eviction paths; the table can. Nil in webhook mode.
 	Tenures func(ctx context.Context, namespace, name string) (token int64, held bool, err error)
 
+	// turns, when set, is the budget every read waits for its turn of.
+	turns *turns
+
 	mu      sync.Mutex
 	flights map[types.NamespacedName]*leaseFlights
+	// known are the leases whose latest read found them: their reads take
+	// turns before those of names not known to exist.
+	known map[types.NamespacedName]bool
 	// reads counts the API reads made (for tests and benchmarks).
 	reads int64
-	// offset is the largest clock-offset sample of the current window.
-	offset      time.Duration
-	offsetSince time.Time
-}
-
-// offsetWindow is how long a clock-offset sample counts toward the gauge.
-const offsetWindow = time.Minute
-
-// observeOffset records one lower bound of how far the controller's clock is
-// ahead of ours: a time the controller wrote minus our clock once we read it.
-func (r *LeaseReader) observeOffset(written time.Time, now time.Time) {
-	if written.IsZero() {
-		return
-	}
-	sample := written.Sub(now)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Sub(r.offsetSince) > offsetWindow || sample > r.offset {
-		if now.Sub(r.offsetSince) > offsetWindow {
-			r.offsetSince = now
-		}
-		r.offset = sample
-		metrics.ClockOffset(sample)
-	}
 }
 
 type leaseFlights struct {
@@ -130,6 +115,34 @@ func (r *LeaseReader) Read(ctx context.Context, namespace, name string) (LeaseSt
 	}
 }
 
+// read waits for the read's turn, if the reader has a budget, and reads
+// the lease; it remembers whether the lease exists.
+func (r *LeaseReader) read(ctx context.Context, key types.NamespacedName, timeout time.Duration) (LeaseState, error) {
+	if r.turns != nil {
+		r.mu.Lock()
+		known := r.known[key]
+		r.mu.Unlock()
+		if err := r.turns.wait(ctx, key.Namespace, known); err != nil {
+			return LeaseState{}, fmt.Errorf("no turn to read lease %s within %v: the webhook's lease reads (%d a second, shared fairly between namespaces) are busy with other reads of namespace %s (%w)",
+				key, timeout, LeaseReadQPS, key.Namespace, err)
+		}
+	}
+	st, err := readLease(ctx, r.Reader, key.Namespace, key.Name)
+	if err == nil {
+		r.mu.Lock()
+		if st.Exists {
+			if r.known == nil {
+				r.known = map[types.NamespacedName]bool{}
+			}
+			r.known[key] = true
+		} else {
+			delete(r.known, key)
+		}
+		r.mu.Unlock()
+	}
+	return st, err
+}
+
 func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight) {
 	for f != nil {
 		timeout := r.Timeout
@@ -137,7 +150,7 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 			timeout = DefaultReadTimeout
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		f.st, f.err = readLease(ctx, r.Reader, key.Namespace, key.Name)
+		f.st, f.err = r.read(ctx, key, timeout)
 		if f.err == nil && r.Tenures != nil && f.st.Holder != "" {
 			// After the lease, so that a table write before this read is seen.
 			token, held, err := r.Tenures(ctx, key.Namespace, key.Name)
@@ -149,9 +162,6 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 			}
 		}
 		cancel()
-		if f.err == nil {
-			r.observeOffset(f.st.RenewTime, time.Now())
-		}
 		close(f.done)
 
 		r.mu.Lock()
@@ -170,9 +180,12 @@ func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight)
 // readLease reduces a FencedLease to what the fencing rule needs. A tenure
 // counts as ended (no holder) as soon as it is ended in the API server, even
 // before the controller records the end in status: when the lease is being
-// deleted, when the holder's request is gone (a release, or an operator's
-// revocation), or when the request was withdrawn and made again (its
-// renewSequence fell below the one the controller acknowledged).
+// deleted, or when no request carries the tenure
+// (coordv1alpha1.HolderRequestIndex): the holder's request is gone (a
+// release, or an operator's revocation), or it was withdrawn and made again
+// (by another user than status.holderUser, or with a renewSequence below the
+// one the controller acknowledged). The holder's user is that of the
+// granted request, never of one made again under its identity.
 func readLease(ctx context.Context, r client.Reader, namespace, name string) (LeaseState, error) {
 	var l coordv1alpha1.FencedLease
 	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &l); err != nil {
@@ -186,42 +199,40 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 	if l.Status.ExpireTime != nil {
 		st.ExpireTime = l.Status.ExpireTime.Time
 	}
-	if l.Status.RenewTime != nil {
-		st.RenewTime = l.Status.RenewTime.Time
-	}
 	if st.Holder == "" {
 		return st, nil
 	}
-	found := false
-	for _, req := range l.Spec.Requests {
-		if req.HolderIdentity == st.Holder {
-			found = true
-			st.HolderUser = req.User
-			if req.RenewTime != nil {
-				st.RenewStamp = req.RenewTime.Time
-			}
-			if req.RenewSequence < l.Status.RenewSequence {
-				found = false
-			}
-		}
+	i := coordv1alpha1.HolderRequestIndex(l.Spec.Requests, &l.Status)
+	if i < 0 || !l.DeletionTimestamp.IsZero() {
+		st.Holder, st.ExpireTime = "", time.Time{}
+		return st, nil
 	}
-	if !found || !l.DeletionTimestamp.IsZero() {
-		st.Holder, st.HolderUser, st.ExpireTime = "", "", time.Time{}
+	req := &l.Spec.Requests[i]
+	st.HolderUser = req.User
+	if req.RenewTime != nil {
+		st.RenewStamp = req.RenewTime.Time
 	}
 	return st, nil
 }
 
 // NewLeaseReader is a LeaseReader with a client of its own for cfg: its own
-// connection pool and rate limiter (QPS 500, burst 1000), so that the
-// webhook's reads neither wait behind the manager's other requests nor
-// starve them.
+// connection pool and its own budget (LeaseReadQPS, burst LeaseReadBurst,
+// handed out fairly by turns), so that the webhook's reads neither wait
+// behind the manager's other requests nor starve them, and a namespace's
+// flood of reads does not starve the others. The client itself does not
+// wait: the budget is taken before the read (in policy mode a flight's
+// tenure-table read rides on its lease read's turn).
 func NewLeaseReader(cfg *rest.Config, scheme *runtime.Scheme) (*LeaseReader, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.RateLimiter = nil
+	cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("creating the fencing webhook's lease client: %w", err)
 	}
-	return &LeaseReader{Reader: c}, nil
+	return newLeaseReader(c), nil
+}
+
+// newLeaseReader is NewLeaseReader's reader around c.
+func newLeaseReader(c client.Reader) *LeaseReader {
+	return &LeaseReader{Reader: c, turns: newTurns(flowcontrol.NewTokenBucketRateLimiter(LeaseReadQPS, LeaseReadBurst))}
 }

@@ -2,12 +2,16 @@ package fencing
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -129,5 +133,175 @@ func TestLeaseReaderEndsATenureTheTenureTableNoLongerNames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The reader counts a tenure as ended as soon as the lease says so in the API
+// server, before the controller writes the end to status: the holder's
+// request is gone, made again (its renewSequence below the acknowledged
+// one), or made again by another user than the one granted the tenure
+// (status.holderUser). alice was granted token 42 with a fresh request and
+// renewed with stamps, so status still says renewSequence 0; a request made
+// again also starts at 0, and only its user tells it from hers.
+func TestReadLeaseEndsATenureItsRequestNoLongerCarries(t *testing.T) {
+	exp := metav1.NewMicroTime(time.Now().Add(10 * time.Second))
+	stamp := metav1.NewMicroTime(time.Now())
+	alice := coordv1alpha1.LeaseRequest{HolderIdentity: "alice", User: "alice", RenewSequence: 3, RenewTime: &stamp}
+	bob := coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"}
+	for _, c := range []struct {
+		name       string
+		requests   []coordv1alpha1.LeaseRequest
+		holderUser string
+		ackedSeq   int64
+		deleting   bool
+		// wantUser is the holder's user the reader must name ("" for no holder).
+		wantUser string
+	}{
+		{"the holder's request, renewed with stamps", []coordv1alpha1.LeaseRequest{alice, bob}, "alice", 0, false, "alice"},
+		{"the holder's request is gone (released)", []coordv1alpha1.LeaseRequest{bob}, "alice", 0, false, ""},
+		{"made again by another user than status.holderUser", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "mallory"}}, "alice", 0, false, ""},
+		{"made again, its renewSequence below the acknowledged one", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "alice"}}, "alice", 3, false, ""},
+		{"the lease is being deleted", []coordv1alpha1.LeaseRequest{alice, bob}, "alice", 0, true, ""},
+		// docs/versioning.md: an earlier controller's status names no user,
+		// and the request of the holder's identity counts, whoever made it.
+		{"a status without holderUser (an earlier controller's)", []coordv1alpha1.LeaseRequest{bob, {HolderIdentity: "alice", User: "mallory"}}, "", 0, false, "mallory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lease := &coordv1alpha1.FencedLease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job"},
+				Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 15, Requests: c.requests},
+				Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "alice", HolderUser: c.holderUser, FencingToken: 42,
+					RenewSequence: c.ackedSeq, LeaseDurationSeconds: 15, ExpireTime: &exp},
+			}
+			if c.deleting {
+				now := metav1.Now()
+				lease.DeletionTimestamp = &now
+			}
+			st, err := readLease(context.Background(), cacheLike{lease}, "ns", "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.HolderUser != c.wantUser || (st.Holder != "") != (c.wantUser != "") {
+				t.Fatalf("holder %q, user %q (token %d); want user %q", st.Holder, st.HolderUser, st.Token, c.wantUser)
+			}
+			if c.wantUser == "" {
+				in := Input{Namespace: "ns", Now: time.Now(), Skew: DefaultSkew}
+				if v := current(in, "job", st, 42); v.Allowed {
+					t.Errorf("token 42 accepted after its tenure ended in the API server: %+v", v)
+				}
+				if isHolder(Requester{Username: "mallory"}, st) {
+					t.Errorf("mallory's tokenless writes (DELETE, /status, /scale) pass as the holder's")
+				}
+			}
+		})
+	}
+}
+
+// apiReader stands for the API server: every GET takes latency; every
+// namespace holds lease "job" (held by bob), nothing else exists.
+type apiReader struct {
+	client.Reader
+	latency time.Duration
+}
+
+func (a apiReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	select {
+	case <-time.After(a.latency):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if key.Name != "job" {
+		return apierrors.NewNotFound(coordv1alpha1.GroupVersion.WithResource("fencedleases").GroupResource(), key.Name)
+	}
+	exp := metav1.NewMicroTime(time.Now().Add(time.Minute))
+	*obj.(*coordv1alpha1.FencedLease) = coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec:   coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{{HolderIdentity: "bob", User: "bob"}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "bob", FencingToken: 42, ExpireTime: &exp}}
+	return nil
+}
+
+// flood starts n concurrent reads of distinct lease names that do not exist
+// in namespace (dry-run creates labelled kubefence.io/lease=<random> cost
+// nothing but RBAC to create some object there) and returns once every one
+// has started its flight.
+func flood(t *testing.T, r *LeaseReader, namespace string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	before := r.Reads()
+	for i := range n {
+		go func() { _, _ = r.Read(ctx, namespace, fmt.Sprintf("forged-%d", i)) }()
+	}
+	waitUntil(t, func() bool { return r.Reads() >= before+int64(n) })
+}
+
+// A tenant that floods the webhook with forged lease names (each a new
+// flight, each a live GET) must not make the reads of other namespaces wait
+// past half the commit lag, where every guarded write there would be
+// refused as slow: the reader's budget (QPS 500, burst 1000, as
+// NewLeaseReader sets it) is shared fairly between namespaces.
+func TestForgedLeaseNamesDoNotStarveOtherNamespaces(t *testing.T) {
+	r := newLeaseReader(apiReader{latency: time.Millisecond})
+	flood(t, r, "tenant", 2000)
+
+	start := time.Now()
+	st, err := r.Read(context.Background(), "jobs", "job")
+	took := time.Since(start)
+	if err != nil || st.Holder != "bob" {
+		t.Fatalf("read of jobs/job after 2,000 forged names in namespace tenant: %+v, %v", st, err)
+	}
+	if took > DefaultCommitLag/2 {
+		t.Fatalf("read of jobs/job took %v behind 2,000 forged names in namespace tenant, more than half the commit lag (%v): every guarded write in namespace jobs would be refused as slow", took, DefaultCommitLag/2)
+	}
+}
+
+// Within the flooded namespace, a lease the reader has seen exist is read
+// before the names it has not: the tenant's own real leases keep working
+// while forged names wait their namespace's turns.
+func TestForgedLeaseNamesDoNotStarveAKnownLeaseOfTheirNamespace(t *testing.T) {
+	r := newLeaseReader(apiReader{latency: time.Millisecond})
+	if _, err := r.Read(context.Background(), "tenant", "job"); err != nil {
+		t.Fatal(err)
+	}
+	flood(t, r, "tenant", 2000)
+
+	start := time.Now()
+	st, err := r.Read(context.Background(), "tenant", "job")
+	took := time.Since(start)
+	if err != nil || st.Holder != "bob" {
+		t.Fatalf("read of tenant/job after 2,000 forged names in namespace tenant: %+v, %v", st, err)
+	}
+	if took > DefaultCommitLag/2 {
+		t.Fatalf("read of tenant/job, a lease known to exist, took %v behind 2,000 forged names in its namespace, more than half the commit lag (%v)", took, DefaultCommitLag/2)
+	}
+}
+
+// A read whose turn does not come within the read timeout fails (the
+// decision refuses, fail closed) with a message that says why.
+func TestReadWithoutATurnInTimeFailsClosed(t *testing.T) {
+	r := &LeaseReader{Reader: apiReader{}, Timeout: 50 * time.Millisecond, turns: newTurns(flowcontrol.NewTokenBucketRateLimiter(1, 1))}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.Read(context.Background(), "tenant", fmt.Sprintf("forged-%d", i))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			failed++
+			if !strings.Contains(err.Error(), "no turn to read lease tenant/forged-") || !strings.Contains(err.Error(), "busy with other reads of namespace tenant") {
+				t.Errorf("error %q does not say the read got no turn in time", err)
+			}
+		}
+	}
+	if failed != 2 {
+		t.Fatalf("%d of 3 reads failed with a budget of one read, want 2", failed)
 	}
 }

@@ -65,6 +65,15 @@
 //     lead (fence.ErrNotLeading).
 //   - GetClient is not fenced: only writes through GetFencedClient carry the
 //     token and the guard label. Use it for every write to a guarded kind.
+//   - GetFencedClient fences objects in the lease's namespace
+//     (LeaseOptions.Namespace) only. The guard label names a FencedLease in
+//     the object's own namespace, so a token stamped on an object elsewhere
+//     would be checked against another lease of the same name, and on a
+//     cluster-scoped object by none (admission refuses the guard there). Such
+//     writes are refused locally with fence.ErrUnfenceable, before anything
+//     is sent. A controller that also writes into other namespaces or
+//     cluster-scoped objects writes those with GetClient, unfenced, or with
+//     the client of a lease in each namespace (docs/user-guide.md).
 //
 // It imports only api/ and pkg/fence among kubefence packages (with
 // controller-runtime), and must not import controllers/, cmd/ or any test or

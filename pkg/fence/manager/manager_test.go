@@ -2,13 +2,21 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 type leaderRunnable bool
@@ -46,5 +54,26 @@ func TestNeedsLeaderElection(t *testing.T) {
 func TestNewRefusesControllerRuntimeLeaderElection(t *testing.T) {
 	if _, err := New(&rest.Config{}, ctrl.Options{LeaderElection: true}, LeaseOptions{Namespace: "ns", Name: "l", Identity: "a"}); err == nil {
 		t.Fatal("New accepted ctrl.Options.LeaderElection=true alongside a FencedLease")
+	}
+}
+
+// The fenced client fences writes in the lease's own namespace only: an
+// object in another namespace, or a cluster-scoped one, is refused locally
+// (fence.ErrUnfenceable) before anything is sent, instead of being stamped
+// with a token no lease would check.
+func TestFencedClientOnlyInTheLeaseNamespace(t *testing.T) {
+	m, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}},
+		LeaseOptions{Namespace: "team-a", Name: "widgets", Identity: "a", User: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for what, obj := range map[string]client.Object{
+		"another namespace": &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "cm"}},
+		"cluster-scoped":    &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cr"}},
+	} {
+		if err := m.GetFencedClient().Create(ctx, obj); !errors.Is(err, fence.ErrUnfenceable) {
+			t.Errorf("%s: %v, want fence.ErrUnfenceable", what, err)
+		}
 	}
 }

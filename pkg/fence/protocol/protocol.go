@@ -1,6 +1,7 @@
 // Package protocol is the client side of the FencedLease request protocol
-// (docs/protocol.md), in one place: who am I, and the JSON patches a client
-// sends to queue-side state. Every writer of the protocol uses it: the
+// (docs/protocol.md), in one place: who am I, the JSON patches a client
+// sends to queue-side state, and which request of its identity is its own
+// (OwnRequest). Every writer of the protocol uses it: the
 // Elector in pkg/fence, the client-go lock in pkg/fence/resourcelock (and so
 // the manager integration in pkg/fence/manager), and kubectl fence's operator
 // actions. Request lookup by identity is part of the wire contract itself

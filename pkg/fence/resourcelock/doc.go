@@ -32,7 +32,24 @@
 //     error, so the elector keeps trying and never calls OnStartedLeading
 //     before the grant.
 //   - An Update that clears HolderIdentity (the elector's ReleaseOnCancel)
-//     withdraws the request, which hands the lease to the next waiter at once.
+//     releases: it drops the token, so Client sends no new write, waits until
+//     every write of Client in flight has returned (MaxCommitLag more if one
+//     returned without an answer: it may still commit), and only then
+//     withdraws the request. The controller hands the lease to the next
+//     waiter at once, so no write of the tenure commits after that grant.
+//     client-go does not wait for OnStartedLeading to return before it
+//     releases, so writes not sent through Client are not waited for. The
+//     release has client-go's RenewDeadline: if the writes take longer, the
+//     request stays and the controller expires the tenure instead.
+//   - Update renews, and Token hands out the token of, only this Lock's own
+//     request: the one it appended, as its own writes left it
+//     (protocol.OwnRequest). A fresh Lock that finds a request of its identity
+//     (another process's, or its previous process's after a restart) does not
+//     renew it: Update returns ErrNotGranted until the controller expired and
+//     removed it (or its maker withdrew it), then queues a request of its
+//     own, which is granted a new token. If another process renews the Lock's
+//     request, the Lock drops its token and leaves the request to it; a
+//     release withdraws only the Lock's own request.
 //   - Token returns the token of the current grant. It is valid until a local
 //     deadline counted, like package fence, on the monotonic clock from the
 //     moment the last successful renewal was sent: sent + L - SafetyMargin,

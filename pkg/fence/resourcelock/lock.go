@@ -51,7 +51,18 @@ type Config struct {
 	// EventRecorder records the elector's events on the FencedLease. Optional.
 	EventRecorder rl.EventRecorder
 
-	// Clock measures token deadlines; it must be monotonic. Default: the real clock.
+	// MaxCommitLag is how long the API server may take to commit a write it
+	// admitted. A release (Update with an empty record, client-go's
+	// ReleaseOnCancel) waits for the writes of Client in flight to end before
+	// it withdraws the request (the next holder is granted at once); if one
+	// ended without an answer (it may still commit), it waits this long too.
+	// Default fence.DefaultMaxCommitLag; keep it at least the operator's
+	// --max-commit-lag.
+	MaxCommitLag time.Duration
+
+	// Clock measures token deadlines; it must be monotonic. Default: the real
+	// clock. A release's waits use its timers when it is a clock.Clock, the
+	// real clock's otherwise.
 	Clock clock.PassiveClock
 }
 
@@ -60,10 +71,21 @@ type Config struct {
 type Lock struct {
 	cfg   Config
 	clock clock.PassiveClock
-	key   types.NamespacedName
+	// timers is clock when it is a clock.Clock, else the real clock: a
+	// release's waits.
+	timers clock.Clock
+	key    types.NamespacedName
 
-	// op serialises Get, Create and Update, which share the last version seen.
+	// writes counts the writes of Client in flight; its lock is taken before
+	// mu (Writes.Begin reads Token under it), never after.
+	writes fence.Writes
+
+	// op serialises Get, Create and Update, which share the last version seen
+	// and own.
 	op sync.Mutex
+	// own is this Lock's own request, the only one it renews and withdraws
+	// (a request of its identity another process made or renewed is not).
+	own protocol.OwnRequest
 
 	mu       sync.Mutex
 	lease    *coordv1alpha1.FencedLease // the newest version seen; nil before the first read
@@ -73,16 +95,18 @@ type Lock struct {
 }
 
 var (
-	_ rl.Interface      = (*Lock)(nil)
-	_ fence.TokenSource = (*Lock)(nil)
+	_ rl.Interface       = (*Lock)(nil)
+	_ fence.WriteCounter = (*Lock)(nil)
 )
 
 // New validates cfg and returns a Lock. Nothing is sent to the API server
 // until the elector calls it.
 func New(cfg Config) (*Lock, error) {
 	errs := protocol.ValidateClientConfig(cfg.Client, cfg.Namespace, cfg.Name, cfg.Identity)
-	if cfg.SafetyMargin < 0 {
-		errs = append(errs, fmt.Errorf("SafetyMargin is %v: expected a positive duration, or 0 for the default", cfg.SafetyMargin))
+	for name, d := range map[string]time.Duration{"SafetyMargin": cfg.SafetyMargin, "MaxCommitLag": cfg.MaxCommitLag} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v: expected a positive duration, or 0 for the default", name, d))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid resourcelock.Config: %w", err)
@@ -91,7 +115,11 @@ func New(cfg Config) (*Lock, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Lock{cfg: cfg, clock: c, key: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}}, nil
+	timers, ok := c.(clock.Clock)
+	if !ok {
+		timers = clock.RealClock{}
+	}
+	return &Lock{cfg: cfg, clock: c, timers: timers, key: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}}, nil
 }
 
 // Identity returns the holder identity this Lock competes as.
@@ -113,10 +141,15 @@ func (l *Lock) Token() (int64, bool) {
 
 // Client returns a FencedClient stamping this Lock's token on every write. A
 // write refused as stale makes the Lock refuse to renew that token, so the
-// elector stops leading within its RenewDeadline.
+// elector stops leading within its RenewDeadline. Its writes are counted in
+// flight (Writes): a release withdraws the request only after they returned.
 func (l *Lock) Client(c client.Client) *fence.FencedClient {
-	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }})
+	return fence.NewFencedClient(c, l.cfg.Name, l, fence.ClientConfig{OnStale: func(error) { l.stepDown() }, Namespace: l.cfg.Namespace})
 }
+
+// Writes counts the writes of Client in flight: a release withdraws the
+// request only after they returned (fence.Writes.Quiesce).
+func (l *Lock) Writes() *fence.Writes { return &l.writes }
 
 // stepDown drops the current token and refuses to renew it again.
 func (l *Lock) stepDown() {
@@ -252,6 +285,12 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		}
 		return l.join(ctx, lease)
 	}
+	if !l.own.Owns(lease.Spec.Requests[idx]) {
+		// Another process uses this identity (or this identity's previous
+		// process left its request): neither the request nor a tenure granted
+		// to it is ours. Wait until it is gone, then queue our own.
+		return fmt.Errorf("%w: %w; waiting until it is gone", ErrNotGranted, l.own.NotOwn(lease, l.cfg.Identity))
+	}
 	if lease.Status.HolderIdentity != l.cfg.Identity {
 		return fmt.Errorf("%w: %s is held by %q; the request of %q is queued", ErrNotGranted, l.key, lease.Status.HolderIdentity, l.cfg.Identity)
 	}
@@ -265,7 +304,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 
 	// Renew (or acknowledge the grant): raise our renewSequence, testing that the
 	// request is exactly as last seen.
-	patch, err := protocol.RenewPatch(lease, l.cfg.Identity, time.Now())
+	patch, err := l.own.RenewPatch(lease, l.cfg.Identity, time.Now())
 	if err != nil {
 		return err
 	}
@@ -277,6 +316,7 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		}
 		return fmt.Errorf("renewing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
 	}
+	l.own.Renewed(updated, l.cfg.Identity)
 	l.seen(updated)
 	if updated.Status.HolderIdentity != l.cfg.Identity || updated.Status.FencingToken != token {
 		return fmt.Errorf("%w: %s is now held by %q with token %d", fence.ErrLost, l.key, updated.Status.HolderIdentity, updated.Status.FencingToken)
@@ -313,17 +353,30 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 		}
 		return fmt.Errorf("queueing the request of %q in %s: %w", l.cfg.Identity, l.key, err)
 	}
+	l.own.Appended(updated.Spec.Requests[len(updated.Spec.Requests)-1])
 	l.seen(updated)
 	return fmt.Errorf("%w: queued the request of %q in %s", ErrNotGranted, l.cfg.Identity, l.key)
 }
 
-// withdraw drops the token, then removes this identity's request (releasing
-// the lease if held).
+// withdraw drops the token, waits until every write of Client sent with it
+// has returned (and MaxCommitLag more if one returned without an answer: it
+// may still commit), then removes this Lock's own request, releasing the
+// lease if held: the controller grants the next request at once. A request of
+// this identity that another process made or renewed stays: withdrawing it
+// would end that process's tenure without waiting for its writes.
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
-	patch := protocol.WithdrawPatch(lease, l.cfg.Identity)
+	patch := l.own.WithdrawPatch(lease, l.cfg.Identity)
 	if patch == nil {
 		return nil
+	}
+	d := lease.Status.LeaseDurationSeconds
+	if d == 0 {
+		d = lease.Spec.LeaseDurationSeconds
+	}
+	l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, l.cfg.MaxCommitLag)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("withdrawing the request of %q from %s: gave up waiting for the writes in flight: %w", l.cfg.Identity, l.key, err)
 	}
 	updated := lease.DeepCopy()
 	if err := l.cfg.Client.Patch(ctx, updated, patch); err != nil {
@@ -356,12 +409,23 @@ func (l *Lock) read(ctx context.Context) (*coordv1alpha1.FencedLease, error) {
 }
 
 // seen records a version of the lease and drops the token if that version no
-// longer names this identity with it.
+// longer names this identity with it. A request of this Lock's that changed
+// without its doing (another process with its identity renewed it) makes it
+// step down and disown the request. Callers hold op.
 func (l *Lock) seen(lease *coordv1alpha1.FencedLease) {
+	l.own.Observe(lease, l.cfg.Identity)
+	coHolder := false
+	if i := coordv1alpha1.RequestIndex(lease.Spec.Requests, l.cfg.Identity); i >= 0 && l.own.Made() && !l.own.Owns(lease.Spec.Requests[i]) {
+		coHolder = true
+		l.own.Disown()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lease = lease
-	if l.token != 0 && (lease.Status.HolderIdentity != l.cfg.Identity || lease.Status.FencingToken != l.token) {
+	if coHolder {
+		l.refused = max(l.refused, l.token)
+	}
+	if l.token != 0 && (coHolder || lease.Status.HolderIdentity != l.cfg.Identity || lease.Status.FencingToken != l.token) {
 		l.token, l.deadline = 0, time.Time{}
 	}
 }

@@ -1,14 +1,27 @@
 package resourcelock
 
 import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 func TestRecordOf(t *testing.T) {
@@ -94,5 +107,203 @@ func TestTokenNeedsGrantAndDeadline(t *testing.T) {
 	l.stepDown()
 	if _, ok := l.Token(); ok || l.refused != 8 {
 		t.Fatalf("after stepDown: token valid %v, refused %d; want false, 8", ok, l.refused)
+	}
+}
+
+// heldLock is a Lock of identity a holding jobs/job with token 42 (its own
+// request), on a fake
+// API server whose guarded creates block until the test answers them
+// (answer), and which records what is sent: "create sent", "create
+// returned", "renew", "withdraw".
+func heldLock(t *testing.T, clk clock.Clock, answer <-chan error, ev *events) *Lock {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "job"},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30,
+			Requests: []coordv1alpha1.LeaseRequest{{HolderIdentity: "a", User: "a", RenewSequence: 1}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: 42, LeaseDurationSeconds: 30},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			ev.add("create sent")
+			err := <-answer
+			ev.add("create returned")
+			return err
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*coordv1alpha1.FencedLease); ok {
+				data, _ := p.Data(obj)
+				if strings.Contains(string(data), `"op":"remove"`) {
+					ev.add("withdraw")
+				} else {
+					ev.add("renew")
+				}
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	}).Build()
+	l, err := New(Config{Client: c, Namespace: "jobs", Name: "job", Identity: "a", User: "a", Clock: clk, MaxCommitLag: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Get(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.own.Appended(lease.Spec.Requests[0]) // its own, as its acknowledgement left it
+	l.token, l.deadline = 42, clk.Now().Add(time.Minute)
+	return l
+}
+
+// events is what a test's client was asked to send, in order.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, s)
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// A release (Update with an empty record: client-go's ReleaseOnCancel)
+// withdraws the request only after the writes of lock.Client in flight
+// returned, and MaxCommitLag after one that returned without an answer: the
+// controller grants the next request at once (2026-12-01 review, finding 4b).
+// Fails when the Lock withdraws without waiting: the withdraw is then sent
+// while the create is blocked.
+func TestReleaseWaitsForTheWritesInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer error
+		lag    bool
+	}{
+		{"answered", nil, false},
+		{"no answer", context.DeadlineExceeded, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			answer := make(chan error)
+			ev := &events{}
+			l := heldLock(t, clk, answer, ev)
+			created := make(chan error, 1)
+			go func() {
+				created <- l.Client(l.cfg.Client).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "x"}})
+			}()
+			for !slices.Contains(ev.get(), "create sent") {
+				time.Sleep(time.Millisecond)
+			}
+			released := make(chan error, 1)
+			go func() { released <- l.Update(context.Background(), rl.LeaderElectionRecord{}) }()
+			time.Sleep(200 * time.Millisecond)
+			if got := ev.get(); slices.Contains(got, "withdraw") {
+				answer <- tc.answer
+				t.Fatalf("sent %v: the request was withdrawn while a token-42 create was in flight", got)
+			}
+			if _, ok := l.Token(); ok {
+				t.Error("the Lock still hands out its token while it releases")
+			}
+			answer <- tc.answer
+			if err := <-created; !errors.Is(err, tc.answer) {
+				t.Fatalf("create: %v, want %v", err, tc.answer)
+			}
+			if tc.lag {
+				// Step the clock until the withdraw is sent: it takes MaxCommitLag
+				// (2 s) of it at least.
+				start := clk.Now()
+				for !slices.Contains(ev.get(), "withdraw") && clk.Since(start) < time.Minute {
+					clk.Step(50 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond)
+				}
+				if waited := clk.Since(start); waited < 2*time.Second {
+					t.Fatalf("withdrawn %v after a create without an answer, before MaxCommitLag (2s)", waited)
+				}
+			}
+			select {
+			case err := <-released:
+				if err != nil {
+					t.Fatalf("release: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the release did not return")
+			}
+			if got, want := ev.get(), []string{"create sent", "create returned", "withdraw"}; !slices.Equal(got, want) {
+				t.Fatalf("sent %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// A Lock renews, leads and withdraws only its own request: not one of its
+// identity another process made (a fresh Lock finding it), nor its own once
+// another process renewed it (2026-12-01 review, finding 13).
+func TestLockLeadsOnlyItsOwnRequest(t *testing.T) {
+	ctx := context.Background()
+	leader := rl.LeaderElectionRecord{HolderIdentity: "a"}
+
+	ev := &events{}
+	fresh := heldLock(t, clocktesting.NewFakeClock(time.Now()), nil, ev)
+	fresh.own.Disown()
+	fresh.token = 0
+	if err := fresh.Update(ctx, leader); !errors.Is(err, ErrNotGranted) || !errors.Is(err, protocol.ErrNotOwnRequest) {
+		t.Fatalf("a fresh Lock renewing a request of its identity it did not make: %v, want ErrNotGranted and ErrNotOwnRequest", err)
+	}
+	if _, ok := fresh.Token(); ok {
+		t.Fatal("a fresh Lock leads a tenure of its identity it did not acquire")
+	}
+	if err := fresh.Update(ctx, rl.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.get(); len(got) != 0 {
+		t.Fatalf("a fresh Lock sent %v, want nothing", got)
+	}
+
+	ev = &events{}
+	l := heldLock(t, clocktesting.NewFakeClock(time.Now()), nil, ev)
+	if err := l.Update(ctx, leader); err != nil {
+		t.Fatalf("renewing its own request: %v", err)
+	}
+	if tok, ok := l.Token(); !ok || tok != 42 {
+		t.Fatalf("Token() = %d, %v after renewing its own request; want 42, true", tok, ok)
+	}
+	// Another process with identity a renews the request.
+	var lease coordv1alpha1.FencedLease
+	if err := l.cfg.Client.Get(ctx, l.key, &lease); err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.RenewPatch(&lease, "a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.cfg.Client.Patch(ctx, &lease, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Get(ctx); err != nil { // client-go's elector reads before each try
+		t.Fatal(err)
+	}
+	if _, ok := l.Token(); ok {
+		t.Fatal("the Lock still leads after another process renewed its request")
+	}
+	if err := l.Update(ctx, leader); !errors.Is(err, protocol.ErrNotOwnRequest) {
+		t.Fatalf("renewing a request another process renewed: %v, want ErrNotOwnRequest", err)
+	}
+	if err := l.Update(ctx, rl.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ev.get(), []string{"renew", "renew"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v (its renewal, the other process's; no withdraw)", got, want)
 	}
 }

@@ -20,10 +20,11 @@ const (
 	NoAcceptAfterLease Property = "no-accept-after-higher-lease"
 	NoLostAck          Property = "no-lost-ack"
 	Linearizable       Property = "linearizable"
+	CommitOrder        Property = "commit-order"
 )
 
 // Properties lists every property, in report order.
-var Properties = []Property{Monotonic, NoAcceptAfter, NoAcceptAfterLease, NoLostAck, Linearizable}
+var Properties = []Property{Monotonic, NoAcceptAfter, NoAcceptAfterLease, NoLostAck, Linearizable, CommitOrder}
 
 // Final is one guarded object as read after every worker stopped.
 type Final struct {
@@ -42,7 +43,8 @@ type Final struct {
 // Violation is one breach of a property.
 type Violation struct {
 	Property Property
-	// Object (or, for NoAcceptAfterLease, the lease) where it happened.
+	// Object (or, for NoAcceptAfterLease and most CommitOrder violations, the
+	// lease) where it happened.
 	Object string
 	Detail string
 }
@@ -62,6 +64,10 @@ type Options struct {
 	// MaxPerProperty caps the violations reported per property and object
 	// (default 5); Result.Counts still counts them all.
 	MaxPerProperty int
+	// Commits is the run's commit log (CommitRecorder): with it, Check also
+	// judges commit order (CommitOrder) and whether the log is complete
+	// (Result.CommitLogGaps); without it (nil), neither.
+	Commits []Version
 }
 
 // Result is the verdict on a history.
@@ -76,6 +82,14 @@ type Result struct {
 	LinearizableOps int
 	// Inconclusive lists objects whose linearizability check timed out.
 	Inconclusive []string
+	// CommitOrderChecked tells whether a commit log was given (Options.Commits).
+	CommitOrderChecked bool
+	// Commits describes the commit log.
+	Commits CommitStats
+	// CommitLogGaps lists what shows versions missing from the commit log: a
+	// failure of the recording, which leaves CommitOrder unproven (not a
+	// violation by kubefence).
+	CommitLogGaps []string
 }
 
 // OK tells whether no property was violated.
@@ -172,6 +186,10 @@ func Check(ops []Op, finals []Final, opts Options) Result {
 				checkNoAcceptAfter(rp, NoAcceptAfterLease, l, happened[obj], acked[other])
 			}
 		}
+	}
+	if opts.Commits != nil {
+		res.CommitOrderChecked = true
+		checkCommitOrder(rp, &res, opts.Commits, finals)
 	}
 	return res
 }

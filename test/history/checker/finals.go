@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,6 +29,9 @@ func ReadFinals(ctx context.Context, c client.Reader, namespace string, start ti
 	complete := time.Since(start).Nanoseconds()
 	var finals []Final
 	for _, u := range list.Items {
+		if strings.HasPrefix(u.GetName(), SyncName) {
+			continue // CommitRecorder.Sync's
+		}
 		entries, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "entries")
 		f := Final{Object: u.GetName(), Lease: u.GetLabels()[coordv1alpha1.GuardLeaseLabel], Exists: true, Entries: entries,
 			Invoke: invoke, Complete: complete}

@@ -17,6 +17,18 @@
 //     list-append register (github.com/anishathalye/porcupine). Appends whose
 //     outcome is unknown (timeouts, killed workers) may or may not have
 //     happened.
+//
+// Properties 1 to 4 judge by what the clients saw and when, on their clocks.
+// Property 5 judges by what etcd committed and in which order, from the
+// commit log (CommitRecorder: every version of the Widgets and FencedLeases,
+// with its resourceVersion, the etcd revision of its commit):
+//
+//  5. Commit order: a guarded write carrying token t commits at a revision
+//     below that of every status of its lease naming a larger token, and above
+//     the status that granted t. This sees what the others cannot: a write
+//     admitted while its tenure was live that commits after the next grant
+//     (its client invoked it before the new holder's first write, and it
+//     overlaps in real time).
 package checker
 
 import (

@@ -1,0 +1,253 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+)
+
+// events is what a test's client was asked to send, in order.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, s)
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// heldLease is lease jobs/job held by identity a with token 42.
+func heldLease() *coordv1alpha1.FencedLease {
+	return &coordv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "job"},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30,
+			Requests: []coordv1alpha1.LeaseRequest{{HolderIdentity: "a", User: "a", RenewSequence: 1}}},
+		Status: coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: 42, LeaseDurationSeconds: 30},
+	}
+}
+
+// recordingClient is a fake API server holding heldLease, whose client
+// records each guarded create ("write token N") and each lease patch
+// ("withdraw").
+func recordingClient(t *testing.T, ev *events) client.WithWatch {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(heldLease()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			ev.add("write token " + obj.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation])
+			return c.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*coordv1alpha1.FencedLease); ok {
+				ev.add("withdraw")
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	}).Build()
+}
+
+// leadingElector is an Elector of identity a that leads jobs/job with token
+// 42 and has seen the lease, its own request as its acknowledgement left it,
+// as lead leaves it.
+func leadingElector(t *testing.T, c client.WithWatch) *Elector {
+	t.Helper()
+	e, err := New(Config{Client: c, Namespace: "jobs", Name: "job", Identity: "a", User: "a",
+		Callbacks: Callbacks{OnStartedLeading: func(context.Context, int64) {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := heldLease()
+	e.view.offer(lease)
+	e.own.Appended(lease.Spec.Requests[0])
+	e.setLeading(true, 42, time.Now().Add(time.Minute))
+	return e
+}
+
+// releasingAtTokenCheck is an Elector whose Token, the first time a write
+// reads it, sets off the end of the tenure as lead's release runs it (stop
+// leading, then withdraw, which waits for the writes in flight) on another
+// goroutine, and gives it 200 ms before it answers: a writer preempted right
+// after it read the token, while the holder releases.
+type releasingAtTokenCheck struct {
+	*Elector
+	once     sync.Once
+	released chan error
+}
+
+func (s *releasingAtTokenCheck) Token() (int64, bool) {
+	t, ok := s.Elector.Token()
+	s.once.Do(func() {
+		go func() {
+			s.setLeading(false, 0, time.Time{})
+			s.released <- s.withdraw(context.Background())
+		}()
+		select {
+		case err := <-s.released:
+			s.released <- err
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+	return t, ok
+}
+
+// A write is either counted in flight before the release looks for writes,
+// so the withdraw waits for it, or refused: never sent with the token after
+// the withdraw, while the next holder may already be granted (2026-12-01
+// review, finding 4a). Fails when the FencedClient reads the token and counts
+// the write in two steps: the withdraw is then sent first.
+func TestReleaseWaitsForAWriteThatTookTheTokenBeforeIt(t *testing.T) {
+	ev := &events{}
+	c := recordingClient(t, ev)
+	src := &releasingAtTokenCheck{Elector: leadingElector(t, c), released: make(chan error, 1)}
+	err := NewFencedClient(c, "job", src).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "x"}})
+	select {
+	case werr := <-src.released:
+		if werr != nil {
+			t.Fatalf("withdraw: %v", werr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not finish")
+	}
+	got := ev.get()
+	switch {
+	case err == nil && slices.Equal(got, []string{"write token 42", "withdraw"}):
+		// counted, and waited for
+	case errors.Is(err, ErrNotLeading) && slices.Equal(got, []string{"withdraw"}):
+		// refused before anything was sent
+	default:
+		t.Fatalf("write error %v, sent %v; want the token-42 write sent before the withdraw, or refused with ErrNotLeading and never sent", err, got)
+	}
+}
+
+// Once the tenure ended, a write is refused before it is sent, and the
+// withdraw does not wait.
+func TestWriteAfterTheTenureEndedIsRefused(t *testing.T) {
+	ev := &events{}
+	c := recordingClient(t, ev)
+	e := leadingElector(t, c)
+	e.setLeading(false, 0, time.Time{})
+	fc := e.Client(c)
+	if err := fc.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "x"}}); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("create after the tenure ended: %v, want ErrNotLeading", err)
+	}
+	start := time.Now()
+	if err := e.withdraw(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("withdraw took %v with no write in flight", took)
+	}
+	if got := ev.get(); !slices.Equal(got, []string{"withdraw"}) {
+		t.Fatalf("sent %v, want only the withdraw", got)
+	}
+}
+
+// Quiesce waits for the writes in flight; after a write that ended without an
+// answer it waits the commit lag more, on the given clock.
+func TestQuiesceWaitsForWritesAndTheCommitLag(t *testing.T) {
+	quiesce := func(w *Writes, clk *clocktesting.FakeClock) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			w.Quiesce(context.Background(), clk, time.Minute, time.Second)
+			close(done)
+		}()
+		for !clk.HasWaiters() { // Quiesce waits on its timer
+			time.Sleep(time.Millisecond)
+		}
+		return done
+	}
+	returned := func(done <-chan struct{}, within time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+
+	t.Run("a write in flight", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		var w Writes
+		_, end, err := w.Begin(fixedToken{42, true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := quiesce(&w, clk)
+		if returned(done, 50*time.Millisecond) {
+			t.Fatal("Quiesce returned with a write in flight")
+		}
+		end(nil)
+		if !returned(done, 5*time.Second) {
+			t.Fatal("Quiesce did not return once the write was answered")
+		}
+	})
+	for _, tc := range []struct {
+		name    string
+		answer  error
+		waitLag bool
+	}{
+		{"answered", nil, false},
+		{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
+		{"no answer", context.DeadlineExceeded, true},
+		{"server timeout", apierrors.NewTimeoutError("slow", 1), true},
+	} {
+		t.Run("a write that ended "+tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			var w Writes
+			_, end, err := w.Begin(fixedToken{42, true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			end(tc.answer)
+			if !tc.waitLag {
+				w.Quiesce(context.Background(), clk, time.Minute, time.Second) // returns at once, or the test times out
+				return
+			}
+			done := quiesce(&w, clk)
+			clk.Step(999 * time.Millisecond)
+			if returned(done, 50*time.Millisecond) {
+				t.Fatal("Quiesce returned before the commit lag after a write without an answer")
+			}
+			clk.Step(time.Millisecond)
+			if !returned(done, 5*time.Second) {
+				t.Fatal("Quiesce did not return after the commit lag")
+			}
+		})
+	}
+	t.Run("no token", func(t *testing.T) {
+		var w Writes
+		if _, _, err := w.Begin(fixedToken{}); !errors.Is(err, ErrNotLeading) {
+			t.Fatalf("Begin without a token: %v, want ErrNotLeading", err)
+		}
+		w.Quiesce(context.Background(), clocktesting.NewFakeClock(time.Now()), time.Minute, time.Second) // nothing counted: returns at once
+	})
+}

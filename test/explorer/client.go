@@ -73,19 +73,27 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 		if c.renewals < spec.Renewals {
 			out = append(out, m.renew(s, i, false))
 		}
-		if c.writes < spec.Writes {
-			out = append(out, m.send(s, i, false, c.token, fmt.Sprintf("%s sends a guarded write with token %d", name, c.token)))
+		if c.writes < spec.Writes && (spec.SplitGate || writeGateSplit()) {
+			// The FencedClient of 40a8d95 (or fence.Writes with finding
+			// 4a's fix reverted, gate.go): the token first...
+			n := s.clone()
+			n.clients[i].writes++
+			n.clients[i].taken++
+			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s's FencedClient takes token %d for a write (fence.Writes.Begin: not counted yet)", name, c.token), n})
+		} else if c.writes < spec.Writes {
+			out = append(out, m.send(s, i, false, c.token, fmt.Sprintf("%s sends a guarded write with token %d (fence.Writes.Begin: token and count in one step)", name, c.token)))
 		}
 		if c.tokenless < spec.Tokenless && s.obj.exists {
 			out = append(out, m.send(s, i, true, c.token, fmt.Sprintf("%s sends a tokenless /status write (holding token %d)", name, c.token)))
 		}
 		if c.releases < spec.Releases {
 			// Elector.Release: the leadership context is cancelled and the
-			// write gate closes; the request goes once the writes under way
-			// returned.
+			// write gate closes (Token answers no more); the request goes
+			// once the writes under way returned (fence.Writes.Quiesce).
 			n := s.clone()
-			n.clients[i].phase = cReleasing
-			n.clients[i].releases++
+			nc := &n.clients[i]
+			nc.phase, nc.released, nc.quiet = cReleasing, n.t, -1
+			nc.releases++
 			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s releases token %d: stops leading", name, c.token), n})
 		}
 		if !holder || lease.Status.FencingToken != c.token {
@@ -95,7 +103,54 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sees the lease no longer names it with token %d and stops leading", name, c.token), n})
 		}
 	}
-	if c.phase == cReleasing && c.inflight == 0 {
+	if c.taken > 0 {
+		// ... then, later, the count and the write (whatever the gate says
+		// by now).
+		sc := m.send(s, i, false, c.token, fmt.Sprintf("%s's FencedClient counts its write with token %d and sends it", name, c.token))
+		sc.next.clients[i].taken--
+		sc.next.clients[i].writes-- // counted when it took the token
+		out = append(out, sc)
+	}
+	if spec.Timeouts > c.timeouts {
+		for j, w := range s.writes {
+			if w.client != i || w.abandoned {
+				continue
+			}
+			n := s.clone()
+			n.writes[j].abandoned = true
+			nc := &n.clients[i]
+			nc.inflight--
+			nc.unknown = true
+			nc.timeouts++
+			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s gives up waiting for its write's answer (the outcome is unknown: it may still commit)", name), n})
+		}
+	}
+	if c.phase == cReleasing && c.quiet < 0 && !spec.NoQuiesce {
+		// fence.Writes.Quiesce: it waits until no write is under way, at
+		// most a lease duration (then as for an unknown outcome).
+		timedOut := s.t-c.released >= m.cfg.ticks(time.Duration(m.cfg.LeaseSeconds)*time.Second)
+		if c.inflight == 0 || timedOut {
+			n := s.clone()
+			nc := &n.clients[i]
+			nc.quiet = n.t
+			label := fmt.Sprintf("%s's release sees no write under way", name)
+			if c.inflight > 0 {
+				nc.unknown = true
+				label = fmt.Sprintf("%s's release stops waiting for its writes after a lease duration", name)
+			}
+			if nc.unknown {
+				label += fmt.Sprintf(" (one's outcome is unknown: it waits %v more)", m.cfg.CommitLag)
+			}
+			out = append(out, succ{pClient0 + i, label, n})
+		}
+	}
+	if c.phase == cReleasing && c.withdrawing == nil && m.quiesced(s, i) {
+		n := s.clone()
+		nc := &n.clients[i]
+		nc.withdrawing, nc.withdrawSent, nc.unknown = n.lease, n.t, false
+		out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sends the withdraw of its request (built on rev %d)", name, n.lease.rev), n})
+	}
+	if c.withdrawing != nil {
 		out = append(out, m.withdraw(s, i))
 	}
 	// Queue (again): only once the controller no longer names it as holder.
@@ -125,25 +180,48 @@ func (m *model) join(s *state, i int, identity string, counts bool) succ {
 	return succ{pClient0 + i, label + fmt.Sprintf(": committed at rev %d", n.rev), n}
 }
 
-// withdraw removes client i's request after a release
-// (protocol.WithdrawPatch, testing the request as read).
+// quiesced tells whether client i's release may withdraw its request
+// (fence.Writes.Quiesce): no write of the tenure is under way, or a lease
+// duration passed; and if one ended without an answer (or is still under
+// way), MaxCommitLag (C) more passed.
+func (m *model) quiesced(s *state, i int) bool {
+	c := &s.clients[i]
+	if m.cfg.Clients[i].NoQuiesce {
+		return true
+	}
+	if c.quiet < 0 {
+		return false
+	}
+	if !c.unknown {
+		return true
+	}
+	return s.t-c.quiet >= m.cfg.ticks(m.cfg.CommitLag)
+}
+
+// withdraw is client i's withdraw patch (protocol.WithdrawPatch, built on
+// the version it read, testing its request as it was) reaching the API
+// server; if the test fails the Elector reads the lease and sends it again.
 func (m *model) withdraw(s *state, i int) succ {
 	spec := &m.cfg.Clients[i]
 	n := s.clone()
-	p := protocol.WithdrawPatch(n.lease.obj, spec.Identity)
-	if p == nil {
-		n.clients[i].phase = cLost
-		return succ{pClient0 + i, fmt.Sprintf("%s has no request left to withdraw", spec.Name), n}
+	nc := &n.clients[i]
+	base := nc.withdrawing
+	nc.withdrawing = nil
+	p := protocol.WithdrawPatch(base.obj, spec.Identity)
+	if base.obj == nil || p == nil {
+		nc.phase = cLost
+		return succ{pAPIServer, fmt.Sprintf("%s's withdraw: no request left to withdraw", spec.Name), n}
 	}
 	if err := m.patchLease(n, m.clientWriter(i), p); err != nil {
-		return succ{pClient0 + i, fmt.Sprintf("%s withdraws its request: refused: %v", spec.Name, err), n}
+		return succ{pAPIServer, fmt.Sprintf("%s's withdraw: refused: %v (it reads the lease and sends it again)", spec.Name, err), n}
 	}
-	n.clients[i].phase = cLost
-	return succ{pClient0 + i, fmt.Sprintf("%s withdraws its request: committed at rev %d", spec.Name, n.rev), n}
+	nc.phase = cLost
+	return succ{pAPIServer, fmt.Sprintf("%s's withdraw commits at rev %d", spec.Name, n.rev), n}
 }
 
-// send starts a guarded write of client i: it reaches the fencing webhook at
-// once, with the guarded object as it is now (its oldObject).
+// send starts a guarded write of client i, counted in flight: it reaches
+// the fencing webhook at once, with the guarded object as it is now (its
+// oldObject).
 func (m *model) send(s *state, i int, tokenless bool, token int64, label string) succ {
 	n := s.clone()
 	c := &n.clients[i]
@@ -349,8 +427,11 @@ func (m *model) writeActions(s *state, j int, out []succ) []succ {
 	return out
 }
 
-// endWrite removes write j: it returned to its client.
+// endWrite removes write j: it returned to its client (unless the client
+// gave up on it).
 func (m *model) endWrite(s *state, j int) {
-	s.clients[s.writes[j].client].inflight--
+	if !s.writes[j].abandoned {
+		s.clients[s.writes[j].client].inflight--
+	}
 	s.writes = append(s.writes[:j:j], s.writes[j+1:]...)
 }

@@ -92,6 +92,16 @@ type ClientSpec struct {
 	// MayCrash: an honest client may stop for good at any time (its writes
 	// under way go on).
 	MayCrash bool
+	// Timeouts bounds how often it gives up waiting for a write's answer
+	// (the write may still commit: its outcome is unknown).
+	Timeouts int
+	// SplitGate and NoQuiesce model clients as they were before the fixes
+	// for finding 4 of the 2026-12-01 review, which the explorer cannot run
+	// (they are goroutines and a mutex, not a pure step): SplitGate, the
+	// FencedClient of 40a8d95, which took the token and counted the write in
+	// flight in two steps; NoQuiesce, the resourcelock Lock of 40a8d95,
+	// whose release withdrew without waiting for writes under way.
+	SplitGate, NoQuiesce bool
 }
 
 func (c *Config) validate() error {

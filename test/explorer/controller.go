@@ -85,11 +85,11 @@ func (m *model) reconcile(s *state) (*state, string) {
 		if d := step.RequeueAfter(); d > 0 {
 			n.ctrl.requeue = n.t + m.cfg.ticks(d)
 		}
-		what := "nothing to write"
+		what := ""
 		if step.Renewed() {
-			what = "observes a renewal, nothing to write"
+			what = " (it observes a renewal)"
 		}
-		return n, fmt.Sprintf("decides %s on rev %d (requeue after %v)", what, v.rev, step.RequeueAfter())
+		return n, fmt.Sprintf("decides nothing to write on rev %d%s (requeue after %v)", v.rev, what, step.RequeueAfter())
 	}
 	kind := "request removal"
 	if statusWrite {

@@ -290,3 +290,70 @@ func TestLeasesDeletedAndCreatedAgainKeepTheInvariants(t *testing.T) {
 	t.Parallel()
 	expectNone(t, recreation(bound(t)))
 }
+
+// release is finding 4's class: alice holds, writes and releases while a
+// write is under way; her withdraw reaches the API server with the commit
+// delay; bob waits and is granted at once. A 15 s lease in ticks of 500 ms;
+// decisions take up to 1 s (those over C/2 are refused), commits come with
+// their answer: under C after the lease read.
+func release(b string) Config {
+	c := longLease(b, 0)
+	c.Name = "release"
+	c.Offsets = nil
+	c.Clients = []ClientSpec{
+		{Name: "alice", Identity: "alice", Queued: true, Writes: 2, Releases: 1},
+		{Name: "bob", Identity: "bob", Queued: true},
+	}
+	switch b {
+	case boundShort:
+		c.Clients[0].Writes = 1
+	case boundLarge:
+		c.Clients[0].Tokenless, c.Clients[0].Renewals = 1, 1
+		c.Clients[1].Writes = 1
+		c.CacheLag = 1
+	}
+	return c
+}
+
+// Finding 4 of the 2026-12-01 review: a release withdraws the request only
+// once every write that took the token returned, so none commits after the
+// next grant.
+func TestReleaseWaitsForEveryWriteOfTheTenure(t *testing.T) {
+	t.Parallel()
+	expectNone(t, release(bound(t)))
+}
+
+// The clients as they were before finding 4's fixes, which the explorer
+// models rather than runs: a FencedClient that took the token and counted
+// the write in two steps (4a), and a release that did not wait for writes
+// under way (resourcelock's, 4b), let a write commit after the next grant.
+func TestReleaseWithoutTheWriteGateInOneStepIsFound(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		set  func(*ClientSpec)
+	}{
+		{"4a: token and count in two steps", func(s *ClientSpec) { s.SplitGate = true }},
+		{"4b: no quiesce", func(s *ClientSpec) { s.NoQuiesce = true }},
+	} {
+		cfg := release(boundShort)
+		cfg.Name = "release, " + c.name
+		c.set(&cfg.Clients[0])
+		expectFound(t, cfg, propStaleCommit)
+	}
+}
+
+// An open gap the explorer found (docs/design.md, "How the protocol is
+// checked"): a release waits C after a write whose answer its client gave up
+// on, but the API server may admit that write again later (a conflict in its
+// compare-and-swap re-runs admission, with a fresh lease read that still
+// shows the tenure while the release waits), and commit it after the
+// withdraw and the next grant. This test fails once that is closed: then
+// give release() a timeout and drop it.
+func TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsAfterTheGrant(t *testing.T) {
+	t.Parallel()
+	c := release(boundShort)
+	c.Name = "release, a write given up"
+	c.Clients[0].Writes, c.Clients[0].Timeouts = 2, 1
+	expectFound(t, c, propStaleCommit)
+}

@@ -241,6 +241,19 @@ func (m *model) canTick(s *state) bool {
 			return false
 		}
 	}
+	for i := range m.cfg.Clients {
+		c := &s.clients[i]
+		if c.withdrawing != nil && s.t-c.withdrawSent >= m.cfg.CommitDelay {
+			return false
+		}
+		// A release goes on at once (the Elector's lead, on one goroutine):
+		// its quiesce returns as soon as no write is under way, its withdraw
+		// is sent as soon as the quiesce returned.
+		if c.phase == cReleasing && c.withdrawing == nil && !m.cfg.Clients[i].NoQuiesce &&
+			((c.quiet < 0 && c.inflight == 0) || (c.quiet >= 0 && m.quiesced(s, i))) {
+			return false
+		}
+	}
 	for _, w := range s.writes {
 		switch w.phase {
 		case wArrived:

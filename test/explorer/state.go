@@ -184,8 +184,18 @@ type clientState struct {
 	deadline time.Time
 	// renewals, writes, tokenless, joins and releases count what it did.
 	renewals, writes, tokenless, joins, releases int
-	// inflight counts its guarded writes under way.
-	inflight int
+	// inflight counts its guarded writes under way (fence.Writes); taken
+	// counts the writes that took the token but were not counted yet
+	// (Config.SplitGate); unknown is set when one ended without an answer.
+	inflight, taken int
+	unknown         bool
+	timeouts        int
+	// A release: released is the tick its gate closed, quiet the tick its
+	// quiesce saw no write under way (-1: not yet); withdrawing is the lease
+	// version its withdraw patch was built on while the patch is under way
+	// (sent at withdrawSent).
+	released, quiet, withdrawSent int
+	withdrawing                   *version
 }
 
 // Write phases.
@@ -207,6 +217,9 @@ type write struct {
 	// old is the guarded object its admission saw (oldObject); a commit on
 	// a newer one admits it again.
 	old guarded
+	// abandoned: its client gave up waiting for the answer (it may still
+	// commit).
+	abandoned bool
 	// checked is the token of the tenure the webhook admitted a tokenless
 	// write under (the lease's, as it read it).
 	checked int64
@@ -326,11 +339,15 @@ func (m *model) keyBytes(s *state) []byte {
 	if s.ctrl.loop != nil {
 		addRev(s.ctrl.loop.rev)
 	}
+	for i := range m.cfg.Clients {
+		if v := s.clients[i].withdrawing; v != nil {
+			addRev(v.rev)
+		}
+	}
 	addRev(s.ctrl.done)
 	addRev(s.obj.rev)
 	for _, w := range s.writes {
 		addRev(w.old.rev)
-
 	}
 	slices.Sort(revs)
 	rank := func(r int64) int64 { return int64(slices.Index(revs, r)) }
@@ -389,6 +406,21 @@ func (m *model) keyBytes(s *state) []byte {
 	for i := range m.cfg.Clients {
 		c := &s.clients[i]
 		put(int64(c.phase), c.token, c.fenced, c.acked, int64(c.renewals), int64(c.writes), int64(c.tokenless), int64(c.joins), int64(c.releases), int64(c.inflight))
+		put(int64(c.taken), b2i(c.unknown), int64(c.timeouts))
+		if c.phase == cReleasing {
+			// Quiesce gives up a lease duration after the release, and
+			// waits C after an unknown outcome: older is alike.
+			put(int64(min(s.t-c.released, m.cfg.ticks(time.Duration(m.cfg.LeaseSeconds)*time.Second)+1)))
+			if c.quiet >= 0 {
+				put(int64(min(s.t-c.quiet, m.cfg.ticks(m.cfg.CommitLag)+1)))
+			} else {
+				put(-1)
+			}
+		}
+		if c.withdrawing != nil {
+			put(int64(s.t - c.withdrawSent))
+			putVersion(c.withdrawing)
+		}
 		if c.ackSince >= 0 {
 			put(int64(s.t - c.ackSince))
 		} else {
@@ -401,7 +433,7 @@ func (m *model) keyBytes(s *state) []byte {
 		}
 	}
 	for _, w := range s.writes {
-		put(int64(w.client), b2i(w.tokenless), w.token, w.checked, int64(w.phase), int64(s.t-w.arrived), int64(w.retries))
+		put(int64(w.client), b2i(w.tokenless), w.token, w.checked, int64(w.phase), int64(s.t-w.arrived), int64(w.retries), b2i(w.abandoned))
 		switch w.phase {
 		case wDecided:
 			put(int64(w.answerAt-s.t), b2i(w.verdict.allowed), b2i(w.verdict.stale), int64(w.verdict.code))
@@ -409,7 +441,6 @@ func (m *model) keyBytes(s *state) []byte {
 			put(int64(s.t - w.answered))
 		}
 		put(b2i(w.old.exists), b2i(w.old.hasToken), w.old.token, rank(w.old.rev))
-
 	}
 	b = append(b, s.live.identity...)
 	put(s.live.token, int64(s.live.owner), s.maxGranted)

@@ -38,8 +38,23 @@ func (t *Trace) String() string {
 	}
 	fmt.Fprintf(&b, "  clock offsets from the controller's: %s\n", strings.Join(offs, ", "))
 	fmt.Fprintf(&b, "  0. initial: %s\n", m.describeLease(t.Initial.lease))
-	for i, st := range t.Steps {
+	for i := 0; i < len(t.Steps); i++ {
+		st := t.Steps[i]
 		at := st.State.t
+		if st.Who == -1 {
+			// Time passing: one line for a run of ticks.
+			j := i
+			for j+1 < len(t.Steps) && t.Steps[j+1].Who == -1 {
+				j++
+			}
+			steps := fmt.Sprintf("%3d", i+1)
+			if j > i {
+				steps = fmt.Sprintf("%d-%d", i+1, j+1)
+			}
+			fmt.Fprintf(&b, "%s. time passes to t=%s\n", steps, m.fmtClock(base.Add(time.Duration(t.Steps[j].State.t)*t.cfg.Tick)))
+			i = j
+			continue
+		}
 		clock := ""
 		switch {
 		case st.Who >= 0:
@@ -48,10 +63,6 @@ func (t *Trace) String() string {
 			clock = " [API server]"
 		case st.Who == pOperator:
 			clock = " [operator]"
-		}
-		if st.Who == -1 {
-			fmt.Fprintf(&b, "%3d. t=%s: time passes\n", i+1, m.fmtClock(base.Add(time.Duration(at)*t.cfg.Tick)))
-			continue
 		}
 		fmt.Fprintf(&b, "%3d. t=%s%s: %s\n", i+1, m.fmtClock(base.Add(time.Duration(at)*t.cfg.Tick)), clock, st.Label)
 		if st.State.lease != st.Before.lease {

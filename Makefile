@@ -99,6 +99,12 @@ soak: setup-envtest ## Run the history test's soak profile (HISTORY_WRITES, HIST
 soak-explorer: ## Run the protocol explorer with its large bounds (EXPLORER_BOUND=large; test/explorer, see docs/reliability.md "Protocol explorer").
 	EXPLORER_BOUND=large go test ./test/explorer/ -count=1 -timeout 0 -v -run '^Test'
 
+.PHONY: explorer-reverts
+explorer-reverts: ## Check that the protocol explorer finds findings 1, 2 and 4 of the 2026-12-01 review with each fix reverted in turn (hack/explorer-revert.sh, on a copy of the tree; EXPLORER_BOUND passes through).
+	./hack/explorer-revert.sh f1
+	./hack/explorer-revert.sh f2
+	./hack/explorer-revert.sh f4
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

@@ -32,9 +32,9 @@ import (
 // A Widget guarded by a FencedLease (label kubefence.io/lease, annotation
 // kubefence.io/fencing-token) and an unguarded Widget in the same namespace are
 // patched alternately by one client. The guarded patches pass through the
-// fencing webhook (served by this process); the unguarded ones match no webhook.
-// A second pass repeats this with the webhook reading the lease from the API
-// server on every check instead of from its cache.
+// fencing webhook (served by this process, reading the lease live as shipped);
+// the unguarded ones match no webhook. Baselines: a webhook that allows
+// everything, and policy mode (the fencing ValidatingAdmissionPolicy).
 
 const (
 	guardedNamespace = "guarded-writes"
@@ -60,18 +60,14 @@ const (
 type guardedPass struct {
 	guarded, unguarded []time.Duration
 	failures           int
-	checks             histSnap        // decision-time histogram over the measured writes
-	server             histSeries      // controller-runtime's serving time of /fence-guarded
-	liveReads          []time.Duration // lease reads the handler sent to the API server (timed)
-	fallbacks          int64           // reads through the handler's LiveLeases
-	cacheReads         int64           // lease reads served by the cache
+	checks             histSnap   // decision-time histogram over the measured writes
+	server             histSeries // controller-runtime's serving time of /fence-guarded
 }
 
 // guardedResult is phase 4.
 type guardedResult struct {
 	token      int64
-	cached     guardedPass // before (main at 966f728): the decision's lease read served by the cache
-	live       guardedPass // Leases = the API reader: a live read on every check
+	webhook    guardedPass // the fencing webhook as shipped
 	allowAll   guardedPass // "guarded" = a Widget that only an allow-all webhook sees
 	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook, one lease in the table
 	policyFull guardedPass // the same with policyTableLeases leases in the table
@@ -127,17 +123,6 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	if err != nil {
 		return res, err
 	}
-	// Warm the webhook's cache (the first Get starts the FencedLease informer)
-	// and wait until it shows the grant, so that no check needs a live read.
-	if err := waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the webhook's cache to show the grant", func(ctx context.Context) (bool, error) {
-		var cached coordv1alpha1.FencedLease
-		if err := ws.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cached); err != nil {
-			return false, err
-		}
-		return cached.Status.FencingToken == tok && cached.Status.HolderIdentity == holder.id, nil
-	}); err != nil {
-		return res, err
-	}
 	fc := holder.el.Client(cl)
 	g := widget(ns, "guarded")
 	if err := fc.Create(ctx, g); err != nil {
@@ -177,8 +162,8 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	}
 	unguardedPatch := plainPatch("unguarded", "u")
 
-	fmt.Fprintf(os.Stderr, "bench: guarded writes, lease read from the cache: %d + %d warm-up pairs\n", b.opts.guardedWrites, guardedWarmup)
-	if res.cached, err = b.guardedPass(ctx, ws, b.opts.guardedWrites, guardedPatch, unguardedPatch); err != nil {
+	fmt.Fprintf(os.Stderr, "bench: guarded writes through the fencing webhook: %d + %d warm-up pairs\n", b.opts.guardedWrites, guardedWarmup)
+	if res.webhook, err = b.guardedPass(ctx, b.opts.guardedWrites, guardedPatch, unguardedPatch); err != nil {
 		return res, err
 	}
 	if b.opts.allowAllWrites > 0 {
@@ -187,16 +172,7 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		}
 		allowAllPatch := plainPatch("allow-all", "a")
 		fmt.Fprintf(os.Stderr, "bench: baseline, a webhook that allows every write: %d + %d warm-up pairs\n", b.opts.allowAllWrites, guardedWarmup)
-		if res.allowAll, err = b.guardedPass(ctx, ws, b.opts.allowAllWrites, allowAllPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-	}
-	if b.opts.liveWrites > 0 {
-		fmt.Fprintf(os.Stderr, "bench: guarded writes, lease read from the API server on every check: %d + %d warm-up pairs\n", b.opts.liveWrites, guardedWarmup)
-		ws.leases.live.Store(true)
-		res.live, err = b.guardedPass(ctx, ws, b.opts.liveWrites, guardedPatch, unguardedPatch)
-		ws.leases.live.Store(false)
-		if err != nil {
+		if res.allowAll, err = b.guardedPass(ctx, b.opts.allowAllWrites, allowAllPatch, unguardedPatch); err != nil {
 			return res, err
 		}
 	}
@@ -205,21 +181,21 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 			return res, err
 		}
 		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode (no webhook): %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policy, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+		if res.policy, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
 			return res, err
 		}
 		if err := b.fillTable(ctx, ns); err != nil {
 			return res, err
 		}
 		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, %d leases in the table: %d + %d warm-up pairs\n", b.opts.policyTableLeases, b.opts.policyWrites, guardedWarmup)
-		if res.policyFull, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+		if res.policyFull, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
 			return res, err
 		}
 		if err := b.trimTable(ctx, ns, name); err != nil {
 			return res, err
 		}
 		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, one lease in the table again: %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policyBack, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
+		if res.policyBack, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
 			return res, err
 		}
 		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
@@ -415,7 +391,7 @@ func (b *bench) installAllowAll(ctx context.Context, ws *webhookServer, ns, leas
 }
 
 // guardedPass sends warm-up pairs, then n measured pairs (guarded first).
-func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guardedPatch, unguardedPatch func(context.Context, int) error) (guardedPass, error) {
+func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedPatch func(context.Context, int) error) (guardedPass, error) {
 	var p guardedPass
 	for i := range guardedWarmup {
 		if err := guardedPatch(ctx, i); err != nil {
@@ -429,7 +405,6 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 	if err != nil {
 		return p, err
 	}
-	live0, fb0, cache0 := len(ws.leases.liveReads()), ws.fallback.gets.Load(), ws.leases.cacheGets.Load()
 	timed := func(f func(context.Context, int) error, i int, into *[]time.Duration) error {
 		start := time.Now()
 		err := f(ctx, i)
@@ -454,9 +429,6 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 	}
 	p.checks = after.checks.sub(before.checks)
 	p.server = after.server.sub(before.server)[fencing.PathGuarded]
-	p.liveReads = ws.leases.liveReads()[live0:]
-	p.fallbacks = ws.fallback.gets.Load() - fb0
-	p.cacheReads = ws.leases.cacheGets.Load() - cache0
 	return p, nil
 }
 
@@ -472,15 +444,4 @@ func pairDiffs(p guardedPass) []time.Duration {
 		out[i] = p.guarded[i] - p.unguarded[i]
 	}
 	return out
-}
-
-func mean(ds []time.Duration) (time.Duration, bool) {
-	if len(ds) == 0 {
-		return 0, false
-	}
-	var s time.Duration
-	for _, d := range ds {
-		s += d
-	}
-	return s / time.Duration(len(ds)), true
 }

@@ -319,9 +319,6 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 			continue
 		}
 		res.latency = append(res.latency, start.Sub(asked))
-		if b.opts.trace {
-			b.traceHandover(i, asked, start, h, w, ns)
-		}
 		for _, cw := range b.ctrlRT.trace(ns, asked) {
 			if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
 				res.stages.add(stageRelease, cw.sent.Sub(asked))
@@ -387,25 +384,4 @@ func (b *bench) kfSteady(ctx context.Context) (steadyResult, error) {
 		end:   func() (err error) { seq1, err = seq(); return err },
 		count: func() (int, error) { return int(seq1 - seq0), nil },
 	})
-}
-
-// traceHandover prints what the candidates and the controller sent during one
-// kubefence hand-over (-trace).
-func (b *bench) traceHandover(i int, asked, start time.Time, h, w *kfCandidate, ns string) {
-	fmt.Fprintf(os.Stderr, "hand-over %d: %v\n", i, start.Sub(asked).Round(100*time.Microsecond))
-	at := func(t time.Time) string {
-		return fmt.Sprintf("%7.1fms", float64(t.Sub(asked))/float64(time.Millisecond))
-	}
-	for _, c := range []*kfCandidate{h, w} {
-		for _, r := range c.tr.requestsSince(asked.Add(-time.Millisecond)) {
-			if r.watch {
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "  %s..%s %-3s %-6s %s %d\n", at(r.sent), at(r.done), c.id, r.method, r.path, r.code)
-		}
-	}
-	for _, cw := range b.ctrlRT.trace(ns, asked) {
-		fmt.Fprintf(os.Stderr, "  %s..%s ctl %s ok=%v holder=%s\n", at(cw.sent), at(cw.done), cw.category, cw.ok, cw.holder)
-	}
-	fmt.Fprintf(os.Stderr, "  %s start\n", at(start))
 }

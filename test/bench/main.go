@@ -61,13 +61,10 @@ type options struct {
 	leaseSeconds int
 	serial       bool
 	verbose      bool
-	trace        bool
 	timeout      time.Duration
-	crdDir       string
 	// only selects the phases: "" (all), "leases" (1 to 3) or "guarded" (4).
 	only          string
 	guardedWrites int
-	liveWrites    int
 	clientGoRetry time.Duration
 	// allowAllWrites is the size of the allow-all webhook baseline pass.
 	allowAllWrites int
@@ -89,16 +86,13 @@ func main() {
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
 	flag.BoolVar(&o.serial, "serial", false, "run the two systems one after the other instead of side by side in each phase")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
-	flag.BoolVar(&o.trace, "trace", false, "print every request of each kubefence hand-over to stderr")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.crdDir, "crd-dir", "", "directory of the CRD manifests (default: config/crd/bases of the module)")
 	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal) or "guarded" (guarded writes through the fencing webhook); default all`)
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
 	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
 	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in policy mode: the fencing ValidatingAdmissionPolicy instead of the webhook, after the webhook passes (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the policy pass's namespace (the benchmark's lease and others)")
-	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -130,8 +124,8 @@ func run(o options) error {
 	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
 	}
-	if o.guardedWrites < 1 || o.liveWrites < 0 || o.policyWrites < 0 {
-		return errors.New("-guarded-writes must be at least 1, -live-writes and -policy-writes at least 0")
+	if o.guardedWrites < 1 || o.allowAllWrites < 0 || o.policyWrites < 0 {
+		return errors.New("-guarded-writes must be at least 1, -allow-all-writes and -policy-writes at least 0")
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
@@ -142,18 +136,12 @@ func run(o options) error {
 		logf.SetLogger(logr.Discard())
 		klog.SetLogger(logr.Discard())
 	}
-	crdDirs := []string{o.crdDir}
-	if o.crdDir == "" || o.runGuarded() || o.only == "scale" {
-		root, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		if o.crdDir == "" {
-			crdDirs[0] = filepath.Join(root, "config", "crd", "bases")
-		}
-		// The example guarded kind (Widget) of phase 4.
-		crdDirs = append(crdDirs, filepath.Join(root, "test", "crds"))
+	root, err := moduleRoot()
+	if err != nil {
+		return err
 	}
+	// The CRDs, and the example guarded kind (Widget) of phase 4.
+	crdDirs := []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -385,9 +373,6 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 		// configured address (--barrier-servers=configured).
 		o.BarrierServers = operator.BarrierServersConfigured
 	}
-	if scaleOpts.workers > 0 {
-		o.MaxConcurrentReconciles = scaleOpts.workers
-	}
 	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
@@ -400,14 +385,8 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 	return done, nil
 }
 
-// moduleRoot is the repository's root (testenv.ModuleRoot).
-func moduleRoot() (string, error) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return "", fmt.Errorf("%w; or pass -crd-dir", err)
-	}
-	return root, nil
-}
+// moduleRoot is the repository's root.
+func moduleRoot() (string, error) { return testenv.ModuleRoot() }
 
 // waitFor polls cond every interval until it holds, it fails, or timeout.
 func waitFor(ctx context.Context, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +44,6 @@ type holderTransport struct {
 	completed int // writes that succeeded
 	lastSent  time.Time
 	latencies []time.Duration // round trips of successful writes
-	requests  []request       // every request, for -trace
 	done      chan struct{}   // closed and replaced whenever a write succeeds
 }
 
@@ -87,13 +85,6 @@ func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (
 
 	sent := time.Now()
 	resp, err := next.RoundTrip(req)
-	code := 0
-	if err == nil {
-		code = resp.StatusCode
-	}
-	t.mu.Lock()
-	t.requests = append(t.requests, request{method: req.Method, path: req.URL.Path, watch: isWatch(req), code: code, sent: sent, done: time.Now()})
-	t.mu.Unlock()
 	if write && err == nil && resp.StatusCode < 300 {
 		t.mu.Lock()
 		t.completed++
@@ -106,27 +97,6 @@ func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (
 		t.mu.Unlock()
 	}
 	return resp, err
-}
-
-// request is one request a candidate sent.
-type request struct {
-	method, path string
-	watch        bool
-	code         int
-	sent, done   time.Time
-}
-
-// requestsSince returns the requests sent after since.
-func (t *holderTransport) requestsSince(since time.Time) []request {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []request
-	for _, r := range t.requests {
-		if r.sent.After(since) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // freeze makes every later request fail. Requests already in flight finish.
@@ -227,9 +197,6 @@ type controllerTransport struct {
 	lastStatus  map[string]coordv1alpha1.FencedLeaseStatus
 	lastExpired map[string]string
 	log         []ctrlWrite
-	// otherFields counts, for status writes that are neither a grant, a
-	// renewal, a queue nor a condition change, the status fields they changed.
-	otherFields map[string]int
 }
 
 // ctrlWrite is one controller write to a FencedLease, kept to take a
@@ -249,7 +216,6 @@ func newControllerTransport() *controllerTransport {
 		counts:      map[string]writeCounts{},
 		lastStatus:  map[string]coordv1alpha1.FencedLeaseStatus{},
 		lastExpired: map[string]string{},
-		otherFields: map[string]int{},
 	}
 }
 
@@ -264,6 +230,17 @@ func (t *controllerTransport) snapshot(ns string) writeCounts {
 	out := writeCounts{}
 	for k, v := range t.counts[ns] {
 		out[k] = v
+	}
+	return out
+}
+
+// total returns the writes counted so far in every namespace.
+func (t *controllerTransport) total() writeCounts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := writeCounts{}
+	for _, c := range t.counts {
+		out.add(c)
 	}
 	return out
 }
@@ -410,9 +387,6 @@ func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.
 		case !equality.Semantic.DeepEqual(s.Conditions, prev.Conditions) || !equality.Semantic.DeepEqual(s.LockDelayUntil, prev.LockDelayUntil):
 			return catStatusCond
 		default:
-			for _, f := range changedFields(prev, s) {
-				t.otherFields[f]++
-			}
 			return catStatusOther
 		}
 	}
@@ -434,37 +408,4 @@ func sameWaiting(a, b []coordv1alpha1.WaitingRequest) bool {
 		}
 	}
 	return true
-}
-
-// changedFields names the top-level status fields that differ between a and b.
-func changedFields(a, b coordv1alpha1.FencedLeaseStatus) []string {
-	var ma, mb map[string]any
-	ra, _ := json.Marshal(a)
-	rb, _ := json.Marshal(b)
-	_ = json.Unmarshal(ra, &ma)
-	_ = json.Unmarshal(rb, &mb)
-	var out []string
-	for k := range mb {
-		if !equality.Semantic.DeepEqual(ma[k], mb[k]) {
-			out = append(out, k)
-		}
-	}
-	for k := range ma {
-		if _, ok := mb[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// otherFieldCounts returns a copy of the fields counted in otherFields.
-func (t *controllerTransport) otherFieldCounts() map[string]int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]int, len(t.otherFields))
-	for k, v := range t.otherFields {
-		out[k] = v
-	}
-	return out
 }

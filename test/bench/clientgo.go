@@ -18,19 +18,14 @@ import (
 )
 
 // clientGoTiming is client-go's configuration for a lease of duration l:
-// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4 unless -clientgo-retry
-// sets it. For l = 2 s that is 2 s / 1.5 s / 0.5 s. For comparison,
+// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4. For l = 2 s that is 2 s / 1.5 s / 0.5 s. For comparison,
 // controller-runtime's defaults (15 s / 10 s / 2 s) scaled to l are 2/3 l and
 // 2/15 l (267 ms: faster waiters, 3.75 holder writes a second), and
 // kubefence's holder renews every l/3 and gives up 9/10 l after its last
 // renewal. Any choice must satisfy client-go's
 // LeaseDuration > RenewDeadline > JitterFactor (1.2) * RetryPeriod.
-func clientGoTiming(l, retryOverride time.Duration) (lease, renewDeadline, retry time.Duration) {
-	retry = l / 4
-	if retryOverride > 0 {
-		retry = retryOverride
-	}
-	return l, l * 3 / 4, retry
+func clientGoTiming(l time.Duration) (lease, renewDeadline, retry time.Duration) {
+	return l, l * 3 / 4, l / 4
 }
 
 // startCG starts one client-go LeaderElector (LeaseLock) with its own API
@@ -41,7 +36,7 @@ func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, e
 	if err != nil {
 		return nil, err
 	}
-	lease, renewDeadline, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
+	lease, renewDeadline, retry := clientGoTiming(b.lease)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -89,7 +84,7 @@ func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 // cgTakeoverOnce freezes the holder at a random point of the waiter's retry
 // period.
 func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, res *takeoverResult) error {
-	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
+	_, _, retry := clientGoTiming(b.lease)
 	var started []*candidate
 	defer func() {
 		// The waiter releases (ReleaseOnCancel); the frozen holder cannot.
@@ -130,7 +125,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return res, err
 	}
-	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
+	_, _, retry := clientGoTiming(b.lease)
 	var all []*candidate
 	defer func() {
 		for _, c := range all {

@@ -23,7 +23,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -60,8 +59,8 @@ const (
 type guardedPass struct {
 	guarded, unguarded []time.Duration
 	failures           int
-	checks             histSnap   // decision-time histogram over the measured writes
-	server             histSeries // controller-runtime's serving time of /fence-guarded
+	checks             hist // the webhook's decisions over the measured writes
+	server             hist // controller-runtime's serving time, by path
 }
 
 // guardedResult is phase 4.
@@ -401,7 +400,7 @@ func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedP
 			return p, fmt.Errorf("warm-up unguarded patch: %w", err)
 		}
 	}
-	before, err := gatherMetrics()
+	checks0, server0, err := gatherHists()
 	if err != nil {
 		return p, err
 	}
@@ -423,12 +422,11 @@ func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedP
 			return p, err
 		}
 	}
-	after, err := gatherMetrics()
+	checks1, server1, err := gatherHists()
 	if err != nil {
 		return p, err
 	}
-	p.checks = after.checks.sub(before.checks)
-	p.server = after.server.sub(before.server)[fencing.PathGuarded]
+	p.checks, p.server = checks1.sub(checks0), server1.sub(server0)
 	return p, nil
 }
 

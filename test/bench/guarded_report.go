@@ -74,14 +74,10 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	table(w, rows)
 	fmt.Fprintln(w)
 
-	t := g.webhook.checks.total()
-	p50, ok50 := t.quantile(0.5)
-	p99, ok99 := t.quantile(0.99)
-	mn, okm := t.mean()
-	sm, oks := g.webhook.server.mean()
-	fmt.Fprintf(w, "Fencing webhook (%s, webhook pass): %d checks, %d of them with a live lease read; decision time p50 %s, p99 %s (interpolated in x2 buckets), mean %s; serving time of %s, mean %s (%s, %d requests).\n",
-		checksMetric, t.count, g.webhook.checks["api"].count, fineMS(p50, ok50), fineMS(p99, ok99), fineMS(mn, okm),
-		fencing.PathGuarded, fineMS(sm, oks), serverMetric, g.webhook.server.count)
+	n, dm, okd := g.webhook.checks.total()
+	_, sm, oks := hist{fencing.PathGuarded: g.webhook.server[fencing.PathGuarded]}.total()
+	fmt.Fprintf(w, "Fencing webhook (%s, webhook pass): %d decisions, %d of them with a live lease read, mean %s; serving time of %s (%s), mean %s.\n",
+		checksMetric, n, g.webhook.checks["api"].count, fineMS(dm, okd), fencing.PathGuarded, serverMetric, fineMS(sm, oks))
 	holding := fmt.Sprintf("still leading with token %d at the end", g.tokenAfter)
 	if !g.leading || g.tokenAfter != g.token {
 		holding = fmt.Sprintf("NOT leading with the same token at the end (leading %v, token %d)", g.leading, g.tokenAfter)

@@ -45,12 +45,10 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 		return nil, fmt.Errorf("preparing the webhooks: %w", err)
 	}
 
-	mgrCtx, cancel := context.WithCancel(ctx)
 	mgrOpts := testenv.WebhookManagerOptions(b.testEnv, b.scheme)
 	mgrOpts.HealthProbeBindAddress = "0"
 	mgr, err := ctrl.NewManager(b.cfg, mgrOpts)
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("creating the webhook manager: %w", err)
 	}
 	ws := &webhookServer{}
@@ -58,7 +56,6 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 	opts := testenv.Operator("", b.adminUser)
 	opts.Reconciler = false
 	if err := operator.Setup(mgr, opts); err != nil {
-		cancel()
 		return nil, err
 	}
 	mgr.GetWebhookServer().Register(allowAllPath, &webhook.Admission{Handler: admission.HandlerFunc(
@@ -66,8 +63,7 @@ func (b *bench) startWebhooks(ctx context.Context) (*webhookServer, error) {
 			ws.allowed.Add(1)
 			return admission.Allowed("")
 		})})
-	done := startManager(mgrCtx, "webhook manager", mgr)
-	ws.stop = func() { stopManager("webhook manager", cancel, done) }
+	ws.stop = startManager(ctx, "webhook manager", mgr)
 	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
 		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
 	}); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
@@ -134,11 +134,9 @@ func (s *stageSet) add(name string, d time.Duration) {
 	s.values[name] = append(s.values[name], d)
 }
 
-// Stages of a kubefence takeover (with the drift allowance they add up to the
-// time beyond the lease) and of a hand-over (they add up to its latency).
+// Stages of a kubefence takeover (they add up to the time beyond the lease) and of a hand-over (they add up to its latency).
 const (
-	stageObserve = "old holder's last renewal sent -> controller observed it"
-	stageTimer   = "expiry due (observed + L + allowance) -> expiry write sent"
+	stageExpiry  = "old holder's last renewal sent + L -> expiry write sent (delivery, allowance, reconcile)"
 	stageExpire  = "expiry-and-grant write sent -> written"
 	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
 	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
@@ -205,33 +203,29 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	}
 	res.ctrl.add(b.ctrlRT.snapshot(ns).sub(before))
 
-	var observed time.Time
+	// The controller expires and grants in one status write; only a holder
+	// that never renewed needs a spec write (removing its request) first. It
+	// counts the lease from when it observed the last renewal (in memory
+	// only), so the first stage holds the renewal's delivery and the
+	// allowance too.
 	var expiry, grant *ctrlWrite
 	writes := b.ctrlRT.trace(ns, began)
 	for i := range writes {
 		cw := &writes[i]
-		// The controller expires and grants in one status write; only a holder
-		// that never renewed needs a spec write (removing its request) first.
-		switch {
-		case !cw.ok || grant != nil:
-		case expiry == nil && cw.category == catSpecExpiry:
-			expiry = cw
-		case expiry == nil && cw.holder == a.id && !cw.renewTime.IsZero():
-			observed = cw.renewTime
-		case cw.category == catStatusGrant && cw.holder == w.id:
+		if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
 			grant = cw
+			break
+		}
+		if cw.ok && cw.category == catSpecExpiry && expiry == nil {
+			expiry = cw
 		}
 	}
-	if observed.IsZero() || grant == nil {
-		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: could not take the controller's writes apart\n", i)
+	if grant == nil {
+		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: no grant write to the waiter\n", i)
 		return nil
 	}
-	if expiry == nil {
-		expiry = grant
-	}
-	due := observed.Add(b.lease + fencedlease.DefaultTiming().Allowance(b.lease))
-	res.stages.add(stageObserve, observed.Sub(t0))
-	res.stages.add(stageTimer, expiry.sent.Sub(due))
+	expiry = cmp.Or(expiry, grant)
+	res.stages.add(stageExpiry, expiry.sent.Sub(t0.Add(b.lease)))
 	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))
 	res.stages.add(stageAck, start.Sub(grant.done))
 	return nil

@@ -1,24 +1,24 @@
-// Command bench measures kubefence's fenced leases side by side with
-// client-go's tools/leaderelection, against one real kube-apiserver and etcd
-// (envtest) started in this process, with the kubefence controller running in
-// this process too:
+// Command bench measures kubefence against one real kube-apiserver and etcd
+// (envtest) started in this process, with the kubefence operator running in
+// this process too. `make bench` runs, side by side with client-go's
+// tools/leaderelection (a LeaseLock):
 //
 //  1. takeover: how long after the holder's last successful renewal, beyond
 //     the lease duration, a waiting candidate starts leading when the holder
-//     stops renewing abruptly;
+//     stops renewing abruptly (kubefence.go, clientgo.go);
 //  2. hand-over: how long a voluntary release takes to reach the next
 //     candidate;
 //  3. API writes per renewal, for the holder's client and, for kubefence, for
 //     the controller (and the controller's writes per grant);
 //  4. guarded writes: the latency the fencing webhook adds to a write of a
-//     guarded object (against the same write to an unguarded one), from its
-//     cache and with a live lease read on every check. The webhooks are
-//     installed only for this phase, so phases 1 to 3 run without them.
+//     guarded object, against an unguarded one, an allow-all webhook and
+//     policy mode (guarded.go). The webhooks are installed only for this
+//     phase, so phases 1 to 3 run without them.
 //
-// Run it with `make bench` (which supplies KUBEBUILDER_ASSETS); flags are
-// passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers 5"`, and
-// `make bench BENCH_ARGS=-only=guarded` runs phase 4 alone. `make bench-scale`
-// (-only=scale) runs the scale benchmark of scale.go instead.
+// Flags are passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers
+// 5"`; -only=leases or -only=guarded runs phases 1 to 3 or 4 alone. `make
+// bench-scale` (-only=scale) runs the scale benchmark of scale.go instead.
+// See docs/benchmarks.md.
 package main
 
 import (
@@ -55,24 +55,16 @@ import (
 const operatorNamespace = "kubefence-system"
 
 type options struct {
-	takeovers    int
-	handovers    int
-	steady       time.Duration
-	leaseSeconds int
-	serial       bool
-	verbose      bool
-	timeout      time.Duration
-	// only selects the phases: "" (all), "leases" (1 to 3) or "guarded" (4).
-	only          string
-	guardedWrites int
-	clientGoRetry time.Duration
-	// allowAllWrites is the size of the allow-all webhook baseline pass.
-	allowAllWrites int
-	// policyWrites is the size of the policy-mode pass (no webhook).
-	policyWrites int
-	// policyTableLeases is how many leases' entries the tenure table holds
-	// in the policy pass.
-	policyTableLeases int
+	takeovers, handovers, leaseSeconds int
+	steady, timeout                    time.Duration
+	verbose                            bool
+	// only selects the phases: "" (1 to 4), "leases" (1 to 3), "guarded" (4)
+	// or "scale".
+	only string
+	// The guarded-write passes: measured pairs through the fencing webhook,
+	// through an allow-all webhook and in policy mode, and the leases in the
+	// policy pass's tenure table.
+	guardedWrites, allowAllWrites, policyWrites, policyTableLeases int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -84,15 +76,13 @@ func main() {
 	flag.IntVar(&o.handovers, "handovers", 50, "hand-over iterations per system")
 	flag.DurationVar(&o.steady, "steady", 10*time.Second, "length of the steady-state window that counts writes per renewal")
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
-	flag.BoolVar(&o.serial, "serial", false, "run the two systems one after the other instead of side by side in each phase")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal) or "guarded" (guarded writes through the fencing webhook); default all`)
-	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
-	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
+	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
+	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
 	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
-	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in policy mode: the fencing ValidatingAdmissionPolicy instead of the webhook, after the webhook passes (0: skip)")
-	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the policy pass's namespace (the benchmark's lease and others)")
+	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
+	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -109,25 +99,23 @@ type bench struct {
 	scheme    *runtime.Scheme
 	admin     client.Client
 	adminUser string
+	testEnv   *envtest.Environment
+	ctrlRT    *controllerTransport
 	// stopController stops the running controller manager (runController).
 	stopController func()
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
-	ctrlRT           *controllerTransport
-	testEnv          *envtest.Environment
 }
 
 func run(o options) error {
-	if o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1 {
+	switch {
+	case o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1:
 		return errors.New("-takeovers and -handovers must be at least 1, -steady positive, -lease at least 1")
-	}
-	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
+	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	}
-	if o.guardedWrites < 1 || o.allowAllWrites < 0 || o.policyWrites < 0 {
+	case o.guardedWrites < 1 || o.allowAllWrites < 0 || o.policyWrites < 0:
 		return errors.New("-guarded-writes must be at least 1, -allow-all-writes and -policy-writes at least 0")
-	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}
 	if o.verbose {
@@ -140,35 +128,29 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	// The CRDs, and the example guarded kind (Widget) of phase 4.
-	crdDirs := []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
 	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: testenv.NewScheme(), ctrlRT: newControllerTransport()}
-
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
-	// No webhooks yet: startWebhooks installs them before phase 4.
-	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
-		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+	// No webhooks yet: startWebhooks installs them before phase 4. The CRDs,
+	// and the example guarded kind (Widget) of phase 4.
+	if b.testEnv, b.cfg, err = testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
+		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")}
+		env.ErrorIfCRDPathMissing = true
 		if o.only == "scale" {
 			scaleOpts.configureAPIServer(env)
 		}
-	}})
-	if err != nil {
+	}}); err != nil {
 		return err
 	}
 	defer func() {
-		if err := testEnv.Stop(); err != nil {
+		if err := b.testEnv.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: stopping envtest:", err)
 		}
 	}()
-	b.cfg = cfg
-	b.testEnv = testEnv
-
 	env, err := b.setup(ctx)
 	if err != nil {
 		return err
@@ -185,16 +167,13 @@ func run(o options) error {
 			whs.stop()
 		}
 	}()
-
 	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
 		return err
 	}
-	defer b.stopController()
+	defer func() { b.stopController() }()
 
-	var rep report
-	rep.env = env
+	rep := report{env: env}
 	started := time.Now()
-
 	if o.runLeases() {
 		if err := b.leasePhases(ctx, &rep); err != nil {
 			return err
@@ -216,7 +195,7 @@ func run(o options) error {
 	return nil
 }
 
-// leasePhases runs phases 1 to 3.
+// leasePhases runs phases 1 to 3, each with both systems side by side.
 func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 	o := b.opts
 	rep.leases = true
@@ -235,46 +214,22 @@ func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 			func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return }},
 	} {
 		fmt.Fprintln(os.Stderr, "bench:", p.says)
-		if err := b.both(ctx, p.kf, p.cg); err != nil {
-			return fmt.Errorf("%s phase: %w", p.name, err)
+		var wg sync.WaitGroup
+		var kfErr, cgErr error
+		wg.Go(func() { kfErr = p.kf(ctx) })
+		wg.Go(func() { cgErr = p.cg(ctx) })
+		wg.Wait()
+		if kfErr != nil || cgErr != nil {
+			return fmt.Errorf("%s phase: kubefence: %v; client-go: %v", p.name, kfErr, cgErr)
 		}
 	}
 	return nil
 }
 
-// both runs the kubefence and the client-go side of a phase, side by side
-// unless -serial.
-func (b *bench) both(ctx context.Context, kf, cg func(context.Context) error) error {
-	if b.opts.serial {
-		if err := kf(ctx); err != nil {
-			return fmt.Errorf("kubefence: %w", err)
-		}
-		if err := cg(ctx); err != nil {
-			return fmt.Errorf("client-go: %w", err)
-		}
-		return nil
-	}
-	var wg sync.WaitGroup
-	var kfErr, cgErr error
-	wg.Go(func() { kfErr = kf(ctx) })
-	wg.Go(func() { cgErr = cg(ctx) })
-	wg.Wait()
-	var errs []error
-	if kfErr != nil {
-		errs = append(errs, fmt.Errorf("kubefence: %w", kfErr))
-	}
-	if cgErr != nil {
-		errs = append(errs, fmt.Errorf("client-go: %w", cgErr))
-	}
-	return errors.Join(errs...)
-}
-
 // environment describes where the numbers were taken.
 type environment struct {
-	serverVersion string
-	cpus          int
-	cpuModel      string
-	loadStart     string
+	serverVersion, cpuModel, loadStart string
+	cpus                               int
 }
 
 // setup creates the admin client and the operator namespace and learns the
@@ -282,8 +237,7 @@ type environment struct {
 func (b *bench) setup(ctx context.Context) (environment, error) {
 	var env environment
 	var err error
-	b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme})
-	if err != nil {
+	if b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme}); err != nil {
 		return env, err
 	}
 	if b.adminUser, err = testenv.AdminUser(ctx, b.admin); err != nil {
@@ -316,52 +270,16 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
-// runController starts the controller manager in enforcement mode (with
-// policy, the policy-mode reconciler: tenure tables and the barrier);
-// stopController stops it.
+// runController runs the kubefence controller manager, as the admin, with a
+// transport that counts its writes, in enforcement mode (with policy, the
+// policy-mode reconciler: tenure tables and the barrier); stopController
+// stops it.
 func (b *bench) runController(ctx context.Context, enforcement string) error {
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx, enforcement)
-	if err != nil {
-		stopMgr()
-		return err
-	}
-	b.stopController = func() { stopManager("controller manager", stopMgr, mgrDone) }
-	return nil
-}
-
-// startManager runs mgr until ctx ends; the channel is closed once it ended.
-// An error it ends with is printed (what names it).
-func startManager(ctx context.Context, what string, mgr ctrl.Manager) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
-		}
-	}()
-	return done
-}
-
-// stopManager cancels the context of a manager startManager started and
-// waits up to 30 s for it to end.
-func stopManager(what string, cancel context.CancelFunc, done <-chan struct{}) {
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
-	}
-}
-
-// startController runs the kubefence controller manager, as the admin, with a
-// transport that counts its writes.
-func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
 	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
 	if err != nil {
-		return nil, fmt.Errorf("creating controller manager: %w", err)
+		return fmt.Errorf("creating controller manager: %w", err)
 	}
 	o := testenv.Operator(operatorNamespace, b.adminUser)
 	o.Webhooks = false
@@ -374,15 +292,37 @@ func (b *bench) startController(ctx context.Context, enforcement string) (<-chan
 		o.BarrierServers = operator.BarrierServersConfigured
 	}
 	if err := operator.Setup(mgr, o); err != nil {
-		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
+		return fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}
-	done := startManager(ctx, "controller manager", mgr)
+	b.stopController = startManager(ctx, "controller manager", mgr)
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		return done, errors.New("controller manager cache did not sync within 30s")
+		b.stopController()
+		return errors.New("controller manager cache did not sync within 30s")
 	}
-	return done, nil
+	return nil
+}
+
+// startManager runs mgr until stop, which waits up to 30 s for it to end. An
+// error it ends with is printed (what names it).
+func startManager(ctx context.Context, what string, mgr ctrl.Manager) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
+		}
+	}()
+	return func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
+		}
+	}
 }
 
 // moduleRoot is the repository's root.
@@ -403,10 +343,7 @@ func waitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 		}
 		select {
 		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}
@@ -414,12 +351,10 @@ func waitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"io"
 	"math"
 	"os"
@@ -102,11 +103,7 @@ func table(w io.Writer, rows [][]string) {
 func (r *report) print(w io.Writer, b *bench) {
 	o := b.opts
 	l := b.lease
-	cgLease, cgRenew, cgRetry := clientGoTiming(l, o.clientGoRetry)
-	mode := "side by side (both systems at once in each phase)"
-	if o.serial {
-		mode = "one system after the other"
-	}
+	cgLease, cgRenew, cgRetry := clientGoTiming(l)
 
 	fmt.Fprintln(w, "## Configuration")
 	fmt.Fprintln(w)
@@ -115,10 +112,9 @@ func (r *report) print(w io.Writer, b *bench) {
 		rows = append(rows, [][]string{
 			{"lease duration", fmt.Sprintf("%v, both systems", l)},
 			{"kubefence holder", fmt.Sprintf("fence.Config defaults: renew every %v (L/3), local deadline %v after the last renewal's send (safety margin L/10)", (l / 3).Round(time.Millisecond), l-l/10)},
-			{"kubefence controller", fmt.Sprintf("fencedlease.DefaultTiming(): expiry %v after it observes a renewal (drift allowance 0.5%% of L, at least 10 ms)", l+max(time.Duration(float64(l)*0.005), 10*time.Millisecond))},
+			{"kubefence controller", fmt.Sprintf("fencedlease.DefaultTiming(): expiry %v after it observes a renewal (L + drift allowance)", l+fencedlease.DefaultTiming().Allowance(l))},
 			{"client-go", fmt.Sprintf("LeaseLock; LeaseDuration %v, RenewDeadline %v, RetryPeriod %v, JitterFactor 1.2 (waiters retry every %v to %v), ReleaseOnCancel", cgLease, cgRenew, cgRetry, cgRetry, cgRetry+time.Duration(1.2*float64(cgRetry)))},
-			{"iterations", fmt.Sprintf("takeover %d, hand-over %d per system; steady window %v", o.takeovers, o.handovers, o.steady)},
-			{"scheduling", mode},
+			{"iterations", fmt.Sprintf("takeover %d, hand-over %d per system; steady window %v; both systems side by side in each phase", o.takeovers, o.handovers, o.steady)},
 		}...)
 	}
 	if r.guarded != nil {
@@ -197,7 +193,7 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 	})
 	fmt.Fprintln(w)
 
-	allowance := max(time.Duration(float64(l)*0.005), 10*time.Millisecond)
+	allowance := fencedlease.DefaultTiming().Allowance(l)
 	fmt.Fprintln(w, "## Where kubefence's time goes")
 	fmt.Fprintln(w)
 	rows := [][]string{{"takeover stage", "p50", "p99", "max"}}
@@ -205,7 +201,7 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 		v := kt.stages.values[n]
 		rows = append(rows, []string{n, q(v, 0.5), q(v, 0.99), q(v, 1)})
 	}
-	rows = append(rows, []string{"controller drift allowance (fixed)", ms(allowance), ms(allowance), ms(allowance)})
+	rows = append(rows, []string{"(of which the controller's drift allowance, fixed)", ms(allowance), ms(allowance), ms(allowance)})
 	table(w, rows)
 	fmt.Fprintln(w)
 	rows = [][]string{{"hand-over stage", "p50", "p99", "max"}}

@@ -26,6 +26,9 @@ func byKind(c writeCounts) string {
 			parts = append(parts, fmt.Sprintf("%s %d", k, c[k]))
 		}
 	}
+	if len(parts) == 0 {
+		return "none"
+	}
 	return strings.Join(parts, "; ")
 }
 

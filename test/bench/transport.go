@@ -207,8 +207,7 @@ type ctrlWrite struct {
 	category   string
 	sent, done time.Time
 	ok         bool
-	holder     string    // status.holderIdentity written (status writes)
-	renewTime  time.Time // status.renewTime written: when the controller observed the renewal
+	holder     string // status.holderIdentity written (status writes)
 }
 
 func newControllerTransport() *controllerTransport {
@@ -340,9 +339,6 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 		w := ctrlWrite{namespace: ns, name: name, category: cat, sent: sent, done: done, ok: ok}
 		if obj != nil && sub == "status" {
 			w.holder = obj.Status.HolderIdentity
-			if obj.Status.RenewTime != nil {
-				w.renewTime = obj.Status.RenewTime.Time
-			}
 		}
 		t.log = append(t.log, w)
 	}

@@ -75,7 +75,7 @@ type candidate struct {
 // newCandidate is candidate id with a fresh transport, and the rest config
 // its elector's client must use.
 func (b *bench) newCandidate(id, what string) (*candidate, *rest.Config) {
-	c := &candidate{id: id, leadership: newLeadership(), tr: newHolderTransport(), what: what, done: make(chan struct{})}
+	c := &candidate{id: id, leadership: newLeadership(), tr: &holderTransport{}, what: what, done: make(chan struct{})}
 	cfg := rest.CopyConfig(b.cfg)
 	cfg.WrapTransport = c.tr.wrap
 	return c, cfg
@@ -133,70 +133,4 @@ func (b *bench) takeOver(ctx context.Context, a, w *candidate, res *takeoverResu
 		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
 	}
 	return start, t0, nil
-}
-
-// renewalCounter counts a holder's renewals over the steady window: begin
-// is called when the window begins, end when it ends, then count.
-type renewalCounter struct {
-	begin, end func() error
-	count      func() (int, error)
-}
-
-// steadyHolder is phase 3 for one system: candidate a, started by start,
-// holds the lease in namespace ns alone; over the steady window, count its
-// writes and reads, the controller's writes, and its renewals (rc).
-func (b *bench) steadyHolder(ctx context.Context, ns string, start func() (*candidate, error), rc renewalCounter) (steadyResult, error) {
-	var res steadyResult
-	a, err := start()
-	if err != nil {
-		return res, err
-	}
-	defer a.stop()
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return res, err
-	}
-	if err := sleep(ctx, time.Second); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	began := time.Now()
-	if err := rc.begin(); err != nil {
-		return res, err
-	}
-	c0, ctrl0 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	if err := sleep(ctx, b.opts.steady); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	c1, ctrl1 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	if err := rc.end(); err != nil {
-		return res, err
-	}
-	res.window = time.Since(began)
-	if res.renewals, err = rc.count(); err != nil {
-		return res, err
-	}
-	res.writes = c1.writes - c0.writes
-	res.reads = c1.reads - c0.reads
-	res.ctrl = ctrl1.sub(ctrl0)
-	res.writeRTT = a.tr.writeLatencies(c0.completed, c1.completed)
-	return res, nil
-}
-
-// alignToWrite waits until the candidate's next write succeeded, plus a
-// settling pause, so that a window boundary never cuts a renewal in two.
-func alignToWrite(ctx context.Context, tr *holderTransport, timeout time.Duration) error {
-	ch := tr.nextWrite()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		return fmt.Errorf("no write within %v", timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return sleep(ctx, 150*time.Millisecond)
 }

@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -64,7 +59,7 @@ func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, e
 // that it is polling for it.
 func waitTried(ctx context.Context, c *candidate) error {
 	return waitFor(ctx, 15*time.Second, 5*time.Millisecond, "the candidate's first attempt", func(context.Context) (bool, error) {
-		return c.tr.counts().reads > 0, nil
+		return c.tr.requests().reads > 0, nil
 	})
 }
 
@@ -160,7 +155,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		if err := sleep(ctx, retry/2+rand.N(retry*2)); err != nil {
 			return res, err
 		}
-		hc, wc := h.tr.counts(), w.tr.counts()
+		hc, wc := h.tr.requests(), w.tr.requests()
 		asked := time.Now()
 		h.cancel()
 		began, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
@@ -180,7 +175,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		}
 		// Requests from the release to the new holder's start (the waiter's
 		// polling before the release is not part of the hand-over).
-		hc2, wc2 := h.tr.counts(), w.tr.counts()
+		hc2, wc2 := h.tr.requests(), w.tr.requests()
 		writes += hc2.writes - hc.writes + wc2.writes - wc.writes
 		reads += hc2.reads - hc.reads + wc2.reads - wc.reads
 		h = w
@@ -188,80 +183,4 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 	res.n = len(res.latency)
 	res.clientWrites, res.clientReads = writes, reads
 	return res, nil
-}
-
-// cgSteady: one holder; count its writes, and its renewals from a watch on the
-// Lease (each renewal is one new renewTime).
-func (b *bench) cgSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name, holder = "cg-steady", "steady", "a"
-	if err := b.createNamespace(ctx, ns); err != nil {
-		return steadyResult{}, err
-	}
-	cs, err := kubernetes.NewForConfig(b.cfg)
-	if err != nil {
-		return steadyResult{}, err
-	}
-	leases := cs.CoordinationV1().Leases(ns)
-	var l0, l1 *coordinationv1.Lease
-	var w watch.Interface
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer func() {
-		if w != nil {
-			w.Stop()
-		}
-	}()
-	return b.steadyHolder(ctx, ns, func() (*candidate, error) { return b.startCG(ctx, ns, name, holder) }, renewalCounter{
-		begin: func() (err error) {
-			if l0, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-			w, err = leases.Watch(wctx, metav1.ListOptions{
-				FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-				ResourceVersion: l0.ResourceVersion,
-			})
-			return err
-		},
-		end: func() (err error) {
-			l1, err = leases.Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		count: func() (int, error) { return countRenewals(ctx, w, holder, l0, l1.ResourceVersion) },
-	})
-}
-
-// countRenewals reads watch events up to resource version last and counts the
-// modifications that are renewals by holder (a new renewTime).
-func countRenewals(ctx context.Context, w watch.Interface, holder string, first *coordinationv1.Lease, last string) (int, error) {
-	lastRV, err := strconv.ParseUint(last, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("resource version %q: %w", last, err)
-	}
-	prev := first.Spec.RenewTime
-	n := 0
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, errors.New("the watch on the Lease closed early")
-			}
-			l, isLease := ev.Object.(*coordinationv1.Lease)
-			if !isLease {
-				continue
-			}
-			if ev.Type == watch.Modified && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder &&
-				l.Spec.RenewTime != nil && (prev == nil || !l.Spec.RenewTime.Equal(prev)) {
-				n++
-				prev = l.Spec.RenewTime
-			}
-			if rv, err := strconv.ParseUint(l.ResourceVersion, 10, 64); err == nil && rv >= lastRV {
-				return n, nil
-			}
-		case <-timeout:
-			return 0, errors.New("the watch on the Lease did not reach the end of the window")
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
 }

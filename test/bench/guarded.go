@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -17,8 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -26,14 +26,15 @@ import (
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-// Phase 4: what the fencing webhook adds to a write of a guarded object.
+// Phase 4: what fencing adds to a write of a guarded object.
 //
 // A Widget guarded by a FencedLease (label kubefence.io/lease, annotation
 // kubefence.io/fencing-token) and an unguarded Widget in the same namespace are
 // patched alternately by one client. The guarded patches pass through the
 // fencing webhook (served by this process, reading the lease live as shipped);
-// the unguarded ones match no webhook. Baselines: a webhook that allows
-// everything, and policy mode (the fencing ValidatingAdmissionPolicy).
+// the unguarded ones match no webhook. Then the same in policy mode (the
+// fencing ValidatingAdmissionPolicy, no webhook), with one lease in the
+// namespace's tenure table and with many.
 
 const (
 	guardedNamespace = "guarded-writes"
@@ -49,11 +50,6 @@ const (
 	// metadata as the guard, under keys no webhook looks at.
 	unguardedLabel      = "example.kubefence.io/lease"
 	unguardedAnnotation = "example.kubefence.io/fencing-token"
-	// The allow-all baseline: a webhook at allowAllPath that admits every
-	// write, configured like the fencing webhook, for Widgets with allowAllLabel.
-	allowAllPath   = "/bench-allow-all"
-	allowAllLabel  = "bench.kubefence.io/allow-all"
-	allowAllConfig = "bench-allow-all"
 )
 
 type guardedPass struct {
@@ -67,19 +63,10 @@ type guardedPass struct {
 type guardedResult struct {
 	token      int64
 	webhook    guardedPass // the fencing webhook as shipped
-	allowAll   guardedPass // "guarded" = a Widget that only an allow-all webhook sees
-	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook, one lease in the table
-	policyFull guardedPass // the same with policyTableLeases leases in the table
-	policyBack guardedPass // and again with one lease (order A B A: the machine's drift shows)
-	// barrier is, per grant of policy mode, the table write plus the
-	// propagation barrier: what a hand-over adds over webhook mode.
-	barrier []time.Duration
-	// handoverWebhook and handoverPolicy are hand-over latencies (release to
-	// the next holder's start) with the webhook-mode controller and then the
-	// policy-mode one (table, barrier, status), side by side in this phase.
-	handoverWebhook, handoverPolicy []time.Duration
-	tokenAfter                      int64
-	leading                         bool
+	policy     guardedPass // policy mode, one lease in the tenure table
+	policyFull guardedPass // policy mode, policyTableLeases leases in the table
+	tokenAfter int64
+	leading    bool
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
@@ -88,7 +75,52 @@ func widget(ns, name string) *unstructured.Unstructured {
 	return u
 }
 
-func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, error) {
+// startWebhooks installs config/webhook/{manifests,fencing}.yaml in the API
+// server through envtest's WebhookInstallOptions and serves them, as
+// operator.Setup wires them, from a manager in this process: the FencedLease
+// validator and the fencing handlers. It is called only before the guarded
+// phase (or the scale run), so that the lease phases run without webhooks;
+// stop ends the manager.
+func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	wopts := &b.testEnv.WebhookInstallOptions
+	// Start prepared a CA and a serving directory for no webhooks; replace them.
+	if err := wopts.Cleanup(); err != nil {
+		return nil, err
+	}
+	*wopts = envtest.WebhookInstallOptions{Paths: testenv.WebhookPaths(root)}
+	if err := wopts.PrepWithoutInstalling(); err != nil {
+		return nil, fmt.Errorf("preparing the webhooks: %w", err)
+	}
+	mgrOpts := testenv.WebhookManagerOptions(b.testEnv, b.scheme)
+	mgrOpts.HealthProbeBindAddress = "0"
+	mgr, err := ctrl.NewManager(b.cfg, mgrOpts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the webhook manager: %w", err)
+	}
+	opts := testenv.Operator("", b.adminUser)
+	opts.Reconciler = false
+	if err := operator.Setup(mgr, opts); err != nil {
+		return nil, err
+	}
+	stop = startManager(ctx, "webhook manager", mgr)
+	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
+		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
+	}); err != nil {
+		stop()
+		return nil, err
+	}
+	if err := wopts.Install(b.cfg); err != nil {
+		stop()
+		return nil, fmt.Errorf("installing the webhook configurations: %w", err)
+	}
+	return stop, nil
+}
+
+func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 	const ns, name = guardedNamespace, guardedLease
 	var res guardedResult
 	// Not labelled kubefence.io/fencing=required: the unguarded Widget matches no webhook.
@@ -117,14 +149,12 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	res.token = tok
 
 	// The writing client: its own connection, as the admin.
-	wcfg := rest.CopyConfig(b.cfg)
-	cl, err := client.New(wcfg, client.Options{Scheme: b.scheme})
+	cl, err := client.New(rest.CopyConfig(b.cfg), client.Options{Scheme: b.scheme})
 	if err != nil {
 		return res, err
 	}
 	fc := holder.el.Client(cl)
-	g := widget(ns, "guarded")
-	if err := fc.Create(ctx, g); err != nil {
+	if err := fc.Create(ctx, widget(ns, "guarded")); err != nil {
 		return res, fmt.Errorf("creating the guarded Widget: %w", err)
 	}
 	u := widget(ns, "unguarded")
@@ -133,14 +163,10 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	if err := cl.Create(ctx, u); err != nil {
 		return res, fmt.Errorf("creating the unguarded Widget: %w", err)
 	}
-
 	// The API server picks up new webhook configurations asynchronously: wait
 	// until a dry-run patch with a malformed token is refused.
-	if err := waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing webhook to be called", func(ctx context.Context) (bool, error) {
-		probe := widget(ns, "guarded")
-		err := cl.Patch(ctx, probe, client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
-		return apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "fencing token"), nil
+	if err := b.waitRefused(ctx, cl, "the fencing webhook", func(err error) bool {
+		return apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "fencing token")
 	}); err != nil {
 		return res, err
 	}
@@ -149,115 +175,50 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		return fc.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"spec":{"writer":"g-%06d"}}`, i)))
 	}
-	// plainPatch writes Widget obj with the admin's client, with the same
-	// metadata the fenced client adds to the guarded patch; the writer is
-	// prefix and the write's number.
-	plainPatch := func(obj, prefix string) func(context.Context, int) error {
-		return func(ctx context.Context, i int) error {
-			return cl.Patch(ctx, widget(ns, obj), client.RawPatch(types.MergePatchType,
-				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"%s-%06d"}}`,
-					unguardedAnnotation, tok, unguardedLabel, name, prefix, i)))
-		}
+	// The unguarded patch carries the same metadata the fenced client adds
+	// to the guarded one.
+	unguardedPatch := func(ctx context.Context, i int) error {
+		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
+				unguardedAnnotation, tok, unguardedLabel, name, i)))
 	}
-	unguardedPatch := plainPatch("unguarded", "u")
-
-	fmt.Fprintf(os.Stderr, "bench: guarded writes through the fencing webhook: %d + %d warm-up pairs\n", b.opts.guardedWrites, guardedWarmup)
-	if res.webhook, err = b.guardedPass(ctx, b.opts.guardedWrites, guardedPatch, unguardedPatch); err != nil {
-		return res, err
+	passes := []struct {
+		says string
+		n    int
+		into *guardedPass
+		prep func() error
+	}{
+		{"through the fencing webhook", b.opts.guardedWrites, &res.webhook, nil},
+		{"in policy mode, 1 lease in the table", b.opts.policyWrites, &res.policy, func() error { return b.switchToPolicy(ctx, cl, ns, name) }},
+		{fmt.Sprintf("in policy mode, %d leases in the table", b.opts.policyTableLeases), b.opts.policyWrites, &res.policyFull, func() error { return b.fillTable(ctx, ns) }},
 	}
-	if b.opts.allowAllWrites > 0 {
-		if err := b.installAllowAll(ctx, ws, ns, name, tok); err != nil {
-			return res, err
+	for _, p := range passes {
+		if p.n == 0 {
+			break
 		}
-		allowAllPatch := plainPatch("allow-all", "a")
-		fmt.Fprintf(os.Stderr, "bench: baseline, a webhook that allows every write: %d + %d warm-up pairs\n", b.opts.allowAllWrites, guardedWarmup)
-		if res.allowAll, err = b.guardedPass(ctx, b.opts.allowAllWrites, allowAllPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-	}
-	if b.opts.policyWrites > 0 {
-		if err := b.switchToPolicy(ctx, ns, name); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode (no webhook): %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policy, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if err := b.fillTable(ctx, ns); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, %d leases in the table: %d + %d warm-up pairs\n", b.opts.policyTableLeases, b.opts.policyWrites, guardedWarmup)
-		if res.policyFull, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if err := b.trimTable(ctx, ns, name); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, one lease in the table again: %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policyBack, err = b.guardedPass(ctx, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
-			return res, err
-		}
-		if b.opts.handovers > 0 {
-			if res.handoverWebhook, res.handoverPolicy, err = b.handoversBothModes(ctx); err != nil {
+		if p.prep != nil {
+			if err := p.prep(); err != nil {
 				return res, err
 			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes %s: %d + %d warm-up pairs\n", p.says, p.n, guardedWarmup)
+		if *p.into, err = b.guardedPass(ctx, p.n, guardedPatch, unguardedPatch); err != nil {
+			return res, err
 		}
 	}
 	res.tokenAfter, res.leading = holder.el.Token()
 	return res, nil
 }
 
-// handoversBothModes runs phase 2's kubefence hand-overs with the
-// webhook-mode controller, then restarts the controller in policy mode and
-// runs them again: a grant then writes the tenure table, waits for the
-// barrier and only then the status.
-func (b *bench) handoversBothModes(ctx context.Context) (webhookMode, policyMode []time.Duration, err error) {
-	fmt.Fprintf(os.Stderr, "bench: hand-over, webhook-mode controller: %d iterations\n", b.opts.handovers)
-	h, err := b.kfHandoverIn(ctx, "handover-webhook-mode")
-	if err != nil {
-		return nil, nil, err
-	}
-	b.stopController()
-	if err := b.runController(ctx, operator.EnforcementPolicy); err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintf(os.Stderr, "bench: hand-over, policy-mode controller (table + barrier + status): %d iterations\n", b.opts.handovers)
-	p, err := b.kfHandoverIn(ctx, "handover-policy-mode")
-	if err != nil {
-		return nil, nil, err
-	}
-	return h.latency, p.latency, nil
-}
-
-// barrierGrants is how many grants the barrier pass times.
-const barrierGrants = 200
-
-// barrierPass times the first phase of policy mode's grant, barrierGrants
-// times, on a lease of its own in the table: the entry's write (as
-// policy.Tenures.Grant writes it) and policy.Barrier.Wait, with dry-run probes
-// to the API server, until it refuses the previous token and accepts the new.
-func (b *bench) barrierPass(ctx context.Context, ns string) ([]time.Duration, error) {
-	table := &policy.Table{Reader: b.admin, Writer: b.admin}
-	barrier := &policy.Barrier{Servers: policy.ConfiguredServer(b.cfg), Prober: &policy.DryRunProber{}}
-	fmt.Fprintf(os.Stderr, "bench: policy mode, table write + propagation barrier: %d grants\n", barrierGrants)
-	var out []time.Duration
-	for i := range barrierGrants {
-		prev, next := int64(100+i), int64(101+i)
-		start := time.Now()
-		if _, _, err := table.Update(ctx, ns, "barrier", func(policy.Entry, bool) (policy.Entry, bool) {
-			return policy.Entry{Token: next, Held: true, User: b.adminUser, Attempt: fmt.Sprint(i)}, true
-		}); err != nil {
-			return out, err
-		}
-		if err := barrier.Wait(ctx, ns, "barrier", &prev, next); err != nil {
-			return out, err
-		}
-		out = append(out, time.Since(start))
-	}
-	return out, nil
+// waitRefused waits until a dry-run patch of the guarded Widget with a
+// malformed token is refused as refused tells: the API server calls what was
+// just installed.
+func (b *bench) waitRefused(ctx context.Context, cl client.Client, what string, refused func(error) bool) error {
+	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, what+" to decide", func(ctx context.Context) (bool, error) {
+		err := cl.Patch(ctx, widget(guardedNamespace, "guarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
+		return err != nil && refused(err), nil
+	})
 }
 
 // switchToPolicy turns the cluster to policy mode for lease ns/name, as the
@@ -265,7 +226,7 @@ func (b *bench) barrierPass(ctx context.Context, ns string) ([]time.Duration, er
 // fencing webhook keeps only its /scale and eviction entries, the policies
 // are applied, and the lease's tenure table entry is written from its status
 // (policy.Tenures.Sync). It returns once the policy refuses a malformed token.
-func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
+func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name string) error {
 	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
 	if err := b.admin.Get(ctx, types.NamespacedName{Name: "fencing-webhook-configuration"}, &cfg); err != nil {
 		return fmt.Errorf("reading the installed fencing webhook configuration: %w", err)
@@ -294,21 +255,9 @@ func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
 	if err := t.Sync(ctx, &l); err != nil {
 		return fmt.Errorf("writing the tenure table: %w", err)
 	}
-	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing policy to decide", func(ctx context.Context) (bool, error) {
-		err := b.admin.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'"), nil
+	return b.waitRefused(ctx, cl, "the fencing policy", func(err error) bool {
+		return strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'")
 	})
-}
-
-// trimTable leaves only lease's entry in the namespace's tenure table.
-func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
-	var cm corev1.ConfigMap
-	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
-		return err
-	}
-	cm.Data = map[string]string{lease: cm.Data[lease], policy.IncarnationKey: cm.Data[policy.IncarnationKey]}
-	return b.admin.Update(ctx, &cm)
 }
 
 // fillTable makes the namespace's tenure table hold policyTableLeases
@@ -331,62 +280,6 @@ func (b *bench) fillTable(ctx context.Context, ns string) error {
 	}
 	b.policyTableBytes = size
 	return nil
-}
-
-// installAllowAll installs a validating webhook that admits every write of a
-// Widget labelled allowAllLabel, served by this process at allowAllPath and
-// configured like the fencing webhook (same server, TLS, timeout, failure
-// policy), and creates such a Widget: the cost of any webhook at all.
-func (b *bench) installAllowAll(ctx context.Context, ws *webhookServer, ns, lease string, tok int64) error {
-	var fencingCfg admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := b.admin.Get(ctx, types.NamespacedName{Name: "fencing-webhook-configuration"}, &fencingCfg); err != nil {
-		return fmt.Errorf("reading the installed fencing webhook configuration: %w", err)
-	}
-	var guarded *admissionregistrationv1.ValidatingWebhook
-	for i := range fencingCfg.Webhooks {
-		if fencingCfg.Webhooks[i].Name == "guarded.fencing.kubefence.io" {
-			guarded = &fencingCfg.Webhooks[i]
-		}
-	}
-	if guarded == nil || guarded.ClientConfig.URL == nil {
-		return errors.New("the installed fencing configuration has no guarded webhook with a URL")
-	}
-	u, err := url.Parse(*guarded.ClientConfig.URL)
-	if err != nil {
-		return err
-	}
-	u.Path = allowAllPath
-	wh := guarded.DeepCopy()
-	wh.Name = "allow-all.bench.kubefence.io"
-	wh.ClientConfig.URL = ptr.To(u.String())
-	wh.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{allowAllLabel: "true"}}
-	wh.MatchConditions = nil
-	wh.Rules = []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{testenv.WidgetGVK.Group}, APIVersions: []string{testenv.WidgetGVK.Version},
-			Resources: []string{"widgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}}
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: allowAllConfig},
-		Webhooks:   []admissionregistrationv1.ValidatingWebhook{*wh},
-	}
-	if err := b.admin.Create(ctx, cfg); err != nil {
-		return fmt.Errorf("installing the allow-all webhook: %w", err)
-	}
-	a := widget(ns, "allow-all")
-	a.SetLabels(map[string]string{allowAllLabel: "true", unguardedLabel: lease})
-	a.SetAnnotations(map[string]string{unguardedAnnotation: fmt.Sprint(tok)})
-	if err := b.admin.Create(ctx, a); err != nil {
-		return fmt.Errorf("creating the allow-all Widget: %w", err)
-	}
-	// The API server picks the configuration up asynchronously.
-	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the allow-all webhook to be called", func(ctx context.Context) (bool, error) {
-		before := ws.allowed.Load()
-		if err := b.admin.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"probe"}}`)), client.DryRunAll); err != nil {
-			return false, err
-		}
-		return ws.allowed.Load() > before, nil
-	})
 }
 
 // guardedPass sends warm-up pairs, then n measured pairs (guarded first).

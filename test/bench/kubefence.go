@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -288,7 +287,7 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 		return res, err
 	}
 	ctrlBefore := b.ctrlRT.snapshot(ns)
-	xBefore, yBefore := x.tr.counts(), y.tr.counts()
+	xBefore, yBefore := x.tr.requests(), y.tr.requests()
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
 		if err := ready(h, w); err != nil {
@@ -332,50 +331,8 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 	}
 	res.n = len(res.latency)
 	res.ctrl = b.ctrlRT.snapshot(ns).sub(ctrlBefore)
-	xAfter, yAfter := x.tr.counts(), y.tr.counts()
+	xAfter, yAfter := x.tr.requests(), y.tr.requests()
 	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
 	res.clientReads = xAfter.reads - xBefore.reads + yAfter.reads - yBefore.reads
 	return res, nil
-}
-
-// steadyResult is phase 3 for one system.
-type steadyResult struct {
-	window        time.Duration
-	renewals      int
-	writes, reads int
-	ctrl          writeCounts
-	// writeRTT is the round trip of each of the holder's writes in the window.
-	writeRTT []time.Duration
-}
-
-// kfSteady: one holder, nobody waiting; count its writes and the controller's
-// over the window, and its renewals from the lease's renewSequence.
-func (b *bench) kfSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name, holder = "kf-steady", "steady", "a"
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
-		return steadyResult{}, err
-	}
-	seq := func() (int64, error) {
-		l, err := b.getFencedLease(ctx, ns, name)
-		if err != nil {
-			return 0, err
-		}
-		r, ok := requestOf(l, holder)
-		if !ok || l.Status.HolderIdentity != holder {
-			return 0, errors.New("the holder lost the lease during the steady window")
-		}
-		return r.RenewSequence, nil
-	}
-	var seq0, seq1 int64
-	return b.steadyHolder(ctx, ns, func() (*candidate, error) {
-		a, err := b.startKF(ctx, ns, name, holder)
-		if err != nil {
-			return nil, err
-		}
-		return a.candidate, nil
-	}, renewalCounter{
-		begin: func() (err error) { seq0, err = seq(); return err },
-		end:   func() (err error) { seq1, err = seq(); return err },
-		count: func() (int, error) { return int(seq1 - seq0), nil },
-	})
 }

@@ -38,7 +38,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -56,15 +55,15 @@ const operatorNamespace = "kubefence-system"
 
 type options struct {
 	takeovers, handovers, leaseSeconds int
-	steady, timeout                    time.Duration
+	timeout                            time.Duration
 	verbose                            bool
 	// only selects the phases: "" (1 to 4), "leases" (1 to 3), "guarded" (4)
 	// or "scale".
 	only string
-	// The guarded-write passes: measured pairs through the fencing webhook,
-	// through an allow-all webhook and in policy mode, and the leases in the
-	// policy pass's tenure table.
-	guardedWrites, allowAllWrites, policyWrites, policyTableLeases int
+	// The guarded-write passes: measured pairs through the fencing webhook
+	// and in each policy-mode pass, and the leases in the second policy
+	// pass's tenure table.
+	guardedWrites, policyWrites, policyTableLeases int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -74,13 +73,11 @@ func main() {
 	var o options
 	flag.IntVar(&o.takeovers, "takeovers", 20, "takeover iterations per system")
 	flag.IntVar(&o.handovers, "handovers", 50, "hand-over iterations per system")
-	flag.DurationVar(&o.steady, "steady", 10*time.Second, "length of the steady-state window that counts writes per renewal")
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
-	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.Parse()
@@ -93,28 +90,27 @@ func main() {
 
 // bench is the shared state of one run.
 type bench struct {
-	opts      options
-	lease     time.Duration
-	cfg       *rest.Config
-	scheme    *runtime.Scheme
-	admin     client.Client
-	adminUser string
-	testEnv   *envtest.Environment
-	ctrlRT    *controllerTransport
-	// stopController stops the running controller manager (runController).
-	stopController func()
+	opts           options
+	lease          time.Duration
+	cfg            *rest.Config
+	scheme         *runtime.Scheme
+	admin          client.Client
+	adminUser      string
+	testEnv        *envtest.Environment
+	ctrlRT         *controllerTransport
+	stopController func() // set by runController
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
 }
 
 func run(o options) error {
 	switch {
-	case o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1:
-		return errors.New("-takeovers and -handovers must be at least 1, -steady positive, -lease at least 1")
+	case o.takeovers < 1 || o.handovers < 1 || o.leaseSeconds < 1:
+		return errors.New("-takeovers, -handovers and -lease must be at least 1")
 	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	case o.guardedWrites < 1 || o.allowAllWrites < 0 || o.policyWrites < 0:
-		return errors.New("-guarded-writes must be at least 1, -allow-all-writes and -policy-writes at least 0")
+	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1:
+		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes at least 0")
 	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}
@@ -161,16 +157,12 @@ func run(o options) error {
 
 	// Stopped after the controller (defers run last in, first out): the
 	// FencedLease validator must answer as long as the controller writes.
-	var whs *webhookServer
-	defer func() {
-		if whs != nil {
-			whs.stop()
-		}
-	}()
-	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
+	stopWebhooks := func() {}
+	defer func() { stopWebhooks() }()
+	if err := b.runController(ctx); err != nil {
 		return err
 	}
-	defer func() { b.stopController() }()
+	defer b.stopController()
 
 	rep := report{env: env}
 	started := time.Now()
@@ -181,10 +173,10 @@ func run(o options) error {
 	}
 	if o.runGuarded() {
 		fmt.Fprintln(os.Stderr, "bench: guarded writes: installing and serving the webhooks")
-		if whs, err = b.startWebhooks(ctx); err != nil {
+		if stopWebhooks, err = b.startWebhooks(ctx); err != nil {
 			return err
 		}
-		g, err := b.guarded(ctx, whs)
+		g, err := b.guarded(ctx)
 		if err != nil {
 			return fmt.Errorf("guarded-write phase: %w", err)
 		}
@@ -203,15 +195,12 @@ func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 		name, says string
 		kf, cg     func(context.Context) error
 	}{
-		{"takeover", fmt.Sprintf("phase 1/3: takeover after the holder stops renewing (%d iterations each)", o.takeovers),
+		{"takeover", fmt.Sprintf("phase 1/2: takeover after the holder stops renewing (%d iterations each)", o.takeovers),
 			func(ctx context.Context) (err error) { rep.kfTakeover, err = b.kfTakeover(ctx); return },
 			func(ctx context.Context) (err error) { rep.cgTakeover, err = b.cgTakeover(ctx); return }},
-		{"hand-over", fmt.Sprintf("phase 2/3: hand-over after a voluntary release (%d iterations each)", o.handovers),
+		{"hand-over", fmt.Sprintf("phase 2/2: hand-over after a voluntary release (%d iterations each)", o.handovers),
 			func(ctx context.Context) (err error) { rep.kfHandover, err = b.kfHandover(ctx); return },
 			func(ctx context.Context) (err error) { rep.cgHandover, err = b.cgHandover(ctx); return }},
-		{"steady", fmt.Sprintf("phase 3/3: writes per renewal over %v", o.steady),
-			func(ctx context.Context) (err error) { rep.kfSteady, err = b.kfSteady(ctx); return },
-			func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return }},
 	} {
 		fmt.Fprintln(os.Stderr, "bench:", p.says)
 		var wg sync.WaitGroup
@@ -270,11 +259,9 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
-// runController runs the kubefence controller manager, as the admin, with a
-// transport that counts its writes, in enforcement mode (with policy, the
-// policy-mode reconciler: tenure tables and the barrier); stopController
-// stops it.
-func (b *bench) runController(ctx context.Context, enforcement string) error {
+// runController runs the kubefence controller manager (webhook mode), as the
+// admin, with a transport that counts its writes; stopController stops it.
+func (b *bench) runController(ctx context.Context) error {
 	mgrCfg := rest.CopyConfig(b.cfg)
 	mgrCfg.WrapTransport = b.ctrlRT.wrap
 	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
@@ -283,14 +270,6 @@ func (b *bench) runController(ctx context.Context, enforcement string) error {
 	}
 	o := testenv.Operator(operatorNamespace, b.adminUser)
 	o.Webhooks = false
-	o.Enforcement = enforcement
-	if enforcement == operator.EnforcementPolicy {
-		o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
-		// One kube-apiserver, listening on loopback only while it lists the
-		// host's address in the kubernetes endpoints: the barrier probes the
-		// configured address (--barrier-servers=configured).
-		o.BarrierServers = operator.BarrierServersConfigured
-	}
 	if err := operator.Setup(mgr, o); err != nil {
 		return fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}

@@ -32,7 +32,6 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
-	"github.com/kubefence/kubefence/controllers/operator"
 )
 
 const (
@@ -665,16 +664,15 @@ func heapInUse() (uint64, int) {
 	return m.HeapInuse, runtime.NumGoroutine()
 }
 
-// serveOperator serves both webhooks and runs the controller in webhook mode
-// as b's user; stop ends both.
+// serveOperator serves both webhooks and runs the controller; stop ends both.
 func (b *bench) serveOperator(ctx context.Context) (stop func(), err error) {
-	whs, err := b.startWebhooks(ctx)
+	stopWebhooks, err := b.startWebhooks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
-		whs.stop()
+	if err := b.runController(ctx); err != nil {
+		stopWebhooks()
 		return nil, err
 	}
-	return func() { b.stopController(); whs.stop() }, nil
+	return func() { b.stopController(); stopWebhooks() }, nil
 }

@@ -37,19 +37,15 @@ func isWatch(req *http.Request) bool {
 // sent, and can be frozen: from then on every new request fails at once, so
 // the candidate renews no more.
 type holderTransport struct {
-	mu        sync.Mutex
-	frozen    bool
-	writes    int // write requests sent (POST, PUT, PATCH, DELETE)
-	reads     int // GET and LIST requests sent (watches are not counted)
-	completed int // writes that succeeded
-	lastSent  time.Time
-	latencies []time.Duration // round trips of successful writes
-	done      chan struct{}   // closed and replaced whenever a write succeeds
+	mu       sync.Mutex
+	frozen   bool
+	counts   holderCounts
+	lastSent time.Time
 }
 
-func newHolderTransport() *holderTransport {
-	return &holderTransport{done: make(chan struct{})}
-}
+// holderCounts are the requests a candidate sent: writes (POST, PUT, PATCH,
+// DELETE) and reads (GET and LIST; watches are not counted).
+type holderCounts struct{ writes, reads int }
 
 // wrap is a rest.Config WrapTransport.
 func (t *holderTransport) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -77,9 +73,9 @@ func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (
 	}
 	switch {
 	case write:
-		t.writes++
+		t.counts.writes++
 	case req.Method == http.MethodGet && !isWatch(req):
-		t.reads++
+		t.counts.reads++
 	}
 	t.mu.Unlock()
 
@@ -87,13 +83,9 @@ func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (
 	resp, err := next.RoundTrip(req)
 	if write && err == nil && resp.StatusCode < 300 {
 		t.mu.Lock()
-		t.completed++
-		t.latencies = append(t.latencies, time.Since(sent))
 		if sent.After(t.lastSent) {
 			t.lastSent = sent
 		}
-		close(t.done)
-		t.done = make(chan struct{})
 		t.mu.Unlock()
 	}
 	return resp, err
@@ -113,31 +105,10 @@ func (t *holderTransport) lastWriteSent() time.Time {
 	return t.lastSent
 }
 
-type holderCounts struct{ writes, reads, completed int }
-
-func (t *holderTransport) counts() holderCounts {
+func (t *holderTransport) requests() holderCounts {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return holderCounts{writes: t.writes, reads: t.reads, completed: t.completed}
-}
-
-// writeLatencies returns the round trips of successful writes number from
-// (counted from 0) up to, not including, to.
-func (t *holderTransport) writeLatencies(from, to int) []time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	to = min(to, len(t.latencies))
-	if from >= to {
-		return nil
-	}
-	return append([]time.Duration(nil), t.latencies[from:to]...)
-}
-
-// nextWrite returns a channel closed when the next write succeeds.
-func (t *holderTransport) nextWrite() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done
+	return t.counts
 }
 
 // Controller write categories.

@@ -190,7 +190,7 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	if err := sleep(ctx, rand.N(renewEvery)); err != nil {
 		return err
 	}
-	before := b.ctrlRT.snapshot(ns)
+	before := b.ctrlRT.counted(ns)
 	start, t0, err := b.takeOver(ctx, a.candidate, w.candidate, res)
 	if err != nil {
 		return err
@@ -200,7 +200,9 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 	if err := sleep(ctx, min(300*time.Millisecond, renewEvery/2)); err != nil {
 		return err
 	}
-	res.ctrl.add(b.ctrlRT.snapshot(ns).sub(before))
+	for k, v := range b.ctrlRT.counted(ns).sub(before) {
+		res.ctrl[k] += v
+	}
 
 	// The controller expires and grants in one status write; only a holder
 	// that never renewed needs a spec write (removing its request) first. It
@@ -286,7 +288,7 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 	if err := ready(x, y); err != nil {
 		return res, err
 	}
-	ctrlBefore := b.ctrlRT.snapshot(ns)
+	ctrlBefore := b.ctrlRT.counted(ns)
 	xBefore, yBefore := x.tr.requests(), y.tr.requests()
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
@@ -330,7 +332,7 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 		return res, err
 	}
 	res.n = len(res.latency)
-	res.ctrl = b.ctrlRT.snapshot(ns).sub(ctrlBefore)
+	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
 	xAfter, yAfter := x.tr.requests(), y.tr.requests()
 	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
 	res.clientReads = xAfter.reads - xBefore.reads + yAfter.reads - yBefore.reads

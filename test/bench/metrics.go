@@ -6,9 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -178,24 +176,6 @@ func (l apfLevel) String() string {
 		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
 	}
 	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
-}
-
-// apiserverProfile writes a CPU profile of kube-apiserver over d to file.
-func (b *bench) apiserverProfile(ctx context.Context, file string, d time.Duration) error {
-	resp, err := b.get(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), false)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // hist is a histogram's count and sum, by the value of one label.

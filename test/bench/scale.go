@@ -11,6 +11,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -50,7 +51,6 @@ const (
 type scaleOptions struct {
 	leases, mass, samples, lease int
 	steady, baseline             time.Duration
-	profile                      string // file for a CPU profile of kube-apiserver
 }
 
 var scaleOpts scaleOptions
@@ -65,7 +65,6 @@ func init() {
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of the kubefence steady-state window")
 	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
-	flag.StringVar(&scaleOpts.profile, "scale-apiserver-profile", "", "scale: write a 30 s CPU profile of kube-apiserver, taken in the kubefence window, to this file (go tool pprof)")
 }
 
 // configureAPIServer sets kube-apiserver's concurrency limits.
@@ -305,18 +304,9 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleSettle); err != nil {
 		return err
 	}
-	profiled := make(chan error, 1)
-	if scaleOpts.profile != "" {
-		go func() { profiled <- b.apiserverProfile(ctx, scaleOpts.profile, min(30*time.Second, scaleOpts.steady)) }()
-	} else {
-		profiled <- nil
-	}
 	w, err := b.measure(ctx, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
 	if err != nil {
 		return err
-	}
-	if err := <-profiled; err != nil {
-		fmt.Fprintln(os.Stderr, "bench: scale: profiling kube-apiserver failed (the run goes on):", err)
 	}
 	s.rep.windows = append(s.rep.windows, w)
 	if err := b.scaleFailover(ctx, s, h, &s.rep.failover); err != nil {
@@ -381,7 +371,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	}
 
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
-	massCtrl0 := b.ctrlRT.snapshot(scaleMassNS)
+	massCtrl0 := b.ctrlRT.counted(scaleMassNS)
 	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc]procCounts{}
 	for _, p := range h.massW {
@@ -430,7 +420,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	f.massCtrl = b.ctrlRT.snapshot(scaleMassNS).sub(massCtrl0)
+	f.massCtrl = b.ctrlRT.counted(scaleMassNS).sub(massCtrl0)
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
 		f.massAPF = apfSub(apf1, apf0)
 	}
@@ -488,7 +478,7 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 	for _, p := range procs {
 		c0[p] = p.snapshot()
 	}
-	ctrl0 := b.ctrlRT.total()
+	ctrl0 := b.ctrlRT.counted("")
 	peak := map[string]int64{}
 	for end := time.Now().Add(length); ; {
 		if err := sleep(ctx, min(time.Until(end), 10*time.Second)); err != nil {
@@ -513,7 +503,7 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 			w.holderRenewals += c.completed - c0[p].completed
 		}
 	}
-	w.controllerByCat = b.ctrlRT.total().sub(ctrl0)
+	w.controllerByCat = b.ctrlRT.counted("").sub(ctrl0)
 	_, w.goroutines = heapInUse()
 	return w, nil
 }
@@ -549,41 +539,46 @@ func (b *bench) installFlowControl(ctx context.Context) error {
 // createLeases creates the namespaces and FencedLeases of keys and waits, up
 // to timeout, until the controller has put its finalizer on each.
 func (b *bench) createLeases(ctx context.Context, keys []string, timeout time.Duration) error {
-	var namespaces []string
+	created := map[string]bool{}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8) // creations in flight
 	for _, k := range keys {
-		ns, _, _ := strings.Cut(k, "/")
-		if !slices.Contains(namespaces, ns) {
-			namespaces = append(namespaces, ns)
+		ns, name, _ := strings.Cut(k, "/")
+		if !created[ns] {
 			if err := b.createNamespace(ctx, ns); err != nil {
 				return err
 			}
+			created[ns] = true
 		}
-	}
-	if err := parallel(ctx, keys, 8, func(ctx context.Context, k string) error {
-		ns, name, _ := strings.Cut(k, "/")
-		return b.admin.Create(ctx, &coordv1alpha1.FencedLease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(scaleOpts.lease)},
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := b.admin.Create(ctx, &coordv1alpha1.FencedLease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(scaleOpts.lease)},
+			}); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", k, err))
+				mu.Unlock()
+			}
 		})
-	}); err != nil {
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	interval := time.Second
-	if len(keys) > 1000 {
-		interval = 5 * time.Second // a list of them all is not cheap
-	}
-	return waitFor(ctx, timeout, interval, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
+	return waitFor(ctx, timeout, 5*time.Second, "every lease to carry the epoch finalizer", func(ctx context.Context) (bool, error) {
 		var list coordv1alpha1.FencedLeaseList
-		if err := b.admin.List(ctx, &list); err != nil {
-			return false, err
-		}
+		err := b.admin.List(ctx, &list)
 		n := 0
 		for i := range list.Items {
 			if len(list.Items[i].Finalizers) > 0 {
 				n++
 			}
 		}
-		return n == len(keys), nil
+		return err == nil && n == len(keys), err
 	})
 }
 
@@ -622,38 +617,6 @@ func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int
 		}
 	}
 	return out, nil
-}
-
-func parallel(ctx context.Context, keys []string, workers int, fn func(context.Context, string) error) error {
-	ch := make(chan string)
-	var mu sync.Mutex
-	var first error
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for k := range ch {
-				if err := fn(ctx, k); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("%s: %w", k, err)
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, k := range keys {
-		if ctx.Err() != nil {
-			break
-		}
-		ch <- k
-	}
-	close(ch)
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
 }
 
 // heapInUse is this process's live heap after a GC, and its goroutines.

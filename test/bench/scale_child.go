@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +25,6 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -68,10 +66,10 @@ func scaleChild(args []string) int {
 	fs := flag.NewFlagSet("scale-child", flag.ContinueOnError)
 	kind := fs.String("kind", "kf", "kf (pkg/fence electors on FencedLeases) or cg (client-go leader election on Leases)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the holder identity")
-	leasesFile := fs.String("leases", "", "file of ns/name lines, one elector each")
+	leases := fs.String("leases", "", "ns/name of the leases, separated by commas: one elector each")
 	id := fs.String("id", "", "identity prefix")
 	user := fs.String("user", "", "the identity's username (kf)")
-	leaseSeconds := fs.Int("lease", 15, "lease duration (cg)")
+	lease := fs.Duration("lease", 15*time.Second, "lease duration (cg)")
 	retry := fs.Duration("retry", 2*time.Second, "client-go RetryPeriod (cg)")
 	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "client-go RenewDeadline (cg)")
 	if err := fs.Parse(args); err != nil {
@@ -79,71 +77,86 @@ func scaleChild(args []string) int {
 	}
 	logf.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
-	raw, err := os.ReadFile(*kubeconfig)
-	if err != nil {
+	if err := runChild(*kind, *kubeconfig, *leases, *id, *user, *lease, *retry, *renewDeadline); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	return 0
+}
+
+// runChild runs one elector per lease until SIGTERM. It reports on stdout
+// "lead <key> <started> <leading>" (Unix ns) when an elector leads, and
+// every 500 ms "count <writes> <completed> <failed> <cpu ns>".
+func runChild(kind, kubeconfig, leases, id, user string, lease, retry, renewDeadline time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1
+		return err
 	}
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side throttling: one process, many electors
 	var counter childCounter
 	cfg.WrapTransport = counter.wrap
-	data, err := os.ReadFile(*leasesFile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1
-	}
-	leases := strings.Fields(string(data))
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	out := bufio.NewWriter(os.Stdout)
 	var outMu sync.Mutex
 	emit := func(format string, a ...any) {
 		outMu.Lock()
 		defer outMu.Unlock()
-		fmt.Fprintf(out, format+"\n", a...)
-		_ = out.Flush()
+		fmt.Printf(format+"\n", a...)
 	}
-
-	var wg sync.WaitGroup
-	// each starts one elector per lease with start, which returns its loop.
-	each := func(start func(i int, key, ns, name string, started time.Time) (func(), error)) error {
-		for i, key := range leases {
-			ns, name, _ := strings.Cut(key, "/")
-			run, err := start(i, key, ns, name, time.Now())
-			if err != nil {
-				return err
-			}
-			wg.Go(run)
-		}
-		return nil
-	}
-	switch *kind {
+	// elector returns the loop of elector i on ns/name, which calls lead
+	// when it leads.
+	var elector func(i int, ns, name string, lead func()) (func(), error)
+	switch kind {
 	case "kf":
-		err = childKubefence(ctx, cfg, each, emit, *id, *user)
+		cl, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.NewScheme()})
+		if err != nil {
+			return err
+		}
+		elector = func(i int, ns, name string, lead func()) (func(), error) {
+			el, err := fence.New(fence.Config{
+				Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", id, i), User: user,
+				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { lead(); <-ctx.Done() }},
+			})
+			return func() { _ = el.Run(ctx) }, err
+		}
 	case "cg":
-		err = childClientGo(ctx, cfg, each, emit, *id, time.Duration(*leaseSeconds)*time.Second, *renewDeadline, *retry)
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		elector = func(i int, ns, name string, lead func()) (func(), error) {
+			le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+				Lock: &resourcelock.LeaseLock{
+					LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+					Client:     cs.CoordinationV1(),
+					LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", id, i)},
+				},
+				LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry,
+				ReleaseOnCancel: true, Name: name,
+				Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: func(context.Context) { lead() }, OnStoppedLeading: func() {}},
+			})
+			return func() { le.Run(ctx) }, err
+		}
 	default:
-		fmt.Fprintln(os.Stderr, "child: unknown -kind", *kind)
-		return 2
+		return fmt.Errorf("unknown -kind %q", kind)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1
+	var wg sync.WaitGroup
+	for i, key := range strings.Split(leases, ",") {
+		ns, name, _ := strings.Cut(key, "/")
+		started := time.Now()
+		run, err := elector(i, ns, name, func() { emit("lead %s %d %d", key, started.UnixNano(), time.Now().UnixNano()) })
+		if err != nil {
+			return err
+		}
+		wg.Go(run)
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
 	report := func() {
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		emit("count %d %d %d %d", counter.writes.Load(), counter.completed.Load(), counter.failed.Load(), cpu)
+		emit("count %d %d %d %d", counter.writes.Load(), counter.completed.Load(), counter.failed.Load(), ru.Utime.Nano()+ru.Stime.Nano())
 	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
@@ -151,65 +164,9 @@ func scaleChild(args []string) int {
 		case <-ctx.Done():
 			wg.Wait()
 			report()
-			emit("done")
-			return 0
+			return nil
 		}
 	}
-}
-
-// electorStarter is the child's each: it starts one elector per lease.
-type electorStarter func(start func(i int, key, ns, name string, started time.Time) (func(), error)) error
-
-// childKubefence starts a pkg/fence elector per lease; each reports "lead"
-// when it leads, with its token.
-func childKubefence(ctx context.Context, cfg *rest.Config, each electorStarter, emit func(string, ...any), id, user string) error {
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.NewScheme()})
-	if err != nil {
-		return err
-	}
-	return each(func(i int, key, ns, name string, started time.Time) (func(), error) {
-		el, err := fence.New(fence.Config{
-			Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", id, i), User: user,
-			Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
-				emit("lead %s %d %d", key, started.UnixNano(), time.Now().UnixNano())
-				<-ctx.Done()
-			}},
-		})
-		if err != nil {
-			return nil, err
-		}
-		return func() { _ = el.Run(ctx) }, nil
-	})
-}
-
-// childClientGo starts a client-go leader elector on a Lease per lease; each
-// reports "lead" when it leads (token 0).
-func childClientGo(ctx context.Context, cfg *rest.Config, each electorStarter, emit func(string, ...any), id string, lease, renewDeadline, retry time.Duration) error {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return each(func(i int, key, ns, name string, started time.Time) (func(), error) {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-				Client:     cs.CoordinationV1(),
-				LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", id, i)},
-			},
-			LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry,
-			ReleaseOnCancel: true, Name: name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
-					emit("lead %s %d %d", key, started.UnixNano(), time.Now().UnixNano())
-				},
-				OnStoppedLeading: func() {},
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		return func() { le.Run(ctx) }, nil
-	})
 }
 
 // scaleProc is one holder process as the benchmark sees it.
@@ -231,18 +188,14 @@ type procCounts struct {
 type leadEvent struct{ started, leading time.Time }
 
 // startProc runs a holder process: kind "kf" or "cg", one elector per lease
-// in leases, as the identity of kubeconfig.
+// in leases, as the holders' identity.
 func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, leases []string, extra ...string) (*scaleProc, error) {
-	file := filepath.Join(s.dir, name+".leases")
-	if err := os.WriteFile(file, []byte(strings.Join(leases, "\n")+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"-kind", kind, "-kubeconfig", s.kubeconfig, "-leases", file, "-id", name, "-user", scaleHolderUser,
-		"-lease", fmt.Sprint(b.opts.leaseSeconds)}, extra...)
+	args := append([]string{"-kind", kind, "-kubeconfig", s.kubeconfig, "-leases", strings.Join(leases, ","), "-id", name, "-user", scaleHolderUser,
+		"-lease", b.lease.String()}, extra...)
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), scaleChildEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -254,6 +207,7 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	s.procs = append(s.procs, p)
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(stdout)

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"k8s.io/apimachinery/pkg/api/equality"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
@@ -116,46 +113,29 @@ const (
 	catStatusGrant   = "status: grant / end of tenure"
 	catStatusRenewal = "status: renewal observed"
 	catStatusQueue   = "status: waiting list"
-	catStatusCond    = "status: conditions / lock-delay"
-	catStatusOther   = "status: other fields"
+	catStatusOther   = "status: conditions / other"
 	catSpecExpiry    = "spec: expiry (request removed)"
 	catSpecOther     = "spec: finalizer / other"
 	catEvents        = "events"
-	catEpochStore    = "epoch store (ConfigMap)"
-	catOther         = "other"
+	catOther         = "other (epoch store, ...)"
 	catFailed        = "(of which refused, e.g. conflict)"
 )
 
-var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusQueue, catStatusCond, catStatusOther, catSpecExpiry, catSpecOther,
-	catEvents, catEpochStore, catOther, catFailed}
+var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusQueue, catStatusOther, catSpecExpiry, catSpecOther, catEvents, catOther, catFailed}
 
 // writeCounts counts writes by category.
 type writeCounts map[string]int
 
 func (w writeCounts) total() int {
-	n := 0
-	for k, v := range w {
-		if k != catFailed {
-			n += v
-		}
-	}
-	return n
+	return w[catStatusGrant] + w[catStatusRenewal] + w[catStatusQueue] + w[catStatusOther] + w[catSpecExpiry] + w[catSpecOther] + w[catEvents] + w[catOther]
 }
 
 func (w writeCounts) sub(o writeCounts) writeCounts {
 	out := writeCounts{}
 	for k, v := range w {
-		if d := v - o[k]; d != 0 {
-			out[k] = d
-		}
+		out[k] = v - o[k]
 	}
 	return out
-}
-
-func (w writeCounts) add(o writeCounts) {
-	for k, v := range o {
-		w[k] += v
-	}
 }
 
 // controllerTransport wraps the controller manager's API connection and sorts
@@ -173,44 +153,31 @@ type controllerTransport struct {
 // ctrlWrite is one controller write to a FencedLease, kept to take a
 // takeover or a hand-over apart afterwards.
 type ctrlWrite struct {
-	namespace  string
-	name       string
-	category   string
-	sent, done time.Time
-	ok         bool
-	holder     string // status.holderIdentity written (status writes)
+	namespace, name, category string
+	sent, done                time.Time
+	ok                        bool
+	holder                    string // status.holderIdentity written (status writes)
 }
 
 func newControllerTransport() *controllerTransport {
-	return &controllerTransport{
-		counts:      map[string]writeCounts{},
-		lastStatus:  map[string]coordv1alpha1.FencedLeaseStatus{},
-		lastExpired: map[string]string{},
-	}
+	return &controllerTransport{counts: map[string]writeCounts{}, lastStatus: map[string]coordv1alpha1.FencedLeaseStatus{}, lastExpired: map[string]string{}}
 }
 
 func (t *controllerTransport) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper{next: rt, fn: t.roundTrip}
 }
 
-// snapshot returns the writes counted so far in namespace ns.
-func (t *controllerTransport) snapshot(ns string) writeCounts {
+// counted returns the writes counted so far in namespace ns ("": in all).
+func (t *controllerTransport) counted(ns string) writeCounts {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := writeCounts{}
-	for k, v := range t.counts[ns] {
-		out[k] = v
-	}
-	return out
-}
-
-// total returns the writes counted so far in every namespace.
-func (t *controllerTransport) total() writeCounts {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := writeCounts{}
-	for _, c := range t.counts {
-		out.add(c)
+	for n, c := range t.counts {
+		for k, v := range c {
+			if ns == "" || n == ns {
+				out[k] += v
+			}
+		}
 	}
 	return out
 }
@@ -229,74 +196,28 @@ func (t *controllerTransport) trace(ns string, since time.Time) []ctrlWrite {
 	return out
 }
 
-// apiPath splits /apis/<group>/<version>/namespaces/<ns>/<resource>[/<name>[/<sub>]]
-// (or /api/v1/...) into namespace, resource, name and subresource.
-func apiPath(p string) (ns, resource, name, sub string) {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
-	for i := 0; i+1 < len(parts); i++ {
-		if parts[i] == "namespaces" {
-			ns = parts[i+1]
-			rest := parts[i+2:]
-			if len(rest) > 0 {
-				resource = rest[0]
-			}
-			if len(rest) > 1 {
-				name = rest[1]
-			}
-			if len(rest) > 2 {
-				sub = rest[2]
-			}
-			return
-		}
-	}
-	return "", "", "", ""
-}
-
-func readBody(req *http.Request) []byte {
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	if req.GetBody != nil {
-		rc, err := req.GetBody()
-		if err != nil {
-			return nil
-		}
-		defer func() { _ = rc.Close() }()
-		b, _ := io.ReadAll(rc)
-		return b
-	}
-	b, err := io.ReadAll(req.Body)
-	_ = req.Body.Close()
-	req.Body = io.NopCloser(bytes.NewReader(b))
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
 func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
 	if !isWrite(req.Method) {
 		return next.RoundTrip(req)
 	}
-	ns, resource, name, sub := apiPath(req.URL.Path)
+	// .../namespaces/<ns>/<resource>[/<name>[/<sub>]]
+	_, rest, _ := strings.Cut(req.URL.Path, "/namespaces/")
+	parts := append(strings.Split(rest, "/"), "", "", "", "")
+	ns, resource, name, sub := parts[0], parts[1], parts[2], parts[3]
 	key := ns + "/" + name
-	var cat string
+	cat := catOther
 	var obj *coordv1alpha1.FencedLease
-	switch {
-	case resource == "fencedleases":
+	switch resource {
+	case "fencedleases":
 		obj = &coordv1alpha1.FencedLease{}
-		if err := json.Unmarshal(readBody(req), obj); err != nil {
+		if body, err := req.GetBody(); err != nil || json.NewDecoder(body).Decode(obj) != nil {
 			obj = nil
 		}
 		t.mu.Lock()
 		cat = t.classifyLease(key, sub, obj)
 		t.mu.Unlock()
-	case resource == "events":
+	case "events":
 		cat = catEvents
-	case resource == "configmaps":
-		cat = catEpochStore
-	default:
-		cat = catOther
 	}
 
 	sent := time.Now()
@@ -335,44 +256,25 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 
 // classifyLease names a controller write to a FencedLease; t.mu is held.
 func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.FencedLease) string {
-	if obj == nil {
-		if sub == "status" {
-			return catStatusOther
-		}
+	switch {
+	case sub == "status" && obj == nil:
+		return catStatusOther
+	case obj == nil:
 		return catSpecOther
-	}
-	if sub == "status" {
-		prev := t.lastStatus[key]
-		s := obj.Status
+	case sub == "status":
+		prev, s := t.lastStatus[key], obj.Status
 		switch {
 		case s.HolderIdentity != prev.HolderIdentity || s.FencingToken != prev.FencingToken:
 			return catStatusGrant
 		case s.RenewSequence != prev.RenewSequence:
 			return catStatusRenewal
-		case !sameWaiting(s.Waiting, prev.Waiting):
+		case !slices.EqualFunc(s.Waiting, prev.Waiting, func(a, b coordv1alpha1.WaitingRequest) bool { return a.HolderIdentity == b.HolderIdentity }):
 			return catStatusQueue
-		case !equality.Semantic.DeepEqual(s.Conditions, prev.Conditions) || !equality.Semantic.DeepEqual(s.LockDelayUntil, prev.LockDelayUntil):
-			return catStatusCond
-		default:
-			return catStatusOther
 		}
+		return catStatusOther
 	}
 	if v, found := obj.Annotations[coordv1alpha1.ExpiredAnnotation]; found && v != t.lastExpired[key] {
 		return catSpecExpiry
 	}
 	return catSpecOther
-}
-
-// sameWaiting tells whether two waiting lists name the same requests in the
-// same order.
-func sameWaiting(a, b []coordv1alpha1.WaitingRequest) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].HolderIdentity != b[i].HolderIdentity {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -65,17 +66,15 @@ func (l *leadership) waitStart(ctx context.Context, timeout time.Duration) (time
 type candidate struct {
 	id string
 	*leadership
-	tr *holderTransport
-	// what names the elector in messages.
-	what   string
+	tr     *holderTransport
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // newCandidate is candidate id with a fresh transport, and the rest config
 // its elector's client must use.
-func (b *bench) newCandidate(id, what string) (*candidate, *rest.Config) {
-	c := &candidate{id: id, leadership: newLeadership(), tr: &holderTransport{}, what: what, done: make(chan struct{})}
+func (b *bench) newCandidate(id string) (*candidate, *rest.Config) {
+	c := &candidate{id: id, leadership: newLeadership(), tr: &holderTransport{}, done: make(chan struct{})}
 	cfg := rest.CopyConfig(b.cfg)
 	cfg.WrapTransport = c.tr.wrap
 	return c, cfg
@@ -98,39 +97,73 @@ func (c *candidate) stop() {
 	select {
 	case <-c.done:
 	case <-time.After(15 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: %s %s did not stop within 15s\n", c.what, c.id)
+		fmt.Fprintf(os.Stderr, "bench: elector %s did not stop within 15s\n", c.id)
 	}
 }
 
-// takeovers runs phase 1's iterations for one system (once), tolerating a
-// few failed ones.
-func (b *bench) takeovers(ctx context.Context, res *takeoverResult, what string, once func(i int) error) error {
+// takeovers runs phase 1 for one system on lease ns/name. Per iteration:
+// holder A and waiter B (start), wait until B waits (queued), then freeze
+// A's client at a random point within period and wait for B to lead. It
+// records the start beyond the lease after A's last successful renewal, and
+// the gap after A's tenure ended; then after (may be nil) takes the
+// iteration apart, and settle (may be nil) runs once both are stopped.
+func (b *bench) takeovers(ctx context.Context, what string, period time.Duration, start func(id string) (*candidate, error),
+	queued func(w *candidate) error, after func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error, settle func()) (takeoverResult, error) {
+	res := takeoverResult{ctrl: writeCounts{}}
+	once := func(i int) error {
+		began := time.Now()
+		var started []*candidate
+		defer func() {
+			for _, c := range started {
+				c.stop()
+			}
+			if settle != nil {
+				settle()
+			}
+		}()
+		a, err := start(fmt.Sprintf("a-%d", i))
+		if err != nil {
+			return err
+		}
+		started = append(started, a)
+		// Immediate, or one lease when the previous iteration failed half way.
+		if _, err := a.waitStart(ctx, 3*b.lease+5*time.Second); err != nil {
+			return fmt.Errorf("holder: %w", err)
+		}
+		w, err := start(fmt.Sprintf("b-%d", i))
+		if err != nil {
+			return err
+		}
+		started = append(started, w)
+		if err := queued(w); err != nil {
+			return err
+		}
+		if err := sleep(ctx, rand.N(period)); err != nil {
+			return err
+		}
+		a.tr.freeze()
+		st, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
+		if err != nil {
+			return fmt.Errorf("waiter: %w", err)
+		}
+		t0 := a.tr.lastWriteSent()
+		res.beyond = append(res.beyond, st.Sub(t0)-b.lease)
+		if stop := a.stoppedAt(); !stop.IsZero() {
+			res.gap = append(res.gap, st.Sub(stop))
+		} else {
+			res.gap = append(res.gap, time.Until(st)) // the old holder still leads
+		}
+		if after == nil {
+			return nil
+		}
+		return after(&res, i, began, st, t0, w)
+	}
 	for i := range b.opts.takeovers {
 		if err := once(i); err != nil {
 			if err := tolerate(ctx, &res.failures, b.opts.takeovers, what, i, err); err != nil {
-				return err
+				return res, err
 			}
 		}
 	}
-	return nil
-}
-
-// takeOver freezes the holder a's client and waits for the waiter w to start
-// leading: it records the start beyond the lease after a's last successful
-// renewal, and the gap after a's tenure ended, and returns the start and that
-// renewal's send time.
-func (b *bench) takeOver(ctx context.Context, a, w *candidate, res *takeoverResult) (start, t0 time.Time, err error) {
-	a.tr.freeze()
-	start, err = w.waitStart(ctx, 3*b.lease+5*time.Second)
-	if err != nil {
-		return start, t0, fmt.Errorf("waiter: %w", err)
-	}
-	t0 = a.tr.lastWriteSent()
-	res.beyond = append(res.beyond, start.Sub(t0)-b.lease)
-	if stop := a.stoppedAt(); !stop.IsZero() {
-		res.gap = append(res.gap, start.Sub(stop))
-	} else {
-		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
-	}
-	return start, t0, nil
+	return res, nil
 }

@@ -26,33 +26,31 @@ func clientGoTiming(l time.Duration) (lease, renewDeadline, retry time.Duration)
 // startCG starts one client-go LeaderElector (LeaseLock) with its own API
 // connection. ReleaseOnCancel is on.
 func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, error) {
-	c, cfg := b.newCandidate(id, "client-go elector")
+	c, cfg := b.newCandidate(id)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	lease, renewDeadline, retry := clientGoTiming(b.lease)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-		},
-		LeaseDuration:   lease,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retry,
-		ReleaseOnCancel: true,
-		Name:            name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: c.lead,
-			OnStoppedLeading: func() {},
-		},
-	})
+	le, err := cgElector(cs, ns, name, id, lease, renewDeadline, retry, c.lead)
 	if err != nil {
 		return nil, err
 	}
 	c.run(ctx, le.Run)
 	return c, nil
+}
+
+// cgElector is a client-go LeaderElector on Lease ns/name, ReleaseOnCancel.
+func cgElector(cs kubernetes.Interface, ns, name, id string, lease, renewDeadline, retry time.Duration, lead func(context.Context)) (*leaderelection.LeaderElector, error) {
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+			Client:     cs.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		},
+		LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry, ReleaseOnCancel: true, Name: name,
+		Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: lead, OnStoppedLeading: func() {}},
+	})
 }
 
 // waitTried waits until the candidate has read the Lease at least once, so
@@ -63,53 +61,17 @@ func waitTried(ctx context.Context, c *candidate) error {
 	})
 }
 
-// cgTakeover mirrors kfTakeover with client-go.
+// cgTakeover is phase 1 with client-go: the holder freezes at a random point
+// of the waiter's retry period.
 func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "cg-takeover", "takeover"
-	res := takeoverResult{}
 	if err := b.createNamespace(ctx, ns); err != nil {
-		return res, err
+		return takeoverResult{}, err
 	}
-	err := b.takeovers(ctx, &res, "client-go takeover", func(i int) error {
-		return b.cgTakeoverOnce(ctx, ns, name, i, &res)
-	})
-	return res, err
-}
-
-// cgTakeoverOnce freezes the holder at a random point of the waiter's retry
-// period.
-func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, res *takeoverResult) error {
 	_, _, retry := clientGoTiming(b.lease)
-	var started []*candidate
-	defer func() {
-		// The waiter releases (ReleaseOnCancel); the frozen holder cannot.
-		for _, c := range started {
-			c.stop()
-		}
-	}()
-	a, err := b.startCG(ctx, ns, name, fmt.Sprintf("a-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, a)
-	// The previous iteration's holder released, so this is immediate, or one
-	// lease duration when the previous iteration failed half way.
-	if _, err := a.waitStart(ctx, 3*b.lease+5*time.Second); err != nil {
-		return fmt.Errorf("holder: %w", err)
-	}
-	w, err := b.startCG(ctx, ns, name, fmt.Sprintf("b-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, w)
-	if err := waitTried(ctx, w); err != nil {
-		return err
-	}
-	if err := sleep(ctx, rand.N(retry)); err != nil {
-		return err
-	}
-	_, _, err = b.takeOver(ctx, a, w, res)
-	return err
+	return b.takeovers(ctx, "client-go takeover", retry,
+		func(id string) (*candidate, error) { return b.startCG(ctx, ns, name, id) },
+		func(w *candidate) error { return waitTried(ctx, w) }, nil, nil)
 }
 
 // cgHandover: the holder's context is cancelled (ReleaseOnCancel), the waiter
@@ -141,7 +103,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 	if _, err := h.waitStart(ctx, 15*time.Second); err != nil {
 		return res, err
 	}
-	var writes, reads int
+	var writes int
 	for i := range b.opts.handovers {
 		w, err := start(fmt.Sprintf("c-%d", i+1))
 		if err != nil {
@@ -177,10 +139,9 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		// polling before the release is not part of the hand-over).
 		hc2, wc2 := h.tr.requests(), w.tr.requests()
 		writes += hc2.writes - hc.writes + wc2.writes - wc.writes
-		reads += hc2.reads - hc.reads + wc2.reads - wc.reads
 		h = w
 	}
 	res.n = len(res.latency)
-	res.clientWrites, res.clientReads = writes, reads
+	res.clientWrites = writes
 	return res, nil
 }

@@ -11,7 +11,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,11 +40,6 @@ const (
 	guardedLease     = "writer"
 	guardedLeaseSecs = 60 // nothing expires during the phase
 	guardedWarmup    = 100
-	// checksMetric is the fencing webhook's decision-time histogram.
-	checksMetric = "kubefence_fencing_check_seconds"
-	// serverMetric is controller-runtime's time to serve one admission request
-	// (decode the AdmissionReview, decide, encode the answer), by path.
-	serverMetric = "controller_runtime_webhook_latency_seconds"
 	// Label and annotation of the unguarded Widget: the same shape and size of
 	// metadata as the guard, under keys no webhook looks at.
 	unguardedLabel      = "example.kubefence.io/lease"
@@ -55,8 +49,6 @@ const (
 type guardedPass struct {
 	guarded, unguarded []time.Duration
 	failures           int
-	checks             hist // the webhook's decisions over the measured writes
-	server             hist // controller-runtime's serving time, by path
 }
 
 // guardedResult is phase 4.
@@ -123,16 +115,10 @@ func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
 func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 	const ns, name = guardedNamespace, guardedLease
 	var res guardedResult
-	// Not labelled kubefence.io/fencing=required: the unguarded Widget matches no webhook.
-	if err := b.createNamespace(ctx, ns); err != nil {
+	// The namespace is not labelled kubefence.io/fencing=required: the
+	// unguarded Widget matches no webhook.
+	if err := b.createFencedLease(ctx, ns, name, guardedLeaseSecs); err != nil {
 		return res, err
-	}
-	l := &coordv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: guardedLeaseSecs},
-	}
-	if err := b.admin.Create(ctx, l); err != nil {
-		return res, fmt.Errorf("creating FencedLease %s/%s: %w", ns, name, err)
 	}
 	holder, err := b.startKF(ctx, ns, name, "writer-0")
 	if err != nil {
@@ -293,10 +279,6 @@ func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedP
 			return p, fmt.Errorf("warm-up unguarded patch: %w", err)
 		}
 	}
-	checks0, server0, err := gatherHists()
-	if err != nil {
-		return p, err
-	}
 	timed := func(f func(context.Context, int) error, i int, into *[]time.Duration) error {
 		start := time.Now()
 		err := f(ctx, i)
@@ -315,11 +297,6 @@ func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedP
 			return p, err
 		}
 	}
-	checks1, server1, err := gatherHists()
-	if err != nil {
-		return p, err
-	}
-	p.checks, p.server = checks1.sub(checks0), server1.sub(server0)
 	return p, nil
 }
 

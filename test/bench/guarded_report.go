@@ -6,18 +6,9 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 )
 
 // Printing the guarded-writes phase.
-
-// fineMS prints sub-millisecond durations with two decimals.
-func fineMS(d time.Duration, ok bool) string {
-	if !ok {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
-}
 
 func signedMS(d time.Duration) string {
 	if d >= 0 {
@@ -70,10 +61,6 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	table(w, rows)
 	fmt.Fprintln(w)
 
-	n, dm, okd := g.webhook.checks.total()
-	_, sm, oks := hist{fencing.PathGuarded: g.webhook.server[fencing.PathGuarded]}.total()
-	fmt.Fprintf(w, "Fencing webhook (%s, webhook pass): %d decisions, %d of them with a live lease read, mean %s; serving time of %s (%s), mean %s.\n",
-		checksMetric, n, g.webhook.checks["api"].count, fineMS(dm, okd), fencing.PathGuarded, serverMetric, fineMS(sm, oks))
 	holding := fmt.Sprintf("still leading with token %d at the end", g.tokenAfter)
 	if !g.leading || g.tokenAfter != g.token {
 		holding = fmt.Sprintf("NOT leading with the same token at the end (leading %v, token %d)", g.leading, g.tokenAfter)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,7 @@ type kfCandidate struct {
 }
 
 func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate, error) {
-	cand, cfg := b.newCandidate(id, "elector")
+	cand, cfg := b.newCandidate(id)
 	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: b.scheme})
 	if err != nil {
 		return nil, err
@@ -46,13 +47,14 @@ func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate,
 	return c, nil
 }
 
-func (b *bench) createFencedLease(ctx context.Context, ns, name string) error {
+// createFencedLease creates namespace ns and FencedLease ns/name.
+func (b *bench) createFencedLease(ctx context.Context, ns, name string, seconds int) error {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
 	}
 	l := &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(b.opts.leaseSeconds)},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(seconds)},
 	}
 	if err := b.admin.Create(ctx, l); err != nil {
 		return fmt.Errorf("creating FencedLease %s/%s: %w", ns, name, err)
@@ -78,15 +80,8 @@ func requestOf(l *coordv1alpha1.FencedLease, id string) (coordv1alpha1.LeaseRequ
 // isWaiting reports whether the controller lists id as waiting (so it has
 // processed the request).
 func isWaiting(l *coordv1alpha1.FencedLease, id string) bool {
-	if _, ok := requestOf(l, id); !ok {
-		return false
-	}
-	for _, w := range l.Status.Waiting {
-		if w.HolderIdentity == id {
-			return true
-		}
-	}
-	return false
+	_, ok := requestOf(l, id)
+	return ok && slices.ContainsFunc(l.Status.Waiting, func(w coordv1alpha1.WaitingRequest) bool { return w.HolderIdentity == id })
 }
 
 // waitLease polls the lease (as the admin, whose requests are not counted)
@@ -143,67 +138,50 @@ const (
 )
 
 // kfTakeover: A holds, B waits, A's client freezes at a random point of its
-// renewal cycle; measure when B starts leading.
+// renewal cycle; measure when B starts leading and take each takeover apart
+// with the controller's writes.
 func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "kf-takeover", "takeover"
-	res := takeoverResult{ctrl: writeCounts{}}
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
-		return res, err
+	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
+		return takeoverResult{}, err
 	}
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
-	err := b.takeovers(ctx, &res, "kubefence takeover", func(i int) error {
-		return b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res)
-	})
-	return res, err
+	var before writeCounts    // the controller's writes when the waiter queued
+	return b.takeovers(ctx, "kubefence takeover", renewEvery,
+		func(id string) (*candidate, error) {
+			c, err := b.startKF(ctx, ns, name, id)
+			if err != nil {
+				return nil, err
+			}
+			return c.candidate, nil
+		},
+		func(w *candidate) error {
+			err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
+			before = b.ctrlRT.counted(ns)
+			return err
+		},
+		func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error {
+			return b.kfTakeoverStages(ctx, ns, i, began, start, t0, w, before, res)
+		},
+		func() {
+			// The next iteration starts from a free lease with nobody queued.
+			_ = b.waitLease(ctx, ns, name, "the lease to be free", func(l *coordv1alpha1.FencedLease) bool {
+				return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
+			})
+		})
 }
 
-func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, renewEvery time.Duration, res *takeoverResult) error {
-	began := time.Now()
-	var started []*kfCandidate
-	defer func() {
-		for _, c := range started {
-			c.stop()
-		}
-		// The next iteration starts from a free lease with nobody queued.
-		_ = b.waitLease(ctx, ns, name, "the lease to be free", func(l *coordv1alpha1.FencedLease) bool {
-			return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
-		})
-	}()
-	a, err := b.startKF(ctx, ns, name, fmt.Sprintf("a-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, a)
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return fmt.Errorf("holder: %w", err)
-	}
-	w, err := b.startKF(ctx, ns, name, fmt.Sprintf("b-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, w)
-	if err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool {
-		return isWaiting(l, w.id)
-	}); err != nil {
-		return err
-	}
-	if err := sleep(ctx, rand.N(renewEvery)); err != nil {
-		return err
-	}
-	before := b.ctrlRT.counted(ns)
-	start, t0, err := b.takeOver(ctx, a.candidate, w.candidate, res)
-	if err != nil {
-		return err
-	}
+// kfTakeoverStages counts the controller's writes of one takeover and
+// takes it apart.
+func (b *bench) kfTakeoverStages(ctx context.Context, ns string, i int, began, start, t0 time.Time, w *candidate, before writeCounts, res *takeoverResult) error {
 	// Let the controller record the new holder's first renewal and its events;
 	// the new holder's next periodic renewal is a third of a lease away.
-	if err := sleep(ctx, min(300*time.Millisecond, renewEvery/2)); err != nil {
+	if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
 		return err
 	}
 	for k, v := range b.ctrlRT.counted(ns).sub(before) {
 		res.ctrl[k] += v
 	}
-
 	// The controller expires and grants in one status write; only a holder
 	// that never renewed needs a spec write (removing its request) first. It
 	// counts the lease from when it observed the last renewal (in memory
@@ -237,25 +215,20 @@ type handoverResult struct {
 	// latency is, per iteration, the next holder's start minus the moment the
 	// release was asked for.
 	latency []time.Duration
-	// clientWrites and clientReads are the candidates' requests per hand-over.
-	clientWrites, clientReads int
-	ctrl                      writeCounts
-	n                         int
-	failures                  int
-	stages                    stageSet
+	// clientWrites are the candidates' writes over all hand-overs.
+	clientWrites int
+	ctrl         writeCounts
+	n            int
+	failures     int
+	stages       stageSet
 }
 
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
-	return b.kfHandoverIn(ctx, "kf-handover")
-}
-
-// kfHandoverIn is phase 2's kubefence hand-overs, on a lease in namespace ns.
-func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, error) {
-	const name = "handover"
+	const ns, name = "kf-handover", "handover"
 	res := handoverResult{}
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
+	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return res, err
 	}
 	x, err := b.startKF(ctx, ns, name, "x")
@@ -335,6 +308,5 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
 	xAfter, yAfter := x.tr.requests(), y.tr.requests()
 	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
-	res.clientReads = xAfter.reads - xBefore.reads + yAfter.reads - yBefore.reads
 	return res, nil
 }

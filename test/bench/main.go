@@ -1,24 +1,11 @@
 // Command bench measures kubefence against one real kube-apiserver and etcd
-// (envtest) started in this process, with the kubefence operator running in
-// this process too. `make bench` runs, side by side with client-go's
-// tools/leaderelection (a LeaseLock):
-//
-//  1. takeover: how long after the holder's last successful renewal, beyond
-//     the lease duration, a waiting candidate starts leading when the holder
-//     stops renewing abruptly (kubefence.go, clientgo.go);
-//  2. hand-over: how long a voluntary release takes to reach the next
-//     candidate;
-//  3. API writes per renewal, for the holder's client and, for kubefence, for
-//     the controller (and the controller's writes per grant);
-//  4. guarded writes: the latency the fencing webhook adds to a write of a
-//     guarded object, against an unguarded one, an allow-all webhook and
-//     policy mode (guarded.go). The webhooks are installed only for this
-//     phase, so phases 1 to 3 run without them.
-//
-// Flags are passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers
-// 5"`; -only=leases or -only=guarded runs phases 1 to 3 or 4 alone. `make
-// bench-scale` (-only=scale) runs the scale benchmark of scale.go instead.
-// See docs/benchmarks.md.
+// (envtest) started in this process, with the operator in this process too.
+// `make bench` runs takeover and hand-over side by side with client-go's
+// tools/leaderelection (kubefence.go, clientgo.go), then the cost of a
+// guarded write in webhook and policy mode (guarded.go), with the webhooks
+// installed only for that phase. `make bench-scale` (-only=scale) runs the
+// scale benchmark (scale.go). Flags go in BENCH_ARGS and SCALE_ARGS; see
+// docs/benchmarks.md.
 package main
 
 import (

@@ -1,7 +1,7 @@
 package main
 
-// Reading metrics: the servers' own (kube-apiserver's and etcd's /metrics,
-// this process's Prometheus registries), and arithmetic on histograms.
+// Reading the servers' own metrics: kube-apiserver's and etcd's /metrics and
+// this process's Prometheus registry.
 
 import (
 	"context"
@@ -15,41 +15,33 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 type families map[string]*dto.MetricFamily
 
-// get fetches path from the envtest kube-apiserver (as the admin) or, with
-// etcd set, from etcd's client URL.
-func (b *bench) get(ctx context.Context, path string, etcd bool) (*http.Response, error) {
-	hc, base := http.DefaultClient, strings.TrimSuffix(b.cfg.Host, "/")
-	if etcd {
-		base = strings.TrimSuffix(b.testEnv.ControlPlane.Etcd.URL.String(), "/")
-	} else if c, err := rest.HTTPClientFor(b.cfg); err != nil {
-		return nil, err
-	} else {
-		hc = c
+// scrape reads the Prometheus metrics of kube-apiserver (as the admin) or,
+// with etcd set, of etcd (on its client URL).
+func (b *bench) scrape(ctx context.Context, etcd bool) (families, error) {
+	hc, url := http.DefaultClient, b.testEnv.ControlPlane.Etcd.URL.JoinPath("metrics").String()
+	if !etcd {
+		var err error
+		if hc, err = rest.HTTPClientFor(b.cfg); err != nil {
+			return nil, err
+		}
+		url = strings.TrimSuffix(b.cfg.Host, "/") + "/metrics"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := hc.Do(req)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return resp, err
-}
-
-// scrape reads the Prometheus metrics of kube-apiserver or etcd.
-func (b *bench) scrape(ctx context.Context, etcd bool) (families, error) {
-	resp, err := b.get(ctx, "/metrics", etcd)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	return p.TextToMetricFamilies(resp.Body)
 }
@@ -176,53 +168,4 @@ func (l apfLevel) String() string {
 		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
 	}
 	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
-}
-
-// hist is a histogram's count and sum, by the value of one label.
-type hist map[string]struct {
-	count uint64
-	sum   float64
-}
-
-// gatherHists reads the webhook's decision-time histogram, by lease_read,
-// and controller-runtime's serving time, by webhook path, from
-// controller-runtime's metrics registry.
-func gatherHists() (checks, server hist, err error) {
-	f, err := gather(crmetrics.Registry)
-	of := func(name, label string) hist {
-		out := hist{}
-		for _, m := range f[name].GetMetric() {
-			h := m.GetHistogram()
-			out[labelOf(m, label)] = struct {
-				count uint64
-				sum   float64
-			}{h.GetSampleCount(), h.GetSampleSum()}
-		}
-		return out
-	}
-	return of(checksMetric, "lease_read"), of(serverMetric, "webhook"), err
-}
-
-// sub is a - b, label by label.
-func (a hist) sub(b hist) hist {
-	out := hist{}
-	for k, x := range a {
-		x.count -= b[k].count
-		x.sum -= b[k].sum
-		out[k] = x
-	}
-	return out
-}
-
-// total is the count over every label, and the mean.
-func (a hist) total() (n uint64, mean time.Duration, ok bool) {
-	var sum float64
-	for _, x := range a {
-		n += x.count
-		sum += x.sum
-	}
-	if n == 0 {
-		return 0, 0, false
-	}
-	return n, time.Duration(sum / float64(n) * float64(time.Second)), true
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -202,46 +201,25 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 	table(w, rows)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Time beyond lease = new holder's OnStartedLeading - send time of the old holder's last successful renewal - lease duration. Quantiles are nearest-rank: with 20 samples p99 is the largest.")
-	fmt.Fprintf(w, "Sorted takeover samples, time beyond lease (ms): kubefence %s; client-go %s\n", samples(kt.beyond), samples(ct.beyond))
-	fmt.Fprintf(w, "Sorted hand-over samples (ms): kubefence %s; client-go %s\n", samples(kh.latency), samples(ch.latency))
-}
-
-func samples(ds []time.Duration) string {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
-	}
-	return "[" + strings.Join(parts, " ") + "]"
 }
 
 // loadAverage is the first three fields of /proc/loadavg, if there is one.
 func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	return "unknown"
 }
 
 // cpuInfo returns the number of CPUs and, on Linux, the CPU model.
 func cpuInfo() (int, string) {
-	model := "unknown CPU model"
-	f, err := os.Open("/proc/cpuinfo")
-	if err == nil {
-		defer func() { _ = f.Close() }()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	_, after, ok := strings.Cut(string(b), "model name")
+	_, model, _ := strings.Cut(after, ":")
+	model, _, _ = strings.Cut(model, "\n")
+	if !ok {
+		model = "unknown CPU model"
 	}
-	return runtime.NumCPU(), model
+	return runtime.NumCPU(), strings.TrimSpace(model)
 }

@@ -227,11 +227,11 @@ func (b *bench) serviceAccountUser(ctx context.Context, dir, user, name string, 
 	})
 }
 
-// startHolders starts processes of at most scalePerProc electors over keys.
-func (b *bench) startHolders(ctx context.Context, s *scaleRun, name, kind string, keys []string, extra ...string) ([]*scaleProc, error) {
+// startHolders starts processes of at most per electors over keys.
+func (b *bench) startHolders(ctx context.Context, s *scaleRun, name, kind string, keys []string, per int, extra ...string) ([]*scaleProc, error) {
 	var out []*scaleProc
-	for i := 0; i < len(keys); i += scalePerProc {
-		p, err := b.startProc(ctx, s, fmt.Sprintf("%s-%d", name, i/scalePerProc), kind, keys[i:min(i+scalePerProc, len(keys))], extra...)
+	for i := 0; i < len(keys); i += per {
+		p, err := b.startProc(ctx, s, fmt.Sprintf("%s-%d", name, i/per), kind, keys[i:min(i+per, len(keys))], extra...)
 		if err != nil {
 			return out, err
 		}
@@ -263,15 +263,11 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	held := len(massKeys) + len(sampleKeys)
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: %d holders acquiring\n", held)
 	var err error
-	if h.massH, err = b.startHolders(ctx, s, "kf-mass-h", "kf", massKeys); err != nil {
+	if h.massH, err = b.startHolders(ctx, s, "kf-mass-h", "kf", massKeys, scalePerProc); err != nil {
 		return err
 	}
-	for i, k := range sampleKeys {
-		p, err := b.startProc(ctx, s, fmt.Sprintf("kf-sample-h-%d", i), "kf", []string{k})
-		if err != nil {
-			return err
-		}
-		h.sampleH = append(h.sampleH, p)
+	if h.sampleH, err = b.startHolders(ctx, s, "kf-sample-h", "kf", sampleKeys, 1); err != nil {
+		return err
 	}
 	holders := append(slices.Clone(h.massH), h.sampleH...)
 	if err := waitFor(ctx, 5*time.Minute, time.Second, "every kubefence holder to lead", func(context.Context) (bool, error) {
@@ -285,10 +281,10 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		}
 	}
 	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
-	if h.massW, err = b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys); err != nil {
+	if h.massW, err = b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys, scalePerProc); err != nil {
 		return err
 	}
-	if h.sampleW, err = b.startHolders(ctx, s, "kf-sample-w", "kf", sampleKeys); err != nil {
+	if h.sampleW, err = b.startHolders(ctx, s, "kf-sample-w", "kf", sampleKeys, scalePerProc); err != nil {
 		return err
 	}
 	// The window measures renewals: it starts once the controller has listed
@@ -441,7 +437,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 		keys[i] = fmt.Sprintf("%s/lease-%05d", ns, i)
 	}
 	fmt.Fprintf(os.Stderr, "bench: scale: client-go, RetryPeriod %v: %d holders acquiring\n", retry, held)
-	ps, err := b.startHolders(ctx, s, ns, "cg", keys, "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	ps, err := b.startHolders(ctx, s, ns, "cg", keys, scalePerProc, "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
 	if err != nil {
 		return err
 	}

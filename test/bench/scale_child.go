@@ -23,11 +23,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -125,16 +122,7 @@ func runChild(kind, kubeconfig, leases, id, user string, lease, retry, renewDead
 			return err
 		}
 		elector = func(i int, ns, name string, lead func()) (func(), error) {
-			le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-				Lock: &resourcelock.LeaseLock{
-					LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-					Client:     cs.CoordinationV1(),
-					LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("%s-%d", id, i)},
-				},
-				LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry,
-				ReleaseOnCancel: true, Name: name,
-				Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: func(context.Context) { lead() }, OnStoppedLeading: func() {}},
-			})
+			le, err := cgElector(cs, ns, name, fmt.Sprintf("%s-%d", id, i), lease, renewDeadline, retry, func(context.Context) { lead() })
 			return func() { le.Run(ctx) }, err
 		}
 	default:

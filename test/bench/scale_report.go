@@ -116,13 +116,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	if len(r.windows) > 0 {
 		last = r.windows[len(r.windows)-1].goroutines
 	}
-	fmt.Fprintln(w)
-	table(w, [][]string{
-		{"controller", "value"},
-		{"FencedLeases created (all reconciled)", fmt.Sprintf("%d in %v", r.n, r.createTime.Round(time.Second))},
-		{"kubefence waiters started -> all listed in status.waiting", r.queueTime.Round(time.Second).String()},
-		{"bench process heap in use before / after creating them (after GC)", fmt.Sprintf("%s / %s (%.1f KiB per lease; two informers: controller and webhook managers)",
-			mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n))},
-		{"goroutines before / after creating them / end of last window", fmt.Sprintf("%d / %d / %d", r.goroutinesBefore, r.goroutines, last)},
-	})
+	fmt.Fprintf(w, "\ncontroller: %d FencedLeases created (all reconciled) in %v; waiters listed in status.waiting %v after they started\n", r.n, r.createTime.Round(time.Second), r.queueTime.Round(time.Second))
+	fmt.Fprintf(w, "bench process heap in use before / after creating them (after GC): %s / %s (%.1f KiB per lease; two informers: controller and webhook managers); goroutines before / after / end of last window: %d / %d / %d\n",
+		mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n), r.goroutinesBefore, r.goroutines, last)
 }

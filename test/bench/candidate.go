@@ -109,7 +109,7 @@ func (c *candidate) stop() {
 // iteration apart, and settle (may be nil) runs once both are stopped.
 func (b *bench) takeovers(ctx context.Context, what string, period time.Duration, start func(id string) (*candidate, error),
 	queued func(w *candidate) error, after func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error, settle func()) (takeoverResult, error) {
-	res := takeoverResult{ctrl: writeCounts{}}
+	res := takeoverResult{ctrl: writeCounts{}, stages: stages{}}
 	once := func(i int) error {
 		began := time.Now()
 		var started []*candidate

@@ -108,25 +108,13 @@ type takeoverResult struct {
 	// settled (kubefence only).
 	ctrl     writeCounts
 	failures int
-	// stages takes each kubefence takeover apart (the stage constants).
-	stages stageSet
+	stages   stages // kubefence's takeovers taken apart
 }
 
-// stageSet collects durations of named stages, in the order first added.
-type stageSet struct {
-	names  []string
-	values map[string][]time.Duration
-}
+// stages collects durations by stage (the stage constants).
+type stages map[string][]time.Duration
 
-func (s *stageSet) add(name string, d time.Duration) {
-	if s.values == nil {
-		s.values = map[string][]time.Duration{}
-	}
-	if _, ok := s.values[name]; !ok {
-		s.names = append(s.names, name)
-	}
-	s.values[name] = append(s.values[name], d)
-}
+func (s stages) add(name string, d time.Duration) { s[name] = append(s[name], d) }
 
 // Stages of a kubefence takeover (they add up to the time beyond the lease) and of a hand-over (they add up to its latency).
 const (
@@ -214,20 +202,18 @@ func (b *bench) kfTakeoverStages(ctx context.Context, ns string, i int, began, s
 type handoverResult struct {
 	// latency is, per iteration, the next holder's start minus the moment the
 	// release was asked for.
-	latency []time.Duration
-	// clientWrites are the candidates' writes over all hand-overs.
-	clientWrites int
-	ctrl         writeCounts
-	n            int
-	failures     int
-	stages       stageSet
+	latency  []time.Duration
+	ctrl     writeCounts
+	n        int
+	failures int
+	stages   stages
 }
 
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	const ns, name = "kf-handover", "handover"
-	res := handoverResult{}
+	res := handoverResult{stages: stages{}}
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return res, err
 	}
@@ -262,7 +248,6 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 		return res, err
 	}
 	ctrlBefore := b.ctrlRT.counted(ns)
-	xBefore, yBefore := x.tr.requests(), y.tr.requests()
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
 		if err := ready(h, w); err != nil {
@@ -306,7 +291,5 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	}
 	res.n = len(res.latency)
 	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
-	xAfter, yAfter := x.tr.requests(), y.tr.requests()
-	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
 	return res, nil
 }

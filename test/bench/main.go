@@ -107,7 +107,7 @@ func run(o options) error {
 		logf.SetLogger(logr.Discard())
 		klog.SetLogger(logr.Discard())
 	}
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -290,9 +290,6 @@ func startManager(ctx context.Context, what string, mgr ctrl.Manager) (stop func
 		}
 	}
 }
-
-// moduleRoot is the repository's root.
-func moduleRoot() (string, error) { return testenv.ModuleRoot() }
 
 // waitFor polls cond every interval until it holds, it fails, or timeout.
 func waitFor(ctx context.Context, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {

@@ -33,6 +33,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const (
@@ -109,14 +110,14 @@ type scaleReport struct {
 // failover is what killing holders measured: the samples' takeovers and the
 // mass fail-over in steps.
 type failover struct {
-	takeoverBeyond, takeoverFromKill, lateness []time.Duration
-	massFailover, massDue, massLateness        []time.Duration
-	massGrantWrite, massAck                    []time.Duration
-	massCtrl                                   writeCounts
-	massWaiterWrites, massWaiterFailed         int64
-	massDuration                               time.Duration
-	massAPF                                    map[string]apfLevel
-	massMissing                                int
+	takeoverBeyond, lateness            []time.Duration
+	massFailover, massDue, massLateness []time.Duration
+	massGrantWrite, massAck             []time.Duration
+	massCtrl                            writeCounts
+	massWaiterWrites, massWaiterFailed  int64
+	massDuration                        time.Duration
+	massAPF                             map[string]apfLevel
+	massMissing                         int
 }
 
 func (b *bench) scale(ctx context.Context, env environment) error {
@@ -140,7 +141,6 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		_ = os.RemoveAll(s.dir)
 	}()
 
-	fmt.Fprintln(os.Stderr, "bench: scale: installing and serving the webhooks")
 	stopOperator, err := b.serveOperator(ctx)
 	if err != nil {
 		return err
@@ -248,9 +248,8 @@ func leadCount(ps []*scaleProc) int {
 	return n
 }
 
-// heldSet is the held FencedLeases and their processes: the mass group (one
-// namespace, processes of scalePerProc electors) and the samples (one process
-// each, so that killing it kills one lease's holder).
+// heldSet is the held leases, their holders (H) and waiters (W): the mass
+// group, and the samples (a process each: a kill ends one lease's holder).
 type heldSet struct {
 	massKeys, sampleKeys           []string
 	massH, sampleH, massW, sampleW []*scaleProc
@@ -313,6 +312,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	return sleep(ctx, b.lease)
 }
 
+// stopAll ends every holder process gracefully (SIGTERM: electors release).
 func (s *scaleRun) stopAll() {
 	for _, p := range s.procs {
 		p.stop()
@@ -353,7 +353,6 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		}
 		ns, _, _ := strings.Cut(k, "/")
 		lastRenew := sampleStamps[k]
-		f.takeoverFromKill = append(f.takeoverFromKill, ev[0].leading.Sub(killed[k])-b.lease)
 		if lastRenew.IsZero() {
 			continue
 		}
@@ -507,7 +506,7 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 // installFlowControl creates the FlowSchemas and priority level of
 // config/flowcontrol, as written there.
 func (b *bench) installFlowControl(ctx context.Context) error {
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return err
 	}

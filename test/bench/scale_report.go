@@ -10,8 +10,6 @@ import (
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
-// Printing the scale benchmark.
-
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 func latRow(name string, ds []time.Duration) []string {
@@ -96,7 +94,6 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
 		latRow("expiry lateness: expiry write sent - (last renewal's stamp + L + allowance)", r.lateness),
 		latRow("takeover beyond L: new holder leads - (last renewal's stamp + L)", r.takeoverBeyond),
-		latRow("takeover from the kill: new holder leads - (kill + L); < 0: killed after its last renewal", r.takeoverFromKill),
 		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
 		latRow("  of which: kill -> expiry due (last renewal's stamp + L + allowance)", r.massDue),
 		latRow("  expiry due -> grant write sent (controller lateness)", r.massLateness),

@@ -465,30 +465,28 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 	w := window{name: name, held: held, length: length, usage: map[string]usage{}}
 	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(slices.Clone(holders), others...)
-	u0, err := b.usages(ctx, procs)
-	if err != nil {
-		return w, err
-	}
 	c0 := map[*scaleProc]procCounts{}
 	for _, p := range procs {
 		c0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlRT.counted("")
-	peak := map[string]int64{}
+	var u0 map[string]usage // the first sample
 	for end := time.Now().Add(length); ; {
-		if err := sleep(ctx, min(time.Until(end), 10*time.Second)); err != nil {
-			return w, err
-		}
 		u, err := b.usages(ctx, procs)
 		if err != nil {
 			return w, err
 		}
+		if u0 == nil {
+			u0 = u
+		}
 		for k, x := range u {
-			peak[k] = max(peak[k], x.rss)
-			w.usage[k] = usage{cpu: x.cpu - u0[k].cpu, rss: peak[k]}
+			w.usage[k] = usage{cpu: x.cpu - u0[k].cpu, rss: max(w.usage[k].rss, x.rss)}
 		}
 		if !time.Now().Before(end) {
 			break
+		}
+		if err := sleep(ctx, min(time.Until(end), 10*time.Second)); err != nil {
+			return w, err
 		}
 	}
 	for _, p := range procs {

@@ -211,7 +211,7 @@ func (b *bench) waitRefused(ctx context.Context, cl client.Client, what string, 
 
 // switchToPolicy turns the cluster to policy mode for lease ns/name, as the
 // operator with --enforcement=policy and config/components/policy do: the
-// fencing webhook keeps only its /scale and eviction entries, the policies
+// fencing webhooks become the component's (/scale and evictions), the policies
 // are applied, and the lease's tenure table entry is written from its status
 // (policy.Tenures.Sync). It returns once the policy refuses a malformed token.
 func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name string) error {

@@ -122,12 +122,6 @@ SCALE_ARGS ?=
 bench-scale: setup-envtest ## Run the scale benchmark: 10,000 FencedLeases, H held through pkg/fence with webhooks on, then client-go Leases (SCALE_ARGS, e.g. -scale-steady=1m; see docs/benchmarks.md).
 	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./test/bench -only=scale -timeout=90m $(SCALE_ARGS)
 
-FAILOVER_VARIANTS ?= shipped,default-seats,shares=40,queue-length=128,by-user,shares=40+queue-length=128+by-user,none
-
-.PHONY: bench-scale-failover
-bench-scale-failover: setup-envtest ## Run only the scale benchmark's 500-lease mass fail-over, once per API Priority and Fairness variant (FAILOVER_VARIANTS; about 25 min; see docs/benchmarks.md).
-	KUBEBUILDER_ASSETS="$$(./hack/setup-envtest.sh | tail -n1)" go run ./test/bench -only=scale -timeout=60m -scale-failover-variants='$(FAILOVER_VARIANTS)' $(SCALE_ARGS)
-
 ##@ Build
 
 .PHONY: build

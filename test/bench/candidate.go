@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -65,17 +66,15 @@ func (l *leadership) waitStart(ctx context.Context, timeout time.Duration) (time
 type candidate struct {
 	id string
 	*leadership
-	tr *holderTransport
-	// what names the elector in messages.
-	what   string
+	tr     *holderTransport
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // newCandidate is candidate id with a fresh transport, and the rest config
 // its elector's client must use.
-func (b *bench) newCandidate(id, what string) (*candidate, *rest.Config) {
-	c := &candidate{id: id, leadership: newLeadership(), tr: newHolderTransport(), what: what, done: make(chan struct{})}
+func (b *bench) newCandidate(id string) (*candidate, *rest.Config) {
+	c := &candidate{id: id, leadership: newLeadership(), tr: &holderTransport{}, done: make(chan struct{})}
 	cfg := rest.CopyConfig(b.cfg)
 	cfg.WrapTransport = c.tr.wrap
 	return c, cfg
@@ -98,105 +97,73 @@ func (c *candidate) stop() {
 	select {
 	case <-c.done:
 	case <-time.After(15 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: %s %s did not stop within 15s\n", c.what, c.id)
+		fmt.Fprintf(os.Stderr, "bench: elector %s did not stop within 15s\n", c.id)
 	}
 }
 
-// takeovers runs phase 1's iterations for one system (once), tolerating a
-// few failed ones.
-func (b *bench) takeovers(ctx context.Context, res *takeoverResult, what string, once func(i int) error) error {
+// takeovers runs phase 1 for one system on lease ns/name. Per iteration:
+// holder A and waiter B (start), wait until B waits (queued), then freeze
+// A's client at a random point within period and wait for B to lead. It
+// records the start beyond the lease after A's last successful renewal, and
+// the gap after A's tenure ended; then after (may be nil) takes the
+// iteration apart, and settle (may be nil) runs once both are stopped.
+func (b *bench) takeovers(ctx context.Context, what string, period time.Duration, start func(id string) (*candidate, error),
+	queued func(w *candidate) error, after func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error, settle func()) (takeoverResult, error) {
+	res := takeoverResult{ctrl: writeCounts{}, stages: stages{}}
+	once := func(i int) error {
+		began := time.Now()
+		var started []*candidate
+		defer func() {
+			for _, c := range started {
+				c.stop()
+			}
+			if settle != nil {
+				settle()
+			}
+		}()
+		a, err := start(fmt.Sprintf("a-%d", i))
+		if err != nil {
+			return err
+		}
+		started = append(started, a)
+		// Immediate, or one lease when the previous iteration failed half way.
+		if _, err := a.waitStart(ctx, 3*b.lease+5*time.Second); err != nil {
+			return fmt.Errorf("holder: %w", err)
+		}
+		w, err := start(fmt.Sprintf("b-%d", i))
+		if err != nil {
+			return err
+		}
+		started = append(started, w)
+		if err := queued(w); err != nil {
+			return err
+		}
+		if err := sleep(ctx, rand.N(period)); err != nil {
+			return err
+		}
+		a.tr.freeze()
+		st, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
+		if err != nil {
+			return fmt.Errorf("waiter: %w", err)
+		}
+		t0 := a.tr.lastWriteSent()
+		res.beyond = append(res.beyond, st.Sub(t0)-b.lease)
+		if stop := a.stoppedAt(); !stop.IsZero() {
+			res.gap = append(res.gap, st.Sub(stop))
+		} else {
+			res.gap = append(res.gap, time.Until(st)) // the old holder still leads
+		}
+		if after == nil {
+			return nil
+		}
+		return after(&res, i, began, st, t0, w)
+	}
 	for i := range b.opts.takeovers {
 		if err := once(i); err != nil {
 			if err := tolerate(ctx, &res.failures, b.opts.takeovers, what, i, err); err != nil {
-				return err
+				return res, err
 			}
 		}
 	}
-	return nil
-}
-
-// takeOver freezes the holder a's client and waits for the waiter w to start
-// leading: it records the start beyond the lease after a's last successful
-// renewal, and the gap after a's tenure ended, and returns the start and that
-// renewal's send time.
-func (b *bench) takeOver(ctx context.Context, a, w *candidate, res *takeoverResult) (start, t0 time.Time, err error) {
-	a.tr.freeze()
-	start, err = w.waitStart(ctx, 3*b.lease+5*time.Second)
-	if err != nil {
-		return start, t0, fmt.Errorf("waiter: %w", err)
-	}
-	t0 = a.tr.lastWriteSent()
-	res.beyond = append(res.beyond, start.Sub(t0)-b.lease)
-	if stop := a.stoppedAt(); !stop.IsZero() {
-		res.gap = append(res.gap, start.Sub(stop))
-	} else {
-		res.gap = append(res.gap, time.Until(start)) // the old holder still leads
-	}
-	return start, t0, nil
-}
-
-// renewalCounter counts a holder's renewals over the steady window: begin
-// is called when the window begins, end when it ends, then count.
-type renewalCounter struct {
-	begin, end func() error
-	count      func() (int, error)
-}
-
-// steadyHolder is phase 3 for one system: candidate a, started by start,
-// holds the lease in namespace ns alone; over the steady window, count its
-// writes and reads, the controller's writes, and its renewals (rc).
-func (b *bench) steadyHolder(ctx context.Context, ns string, start func() (*candidate, error), rc renewalCounter) (steadyResult, error) {
-	var res steadyResult
-	a, err := start()
-	if err != nil {
-		return res, err
-	}
-	defer a.stop()
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return res, err
-	}
-	if err := sleep(ctx, time.Second); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	began := time.Now()
-	if err := rc.begin(); err != nil {
-		return res, err
-	}
-	c0, ctrl0 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	if err := sleep(ctx, b.opts.steady); err != nil {
-		return res, err
-	}
-	if err := alignToWrite(ctx, a.tr, 2*b.lease); err != nil {
-		return res, err
-	}
-	c1, ctrl1 := a.tr.counts(), b.ctrlRT.snapshot(ns)
-	if err := rc.end(); err != nil {
-		return res, err
-	}
-	res.window = time.Since(began)
-	if res.renewals, err = rc.count(); err != nil {
-		return res, err
-	}
-	res.writes = c1.writes - c0.writes
-	res.reads = c1.reads - c0.reads
-	res.ctrl = ctrl1.sub(ctrl0)
-	res.writeRTT = a.tr.writeLatencies(c0.completed, c1.completed)
 	return res, nil
-}
-
-// alignToWrite waits until the candidate's next write succeeded, plus a
-// settling pause, so that a window boundary never cuts a renewal in two.
-func alignToWrite(ctx context.Context, tr *holderTransport, timeout time.Duration) error {
-	ch := tr.nextWrite()
-	select {
-	case <-ch:
-	case <-time.After(timeout):
-		return fmt.Errorf("no write within %v", timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return sleep(ctx, 150*time.Millisecond)
 }

@@ -2,62 +2,37 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 // clientGoTiming is client-go's configuration for a lease of duration l:
-// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4 unless -clientgo-retry
-// sets it. For l = 2 s that is 2 s / 1.5 s / 0.5 s. For comparison,
+// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4. For l = 2 s that is 2 s / 1.5 s / 0.5 s. For comparison,
 // controller-runtime's defaults (15 s / 10 s / 2 s) scaled to l are 2/3 l and
 // 2/15 l (267 ms: faster waiters, 3.75 holder writes a second), and
 // kubefence's holder renews every l/3 and gives up 9/10 l after its last
 // renewal. Any choice must satisfy client-go's
 // LeaseDuration > RenewDeadline > JitterFactor (1.2) * RetryPeriod.
-func clientGoTiming(l, retryOverride time.Duration) (lease, renewDeadline, retry time.Duration) {
-	retry = l / 4
-	if retryOverride > 0 {
-		retry = retryOverride
-	}
-	return l, l * 3 / 4, retry
+func clientGoTiming(l time.Duration) (lease, renewDeadline, retry time.Duration) {
+	return l, l * 3 / 4, l / 4
 }
 
 // startCG starts one client-go LeaderElector (LeaseLock) with its own API
 // connection. ReleaseOnCancel is on.
 func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, error) {
-	c, cfg := b.newCandidate(id, "client-go elector")
+	c, cfg := b.newCandidate(id)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	lease, renewDeadline, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-		},
-		LeaseDuration:   lease,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retry,
-		ReleaseOnCancel: true,
-		Name:            name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: c.lead,
-			OnStoppedLeading: func() {},
-		},
-	})
+	lease, renewDeadline, retry := clientGoTiming(b.lease)
+	le, err := cgElector(cs, ns, name, id, lease, renewDeadline, retry, c.lead)
 	if err != nil {
 		return nil, err
 	}
@@ -65,61 +40,38 @@ func (b *bench) startCG(ctx context.Context, ns, name, id string) (*candidate, e
 	return c, nil
 }
 
+// cgElector is a client-go LeaderElector on Lease ns/name, ReleaseOnCancel.
+func cgElector(cs kubernetes.Interface, ns, name, id string, lease, renewDeadline, retry time.Duration, lead func(context.Context)) (*leaderelection.LeaderElector, error) {
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+			Client:     cs.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		},
+		LeaseDuration: lease, RenewDeadline: renewDeadline, RetryPeriod: retry, ReleaseOnCancel: true, Name: name,
+		Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: lead, OnStoppedLeading: func() {}},
+	})
+}
+
 // waitTried waits until the candidate has read the Lease at least once, so
 // that it is polling for it.
 func waitTried(ctx context.Context, c *candidate) error {
 	return waitFor(ctx, 15*time.Second, 5*time.Millisecond, "the candidate's first attempt", func(context.Context) (bool, error) {
-		return c.tr.counts().reads > 0, nil
+		return c.tr.readsSent() > 0, nil
 	})
 }
 
-// cgTakeover mirrors kfTakeover with client-go.
+// cgTakeover is phase 1 with client-go: the holder freezes at a random point
+// of the waiter's retry period.
 func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "cg-takeover", "takeover"
-	res := takeoverResult{}
 	if err := b.createNamespace(ctx, ns); err != nil {
-		return res, err
+		return takeoverResult{}, err
 	}
-	err := b.takeovers(ctx, &res, "client-go takeover", func(i int) error {
-		return b.cgTakeoverOnce(ctx, ns, name, i, &res)
-	})
-	return res, err
-}
-
-// cgTakeoverOnce freezes the holder at a random point of the waiter's retry
-// period.
-func (b *bench) cgTakeoverOnce(ctx context.Context, ns, name string, i int, res *takeoverResult) error {
-	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
-	var started []*candidate
-	defer func() {
-		// The waiter releases (ReleaseOnCancel); the frozen holder cannot.
-		for _, c := range started {
-			c.stop()
-		}
-	}()
-	a, err := b.startCG(ctx, ns, name, fmt.Sprintf("a-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, a)
-	// The previous iteration's holder released, so this is immediate, or one
-	// lease duration when the previous iteration failed half way.
-	if _, err := a.waitStart(ctx, 3*b.lease+5*time.Second); err != nil {
-		return fmt.Errorf("holder: %w", err)
-	}
-	w, err := b.startCG(ctx, ns, name, fmt.Sprintf("b-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, w)
-	if err := waitTried(ctx, w); err != nil {
-		return err
-	}
-	if err := sleep(ctx, rand.N(retry)); err != nil {
-		return err
-	}
-	_, _, err = b.takeOver(ctx, a, w, res)
-	return err
+	_, _, retry := clientGoTiming(b.lease)
+	return b.takeovers(ctx, "client-go takeover", retry,
+		func(id string) (*candidate, error) { return b.startCG(ctx, ns, name, id) },
+		func(w *candidate) error { return waitTried(ctx, w) }, nil, nil)
 }
 
 // cgHandover: the holder's context is cancelled (ReleaseOnCancel), the waiter
@@ -130,7 +82,7 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return res, err
 	}
-	_, _, retry := clientGoTiming(b.lease, b.opts.clientGoRetry)
+	_, _, retry := clientGoTiming(b.lease)
 	var all []*candidate
 	defer func() {
 		for _, c := range all {
@@ -151,7 +103,6 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 	if _, err := h.waitStart(ctx, 15*time.Second); err != nil {
 		return res, err
 	}
-	var writes, reads int
 	for i := range b.opts.handovers {
 		w, err := start(fmt.Sprintf("c-%d", i+1))
 		if err != nil {
@@ -165,7 +116,6 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		if err := sleep(ctx, retry/2+rand.N(retry*2)); err != nil {
 			return res, err
 		}
-		hc, wc := h.tr.counts(), w.tr.counts()
 		asked := time.Now()
 		h.cancel()
 		began, err := w.waitStart(ctx, 3*b.lease+5*time.Second)
@@ -179,94 +129,8 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		}
 		res.latency = append(res.latency, began.Sub(asked))
 		h.stop()
-		// The new holder renews at once after acquiring; count that write too.
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return res, err
-		}
-		// Requests from the release to the new holder's start (the waiter's
-		// polling before the release is not part of the hand-over).
-		hc2, wc2 := h.tr.counts(), w.tr.counts()
-		writes += hc2.writes - hc.writes + wc2.writes - wc.writes
-		reads += hc2.reads - hc.reads + wc2.reads - wc.reads
 		h = w
 	}
 	res.n = len(res.latency)
-	res.clientWrites, res.clientReads = writes, reads
 	return res, nil
-}
-
-// cgSteady: one holder; count its writes, and its renewals from a watch on the
-// Lease (each renewal is one new renewTime).
-func (b *bench) cgSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name, holder = "cg-steady", "steady", "a"
-	if err := b.createNamespace(ctx, ns); err != nil {
-		return steadyResult{}, err
-	}
-	cs, err := kubernetes.NewForConfig(b.cfg)
-	if err != nil {
-		return steadyResult{}, err
-	}
-	leases := cs.CoordinationV1().Leases(ns)
-	var l0, l1 *coordinationv1.Lease
-	var w watch.Interface
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer func() {
-		if w != nil {
-			w.Stop()
-		}
-	}()
-	return b.steadyHolder(ctx, ns, func() (*candidate, error) { return b.startCG(ctx, ns, name, holder) }, renewalCounter{
-		begin: func() (err error) {
-			if l0, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-			w, err = leases.Watch(wctx, metav1.ListOptions{
-				FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-				ResourceVersion: l0.ResourceVersion,
-			})
-			return err
-		},
-		end: func() (err error) {
-			l1, err = leases.Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		count: func() (int, error) { return countRenewals(ctx, w, holder, l0, l1.ResourceVersion) },
-	})
-}
-
-// countRenewals reads watch events up to resource version last and counts the
-// modifications that are renewals by holder (a new renewTime).
-func countRenewals(ctx context.Context, w watch.Interface, holder string, first *coordinationv1.Lease, last string) (int, error) {
-	lastRV, err := strconv.ParseUint(last, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("resource version %q: %w", last, err)
-	}
-	prev := first.Spec.RenewTime
-	n := 0
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, errors.New("the watch on the Lease closed early")
-			}
-			l, isLease := ev.Object.(*coordinationv1.Lease)
-			if !isLease {
-				continue
-			}
-			if ev.Type == watch.Modified && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder &&
-				l.Spec.RenewTime != nil && (prev == nil || !l.Spec.RenewTime.Equal(prev)) {
-				n++
-				prev = l.Spec.RenewTime
-			}
-			if rv, err := strconv.ParseUint(l.ResourceVersion, 10, 64); err == nil && rv >= lastRV {
-				return n, nil
-			}
-		case <-timeout:
-			return 0, errors.New("the watch on the Lease did not reach the end of the window")
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
 }

@@ -4,87 +4,63 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-// Phase 4: what the fencing webhook adds to a write of a guarded object.
+// Phase 4: what fencing adds to a write of a guarded object.
 //
 // A Widget guarded by a FencedLease (label kubefence.io/lease, annotation
 // kubefence.io/fencing-token) and an unguarded Widget in the same namespace are
 // patched alternately by one client. The guarded patches pass through the
-// fencing webhook (served by this process); the unguarded ones match no webhook.
-// A second pass repeats this with the webhook reading the lease from the API
-// server on every check instead of from its cache.
+// fencing webhook (served by this process, reading the lease live as shipped);
+// the unguarded ones match no webhook. Then the same in policy mode (the
+// fencing ValidatingAdmissionPolicy, no webhook), with one lease in the
+// namespace's tenure table and with many.
 
 const (
 	guardedNamespace = "guarded-writes"
 	guardedLease     = "writer"
 	guardedLeaseSecs = 60 // nothing expires during the phase
 	guardedWarmup    = 100
-	// checksMetric is the fencing webhook's decision-time histogram.
-	checksMetric = "kubefence_fencing_check_seconds"
-	// serverMetric is controller-runtime's time to serve one admission request
-	// (decode the AdmissionReview, decide, encode the answer), by path.
-	serverMetric = "controller_runtime_webhook_latency_seconds"
 	// Label and annotation of the unguarded Widget: the same shape and size of
 	// metadata as the guard, under keys no webhook looks at.
 	unguardedLabel      = "example.kubefence.io/lease"
 	unguardedAnnotation = "example.kubefence.io/fencing-token"
-	// The allow-all baseline: a webhook at allowAllPath that admits every
-	// write, configured like the fencing webhook, for Widgets with allowAllLabel.
-	allowAllPath   = "/bench-allow-all"
-	allowAllLabel  = "bench.kubefence.io/allow-all"
-	allowAllConfig = "bench-allow-all"
 )
 
 type guardedPass struct {
 	guarded, unguarded []time.Duration
 	failures           int
-	checks             histSnap        // decision-time histogram over the measured writes
-	server             histSeries      // controller-runtime's serving time of /fence-guarded
-	liveReads          []time.Duration // lease reads the handler sent to the API server (timed)
-	fallbacks          int64           // reads through the handler's LiveLeases
-	cacheReads         int64           // lease reads served by the cache
 }
 
 // guardedResult is phase 4.
 type guardedResult struct {
 	token      int64
-	cached     guardedPass // before (main at 966f728): the decision's lease read served by the cache
-	live       guardedPass // Leases = the API reader: a live read on every check
-	allowAll   guardedPass // "guarded" = a Widget that only an allow-all webhook sees
-	policy     guardedPass // policy mode: the fencing ValidatingAdmissionPolicy, no webhook, one lease in the table
-	policyFull guardedPass // the same with policyTableLeases leases in the table
-	policyBack guardedPass // and again with one lease (order A B A: the machine's drift shows)
-	// barrier is, per grant of policy mode, the table write plus the
-	// propagation barrier: what a hand-over adds over webhook mode.
-	barrier []time.Duration
-	// handoverWebhook and handoverPolicy are hand-over latencies (release to
-	// the next holder's start) with the webhook-mode controller and then the
-	// policy-mode one (table, barrier, status), side by side in this phase.
-	handoverWebhook, handoverPolicy []time.Duration
-	tokenAfter                      int64
-	leading                         bool
+	webhook    guardedPass // the fencing webhook as shipped
+	policy     guardedPass // policy mode, one lease in the tenure table
+	policyFull guardedPass // policy mode, policyTableLeases leases in the table
+	tokenAfter int64
+	leading    bool
 }
 
 func widget(ns, name string) *unstructured.Unstructured {
@@ -93,19 +69,58 @@ func widget(ns, name string) *unstructured.Unstructured {
 	return u
 }
 
-func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, error) {
+// startWebhooks installs config/webhook/{manifests,fencing}.yaml in the API
+// server through envtest's WebhookInstallOptions and serves them, as
+// operator.Setup wires them, from a manager in this process: the FencedLease
+// validator and the fencing handlers. It is called only before the guarded
+// phase (or the scale run), so that the lease phases run without webhooks;
+// stop ends the manager.
+func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	wopts := &b.testEnv.WebhookInstallOptions
+	// Start prepared a CA and a serving directory for no webhooks; replace them.
+	if err := wopts.Cleanup(); err != nil {
+		return nil, err
+	}
+	*wopts = envtest.WebhookInstallOptions{Paths: testenv.WebhookPaths(root)}
+	if err := wopts.PrepWithoutInstalling(); err != nil {
+		return nil, fmt.Errorf("preparing the webhooks: %w", err)
+	}
+	mgrOpts := testenv.WebhookManagerOptions(b.testEnv, b.scheme)
+	mgrOpts.HealthProbeBindAddress = "0"
+	mgr, err := ctrl.NewManager(b.cfg, mgrOpts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the webhook manager: %w", err)
+	}
+	opts := testenv.Operator("", b.adminUser)
+	opts.Reconciler = false
+	if err := operator.Setup(mgr, opts); err != nil {
+		return nil, err
+	}
+	stop = startManager(ctx, "webhook manager", mgr)
+	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
+		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
+	}); err != nil {
+		stop()
+		return nil, err
+	}
+	if err := wopts.Install(b.cfg); err != nil {
+		stop()
+		return nil, fmt.Errorf("installing the webhook configurations: %w", err)
+	}
+	return stop, nil
+}
+
+func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 	const ns, name = guardedNamespace, guardedLease
 	var res guardedResult
-	// Not labelled kubefence.io/fencing=required: the unguarded Widget matches no webhook.
-	if err := b.createNamespace(ctx, ns); err != nil {
+	// The namespace is not labelled kubefence.io/fencing=required: the
+	// unguarded Widget matches no webhook.
+	if err := b.createFencedLease(ctx, ns, name, guardedLeaseSecs); err != nil {
 		return res, err
-	}
-	l := &coordv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: guardedLeaseSecs},
-	}
-	if err := b.admin.Create(ctx, l); err != nil {
-		return res, fmt.Errorf("creating FencedLease %s/%s: %w", ns, name, err)
 	}
 	holder, err := b.startKF(ctx, ns, name, "writer-0")
 	if err != nil {
@@ -122,25 +137,12 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	res.token = tok
 
 	// The writing client: its own connection, as the admin.
-	wcfg := rest.CopyConfig(b.cfg)
-	cl, err := client.New(wcfg, client.Options{Scheme: b.scheme})
+	cl, err := client.New(rest.CopyConfig(b.cfg), client.Options{Scheme: b.scheme})
 	if err != nil {
 		return res, err
 	}
-	// Warm the webhook's cache (the first Get starts the FencedLease informer)
-	// and wait until it shows the grant, so that no check needs a live read.
-	if err := waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the webhook's cache to show the grant", func(ctx context.Context) (bool, error) {
-		var cached coordv1alpha1.FencedLease
-		if err := ws.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cached); err != nil {
-			return false, err
-		}
-		return cached.Status.FencingToken == tok && cached.Status.HolderIdentity == holder.id, nil
-	}); err != nil {
-		return res, err
-	}
 	fc := holder.el.Client(cl)
-	g := widget(ns, "guarded")
-	if err := fc.Create(ctx, g); err != nil {
+	if err := fc.Create(ctx, widget(ns, "guarded")); err != nil {
 		return res, fmt.Errorf("creating the guarded Widget: %w", err)
 	}
 	u := widget(ns, "unguarded")
@@ -149,14 +151,10 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 	if err := cl.Create(ctx, u); err != nil {
 		return res, fmt.Errorf("creating the unguarded Widget: %w", err)
 	}
-
 	// The API server picks up new webhook configurations asynchronously: wait
 	// until a dry-run patch with a malformed token is refused.
-	if err := waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing webhook to be called", func(ctx context.Context) (bool, error) {
-		probe := widget(ns, "guarded")
-		err := cl.Patch(ctx, probe, client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
-		return apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "fencing token"), nil
+	if err := b.waitRefused(ctx, cl, "the fencing webhook", func(err error) bool {
+		return apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "fencing token")
 	}); err != nil {
 		return res, err
 	}
@@ -165,145 +163,82 @@ func (b *bench) guarded(ctx context.Context, ws *webhookServer) (guardedResult, 
 		return fc.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"spec":{"writer":"g-%06d"}}`, i)))
 	}
-	// plainPatch writes Widget obj with the admin's client, with the same
-	// metadata the fenced client adds to the guarded patch; the writer is
-	// prefix and the write's number.
-	plainPatch := func(obj, prefix string) func(context.Context, int) error {
-		return func(ctx context.Context, i int) error {
-			return cl.Patch(ctx, widget(ns, obj), client.RawPatch(types.MergePatchType,
-				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"%s-%06d"}}`,
-					unguardedAnnotation, tok, unguardedLabel, name, prefix, i)))
-		}
+	// The unguarded patch carries the same metadata the fenced client adds
+	// to the guarded one.
+	unguardedPatch := func(ctx context.Context, i int) error {
+		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
+				unguardedAnnotation, tok, unguardedLabel, name, i)))
 	}
-	unguardedPatch := plainPatch("unguarded", "u")
-
-	fmt.Fprintf(os.Stderr, "bench: guarded writes, lease read from the cache: %d + %d warm-up pairs\n", b.opts.guardedWrites, guardedWarmup)
-	if res.cached, err = b.guardedPass(ctx, ws, b.opts.guardedWrites, guardedPatch, unguardedPatch); err != nil {
-		return res, err
+	passes := []struct {
+		says string
+		n    int
+		into *guardedPass
+		prep func() error
+	}{
+		{"through the fencing webhook", b.opts.guardedWrites, &res.webhook, nil},
+		{"in policy mode, 1 lease in the table", b.opts.policyWrites, &res.policy, func() error { return b.switchToPolicy(ctx, cl, ns, name) }},
+		{fmt.Sprintf("in policy mode, %d leases in the table", b.opts.policyTableLeases), b.opts.policyWrites, &res.policyFull, func() error { return b.fillTable(ctx, ns) }},
 	}
-	if b.opts.allowAllWrites > 0 {
-		if err := b.installAllowAll(ctx, ws, ns, name, tok); err != nil {
-			return res, err
+	for _, p := range passes {
+		if p.n == 0 {
+			break
 		}
-		allowAllPatch := plainPatch("allow-all", "a")
-		fmt.Fprintf(os.Stderr, "bench: baseline, a webhook that allows every write: %d + %d warm-up pairs\n", b.opts.allowAllWrites, guardedWarmup)
-		if res.allowAll, err = b.guardedPass(ctx, ws, b.opts.allowAllWrites, allowAllPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-	}
-	if b.opts.liveWrites > 0 {
-		fmt.Fprintf(os.Stderr, "bench: guarded writes, lease read from the API server on every check: %d + %d warm-up pairs\n", b.opts.liveWrites, guardedWarmup)
-		ws.leases.live.Store(true)
-		res.live, err = b.guardedPass(ctx, ws, b.opts.liveWrites, guardedPatch, unguardedPatch)
-		ws.leases.live.Store(false)
-		if err != nil {
-			return res, err
-		}
-	}
-	if b.opts.policyWrites > 0 {
-		if err := b.switchToPolicy(ctx, ns, name); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode (no webhook): %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policy, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if err := b.fillTable(ctx, ns); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, %d leases in the table: %d + %d warm-up pairs\n", b.opts.policyTableLeases, b.opts.policyWrites, guardedWarmup)
-		if res.policyFull, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if err := b.trimTable(ctx, ns, name); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes in policy mode, one lease in the table again: %d + %d warm-up pairs\n", b.opts.policyWrites, guardedWarmup)
-		if res.policyBack, err = b.guardedPass(ctx, ws, b.opts.policyWrites, guardedPatch, unguardedPatch); err != nil {
-			return res, err
-		}
-		if res.barrier, err = b.barrierPass(ctx, ns); err != nil {
-			return res, err
-		}
-		if b.opts.handovers > 0 {
-			if res.handoverWebhook, res.handoverPolicy, err = b.handoversBothModes(ctx); err != nil {
+		if p.prep != nil {
+			if err := p.prep(); err != nil {
 				return res, err
 			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes %s: %d + %d warm-up pairs\n", p.says, p.n, guardedWarmup)
+		if *p.into, err = b.guardedPass(ctx, p.n, guardedPatch, unguardedPatch); err != nil {
+			return res, err
 		}
 	}
 	res.tokenAfter, res.leading = holder.el.Token()
 	return res, nil
 }
 
-// handoversBothModes runs phase 2's kubefence hand-overs with the
-// webhook-mode controller, then restarts the controller in policy mode and
-// runs them again: a grant then writes the tenure table, waits for the
-// barrier and only then the status.
-func (b *bench) handoversBothModes(ctx context.Context) (webhookMode, policyMode []time.Duration, err error) {
-	fmt.Fprintf(os.Stderr, "bench: hand-over, webhook-mode controller: %d iterations\n", b.opts.handovers)
-	h, err := b.kfHandoverIn(ctx, "handover-webhook-mode")
-	if err != nil {
-		return nil, nil, err
-	}
-	b.stopController()
-	if err := b.runController(ctx, operator.EnforcementPolicy); err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintf(os.Stderr, "bench: hand-over, policy-mode controller (table + barrier + status): %d iterations\n", b.opts.handovers)
-	p, err := b.kfHandoverIn(ctx, "handover-policy-mode")
-	if err != nil {
-		return nil, nil, err
-	}
-	return h.latency, p.latency, nil
-}
-
-// barrierGrants is how many grants the barrier pass times.
-const barrierGrants = 200
-
-// barrierPass times the first phase of policy mode's grant, barrierGrants
-// times, on a lease of its own in the table: the entry's write (as
-// policy.Tenures.Grant writes it) and policy.Barrier.Wait, with dry-run probes
-// to the API server, until it refuses the previous token and accepts the new.
-func (b *bench) barrierPass(ctx context.Context, ns string) ([]time.Duration, error) {
-	table := &policy.Table{Reader: b.admin, Writer: b.admin}
-	barrier := &policy.Barrier{Servers: policy.ConfiguredServer(b.cfg), Prober: &policy.DryRunProber{}}
-	fmt.Fprintf(os.Stderr, "bench: policy mode, table write + propagation barrier: %d grants\n", barrierGrants)
-	var out []time.Duration
-	for i := range barrierGrants {
-		prev, next := int64(100+i), int64(101+i)
-		start := time.Now()
-		if _, _, err := table.Update(ctx, ns, "barrier", func(policy.Entry, bool) (policy.Entry, bool) {
-			return policy.Entry{Token: next, Held: true, User: b.adminUser, Attempt: fmt.Sprint(i)}, true
-		}); err != nil {
-			return out, err
-		}
-		if err := barrier.Wait(ctx, ns, "barrier", &prev, next); err != nil {
-			return out, err
-		}
-		out = append(out, time.Since(start))
-	}
-	return out, nil
+// waitRefused waits until a dry-run patch of the guarded Widget with a
+// malformed token is refused as refused tells: the API server calls what was
+// just installed.
+func (b *bench) waitRefused(ctx context.Context, cl client.Client, what string, refused func(error) bool) error {
+	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, what+" to decide", func(ctx context.Context) (bool, error) {
+		err := cl.Patch(ctx, widget(guardedNamespace, "guarded"), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
+		return err != nil && refused(err), nil
+	})
 }
 
 // switchToPolicy turns the cluster to policy mode for lease ns/name, as the
 // operator with --enforcement=policy and config/components/policy do: the
-// fencing webhook keeps only its /scale and eviction entries, the policies
+// fencing webhooks become the component's (/scale and evictions), the policies
 // are applied, and the lease's tenure table entry is written from its status
 // (policy.Tenures.Sync). It returns once the policy refuses a malformed token.
-func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
+func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name string) error {
+	// The fencing webhooks policy mode ships (config/components/policy),
+	// served where the installed ones are.
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	shipped, err := testenv.PolicyModeFencingWebhooks(root)
+	if err != nil {
+		return err
+	}
 	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := b.admin.Get(ctx, types.NamespacedName{Name: "fencing-webhook-configuration"}, &cfg); err != nil {
+	if err := b.admin.Get(ctx, types.NamespacedName{Name: shipped.Name}, &cfg); err != nil {
 		return fmt.Errorf("reading the installed fencing webhook configuration: %w", err)
 	}
-	var keep []admissionregistrationv1.ValidatingWebhook
-	for _, w := range cfg.Webhooks {
-		if strings.HasPrefix(w.Name, "scale.") || strings.HasPrefix(w.Name, "eviction.") {
-			keep = append(keep, w)
+	for i, w := range shipped.Webhooks {
+		j := slices.IndexFunc(cfg.Webhooks, func(x admissionregistrationv1.ValidatingWebhook) bool { return x.Name == w.Name })
+		if j < 0 {
+			return fmt.Errorf("policy mode's fencing webhook %s is not installed", w.Name)
 		}
+		shipped.Webhooks[i].ClientConfig = cfg.Webhooks[j].ClientConfig
 	}
-	cfg.Webhooks = keep
+	cfg.Webhooks = shipped.Webhooks
 	if err := b.admin.Update(ctx, &cfg); err != nil {
-		return fmt.Errorf("trimming the fencing webhook configuration to /scale and evictions: %w", err)
+		return fmt.Errorf("installing policy mode's fencing webhooks: %w", err)
 	}
 	o := testenv.Operator(operatorNamespace, b.adminUser)
 	o.Enforcement = operator.EnforcementPolicy
@@ -319,21 +254,9 @@ func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
 	if err := t.Sync(ctx, &l); err != nil {
 		return fmt.Errorf("writing the tenure table: %w", err)
 	}
-	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the fencing policy to decide", func(ctx context.Context) (bool, error) {
-		err := b.admin.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"not-a-token"}}}`, coordv1alpha1.FencingTokenAnnotation)), client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'"), nil
+	return b.waitRefused(ctx, cl, "the fencing policy", func(err error) bool {
+		return strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.FencingPolicyName+"'")
 	})
-}
-
-// trimTable leaves only lease's entry in the namespace's tenure table.
-func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
-	var cm corev1.ConfigMap
-	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
-		return err
-	}
-	cm.Data = map[string]string{lease: cm.Data[lease], policy.IncarnationKey: cm.Data[policy.IncarnationKey]}
-	return b.admin.Update(ctx, &cm)
 }
 
 // fillTable makes the namespace's tenure table hold policyTableLeases
@@ -358,64 +281,8 @@ func (b *bench) fillTable(ctx context.Context, ns string) error {
 	return nil
 }
 
-// installAllowAll installs a validating webhook that admits every write of a
-// Widget labelled allowAllLabel, served by this process at allowAllPath and
-// configured like the fencing webhook (same server, TLS, timeout, failure
-// policy), and creates such a Widget: the cost of any webhook at all.
-func (b *bench) installAllowAll(ctx context.Context, ws *webhookServer, ns, lease string, tok int64) error {
-	var fencingCfg admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := b.admin.Get(ctx, types.NamespacedName{Name: "fencing-webhook-configuration"}, &fencingCfg); err != nil {
-		return fmt.Errorf("reading the installed fencing webhook configuration: %w", err)
-	}
-	var guarded *admissionregistrationv1.ValidatingWebhook
-	for i := range fencingCfg.Webhooks {
-		if fencingCfg.Webhooks[i].Name == "guarded.fencing.kubefence.io" {
-			guarded = &fencingCfg.Webhooks[i]
-		}
-	}
-	if guarded == nil || guarded.ClientConfig.URL == nil {
-		return errors.New("the installed fencing configuration has no guarded webhook with a URL")
-	}
-	u, err := url.Parse(*guarded.ClientConfig.URL)
-	if err != nil {
-		return err
-	}
-	u.Path = allowAllPath
-	wh := guarded.DeepCopy()
-	wh.Name = "allow-all.bench.kubefence.io"
-	wh.ClientConfig.URL = ptr.To(u.String())
-	wh.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{allowAllLabel: "true"}}
-	wh.MatchConditions = nil
-	wh.Rules = []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{testenv.WidgetGVK.Group}, APIVersions: []string{testenv.WidgetGVK.Version},
-			Resources: []string{"widgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}}
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: allowAllConfig},
-		Webhooks:   []admissionregistrationv1.ValidatingWebhook{*wh},
-	}
-	if err := b.admin.Create(ctx, cfg); err != nil {
-		return fmt.Errorf("installing the allow-all webhook: %w", err)
-	}
-	a := widget(ns, "allow-all")
-	a.SetLabels(map[string]string{allowAllLabel: "true", unguardedLabel: lease})
-	a.SetAnnotations(map[string]string{unguardedAnnotation: fmt.Sprint(tok)})
-	if err := b.admin.Create(ctx, a); err != nil {
-		return fmt.Errorf("creating the allow-all Widget: %w", err)
-	}
-	// The API server picks the configuration up asynchronously.
-	return waitFor(ctx, 30*time.Second, 50*time.Millisecond, "the allow-all webhook to be called", func(ctx context.Context) (bool, error) {
-		before := ws.allowed.Load()
-		if err := b.admin.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"writer":"probe"}}`)), client.DryRunAll); err != nil {
-			return false, err
-		}
-		return ws.allowed.Load() > before, nil
-	})
-}
-
 // guardedPass sends warm-up pairs, then n measured pairs (guarded first).
-func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guardedPatch, unguardedPatch func(context.Context, int) error) (guardedPass, error) {
+func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedPatch func(context.Context, int) error) (guardedPass, error) {
 	var p guardedPass
 	for i := range guardedWarmup {
 		if err := guardedPatch(ctx, i); err != nil {
@@ -425,11 +292,6 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 			return p, fmt.Errorf("warm-up unguarded patch: %w", err)
 		}
 	}
-	before, err := gatherMetrics()
-	if err != nil {
-		return p, err
-	}
-	live0, fb0, cache0 := len(ws.leases.liveReads()), ws.fallback.gets.Load(), ws.leases.cacheGets.Load()
 	timed := func(f func(context.Context, int) error, i int, into *[]time.Duration) error {
 		start := time.Now()
 		err := f(ctx, i)
@@ -448,15 +310,6 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 			return p, err
 		}
 	}
-	after, err := gatherMetrics()
-	if err != nil {
-		return p, err
-	}
-	p.checks = after.checks.sub(before.checks)
-	p.server = after.server.sub(before.server)[fencing.PathGuarded]
-	p.liveReads = ws.leases.liveReads()[live0:]
-	p.fallbacks = ws.fallback.gets.Load() - fb0
-	p.cacheReads = ws.leases.cacheGets.Load() - cache0
 	return p, nil
 }
 
@@ -474,13 +327,64 @@ func pairDiffs(p guardedPass) []time.Duration {
 	return out
 }
 
-func mean(ds []time.Duration) (time.Duration, bool) {
-	if len(ds) == 0 {
-		return 0, false
+func signedMS(d time.Duration) string {
+	if d >= 0 {
+		return "+" + ms(d)
 	}
-	var s time.Duration
-	for _, d := range ds {
-		s += d
+	return ms(d)
+}
+
+// guardedConfigRows describe phase 4 in the configuration table.
+func guardedConfigRows(o options) [][]string {
+	return [][]string{
+		{"guarded writes", fmt.Sprintf("per pass, %d warm-up then the measured pairs of merge patches (spec.writer): a guarded Widget, then an unguarded one in the same namespace, one client, sequential; lease %s/%s (%d s) held by one fence.Elector, guarded writes through its fenced client", guardedWarmup, guardedNamespace, guardedLease, guardedLeaseSecs)},
+		{"guarded writes: passes", fmt.Sprintf("fencing webhook as shipped (%d pairs); policy mode with 1, then %d leases in the tenure table (%d pairs each; 0: skipped)", o.guardedWrites, o.policyTableLeases, o.policyWrites)},
 	}
-	return s / time.Duration(len(ds)), true
+}
+
+func (r *report) printGuarded(w io.Writer, b *bench) {
+	g := r.guarded
+	fmt.Fprintln(w, "## Guarded writes")
+	fmt.Fprintln(w)
+
+	// One row per pass; the targets: a webhook within 1.25x at p50 and +5 ms
+	// at p99, policy mode within 1.05x and +1 ms.
+	row := func(name string, p guardedPass, maxRatio float64, maxP99 time.Duration) []string {
+		gp50, ok1 := quantile(p.guarded, 0.5)
+		up50, ok2 := quantile(p.unguarded, 0.5)
+		gp99, ok3 := quantile(p.guarded, 0.99)
+		up99, ok4 := quantile(p.unguarded, 0.99)
+		p50, p99, met := "n/a", "n/a", "n/a"
+		if ok1 && ok2 && ok3 && ok4 && up50 > 0 {
+			ratio := float64(gp50) / float64(up50)
+			p50 = fmt.Sprintf("%s (%.2f)", signedMS(gp50-up50), ratio)
+			p99 = signedMS(gp99 - up99)
+			met = fmt.Sprintf("%s / %s", yesNo(ratio <= maxRatio), yesNo(gp99-up99 < maxP99))
+		}
+		pair := "n/a"
+		if diffs := pairDiffs(p); len(diffs) > 0 {
+			pair = q(diffs, 0.5) + " / " + q(diffs, 0.99)
+		}
+		return []string{name, q(p.guarded, 0.5), q(p.unguarded, 0.5), p50, p99, pair,
+			fmt.Sprintf("%d (%d)", len(p.guarded), p.failures), fmt.Sprintf("<= %.2f / < %s", maxRatio, ms(maxP99)), met}
+	}
+	rows := [][]string{{"pass", "guarded p50", "unguarded p50", "p50 overhead (ratio)", "p99 overhead", "per pair p50 / p99", "samples (failed)", "target ratio / p99", "met"}}
+	rows = append(rows, row("fencing webhook (as shipped)", g.webhook, 1.25, 5*time.Millisecond))
+	if b.opts.policyWrites > 0 {
+		rows = append(rows,
+			row("policy mode, 1 lease in the table", g.policy, 1.05, time.Millisecond),
+			row(fmt.Sprintf("policy mode, %d leases in the table", b.opts.policyTableLeases), g.policyFull, 1.05, time.Millisecond))
+	}
+	table(w, rows)
+	fmt.Fprintln(w)
+
+	holding := fmt.Sprintf("still leading with token %d at the end", g.tokenAfter)
+	if !g.leading || g.tokenAfter != g.token {
+		holding = fmt.Sprintf("NOT leading with the same token at the end (leading %v, token %d)", g.leading, g.tokenAfter)
+	}
+	fmt.Fprintf(w, "Lease %s/%s granted with token %d, %s.\n", guardedNamespace, guardedLease, g.token, holding)
+	if b.opts.policyWrites > 0 {
+		fmt.Fprintf(w, "The tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, policy.TableName, b.opts.policyTableLeases, b.policyTableBytes)
+	}
+	fmt.Fprintln(w, "Overhead = guarded - unguarded at the same quantile; ratio = guarded p50 / unguarded p50; quantiles are nearest-rank.")
 }

@@ -1,11 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
@@ -24,7 +24,7 @@ type kfCandidate struct {
 }
 
 func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate, error) {
-	cand, cfg := b.newCandidate(id, "elector")
+	cand, cfg := b.newCandidate(id)
 	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: b.scheme})
 	if err != nil {
 		return nil, err
@@ -47,13 +47,14 @@ func (b *bench) startKF(ctx context.Context, ns, name, id string) (*kfCandidate,
 	return c, nil
 }
 
-func (b *bench) createFencedLease(ctx context.Context, ns, name string) error {
+// createFencedLease creates namespace ns and FencedLease ns/name.
+func (b *bench) createFencedLease(ctx context.Context, ns, name string, seconds int) error {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
 	}
 	l := &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(b.opts.leaseSeconds)},
+		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: int32(seconds)},
 	}
 	if err := b.admin.Create(ctx, l); err != nil {
 		return fmt.Errorf("creating FencedLease %s/%s: %w", ns, name, err)
@@ -79,15 +80,8 @@ func requestOf(l *coordv1alpha1.FencedLease, id string) (coordv1alpha1.LeaseRequ
 // isWaiting reports whether the controller lists id as waiting (so it has
 // processed the request).
 func isWaiting(l *coordv1alpha1.FencedLease, id string) bool {
-	if _, ok := requestOf(l, id); !ok {
-		return false
-	}
-	for _, w := range l.Status.Waiting {
-		if w.HolderIdentity == id {
-			return true
-		}
-	}
-	return false
+	_, ok := requestOf(l, id)
+	return ok && slices.ContainsFunc(l.Status.Waiting, func(w coordv1alpha1.WaitingRequest) bool { return w.HolderIdentity == id })
 }
 
 // waitLease polls the lease (as the admin, whose requests are not counted)
@@ -114,31 +108,17 @@ type takeoverResult struct {
 	// settled (kubefence only).
 	ctrl     writeCounts
 	failures int
-	// stages takes each kubefence takeover apart (the stage constants).
-	stages stageSet
+	stages   stages // kubefence's takeovers taken apart
 }
 
-// stageSet collects durations of named stages, in the order first added.
-type stageSet struct {
-	names  []string
-	values map[string][]time.Duration
-}
+// stages collects durations by stage (the stage constants).
+type stages map[string][]time.Duration
 
-func (s *stageSet) add(name string, d time.Duration) {
-	if s.values == nil {
-		s.values = map[string][]time.Duration{}
-	}
-	if _, ok := s.values[name]; !ok {
-		s.names = append(s.names, name)
-	}
-	s.values[name] = append(s.values[name], d)
-}
+func (s stages) add(name string, d time.Duration) { s[name] = append(s[name], d) }
 
-// Stages of a kubefence takeover (with the drift allowance they add up to the
-// time beyond the lease) and of a hand-over (they add up to its latency).
+// Stages of a kubefence takeover (they add up to the time beyond the lease) and of a hand-over (they add up to its latency).
 const (
-	stageObserve = "old holder's last renewal sent -> controller observed it"
-	stageTimer   = "expiry due (observed + L + allowance) -> expiry write sent"
+	stageExpiry  = "old holder's last renewal sent + L -> expiry write sent (delivery, allowance, reconcile)"
 	stageExpire  = "expiry-and-grant write sent -> written"
 	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
 	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
@@ -146,92 +126,73 @@ const (
 )
 
 // kfTakeover: A holds, B waits, A's client freezes at a random point of its
-// renewal cycle; measure when B starts leading.
+// renewal cycle; measure when B starts leading and take each takeover apart
+// with the controller's writes.
 func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "kf-takeover", "takeover"
-	res := takeoverResult{ctrl: writeCounts{}}
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
-		return res, err
+	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
+		return takeoverResult{}, err
 	}
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
-	err := b.takeovers(ctx, &res, "kubefence takeover", func(i int) error {
-		return b.kfTakeoverOnce(ctx, ns, name, i, renewEvery, &res)
-	})
-	return res, err
+	var before writeCounts    // the controller's writes when the waiter queued
+	return b.takeovers(ctx, "kubefence takeover", renewEvery,
+		func(id string) (*candidate, error) {
+			c, err := b.startKF(ctx, ns, name, id)
+			if err != nil {
+				return nil, err
+			}
+			return c.candidate, nil
+		},
+		func(w *candidate) error {
+			err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
+			before = b.ctrlRT.counted(ns)
+			return err
+		},
+		func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error {
+			return b.kfTakeoverStages(ctx, ns, i, began, start, t0, w, before, res)
+		},
+		func() {
+			// The next iteration starts from a free lease with nobody queued.
+			_ = b.waitLease(ctx, ns, name, "the lease to be free", func(l *coordv1alpha1.FencedLease) bool {
+				return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
+			})
+		})
 }
 
-func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, renewEvery time.Duration, res *takeoverResult) error {
-	began := time.Now()
-	var started []*kfCandidate
-	defer func() {
-		for _, c := range started {
-			c.stop()
-		}
-		// The next iteration starts from a free lease with nobody queued.
-		_ = b.waitLease(ctx, ns, name, "the lease to be free", func(l *coordv1alpha1.FencedLease) bool {
-			return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
-		})
-	}()
-	a, err := b.startKF(ctx, ns, name, fmt.Sprintf("a-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, a)
-	if _, err := a.waitStart(ctx, 15*time.Second); err != nil {
-		return fmt.Errorf("holder: %w", err)
-	}
-	w, err := b.startKF(ctx, ns, name, fmt.Sprintf("b-%d", i))
-	if err != nil {
-		return err
-	}
-	started = append(started, w)
-	if err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool {
-		return isWaiting(l, w.id)
-	}); err != nil {
-		return err
-	}
-	if err := sleep(ctx, rand.N(renewEvery)); err != nil {
-		return err
-	}
-	before := b.ctrlRT.snapshot(ns)
-	start, t0, err := b.takeOver(ctx, a.candidate, w.candidate, res)
-	if err != nil {
-		return err
-	}
+// kfTakeoverStages counts the controller's writes of one takeover and
+// takes it apart.
+func (b *bench) kfTakeoverStages(ctx context.Context, ns string, i int, began, start, t0 time.Time, w *candidate, before writeCounts, res *takeoverResult) error {
 	// Let the controller record the new holder's first renewal and its events;
 	// the new holder's next periodic renewal is a third of a lease away.
-	if err := sleep(ctx, min(300*time.Millisecond, renewEvery/2)); err != nil {
+	if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
 		return err
 	}
-	res.ctrl.add(b.ctrlRT.snapshot(ns).sub(before))
-
-	var observed time.Time
+	for k, v := range b.ctrlRT.counted(ns).sub(before) {
+		res.ctrl[k] += v
+	}
+	// The controller expires and grants in one status write; only a holder
+	// that never renewed needs a spec write (removing its request) first. It
+	// counts the lease from when it observed the last renewal (in memory
+	// only), so the first stage holds the renewal's delivery and the
+	// allowance too.
 	var expiry, grant *ctrlWrite
 	writes := b.ctrlRT.trace(ns, began)
 	for i := range writes {
 		cw := &writes[i]
-		// The controller expires and grants in one status write; only a holder
-		// that never renewed needs a spec write (removing its request) first.
-		switch {
-		case !cw.ok || grant != nil:
-		case expiry == nil && cw.category == catSpecExpiry:
-			expiry = cw
-		case expiry == nil && cw.holder == a.id && !cw.renewTime.IsZero():
-			observed = cw.renewTime
-		case cw.category == catStatusGrant && cw.holder == w.id:
+		if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
 			grant = cw
+			break
+		}
+		if cw.ok && cw.category == catSpecExpiry && expiry == nil {
+			expiry = cw
 		}
 	}
-	if observed.IsZero() || grant == nil {
-		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: could not take the controller's writes apart\n", i)
+	if grant == nil {
+		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: no grant write to the waiter\n", i)
 		return nil
 	}
-	if expiry == nil {
-		expiry = grant
-	}
-	due := observed.Add(b.lease + fencedlease.DefaultTiming().Allowance(b.lease))
-	res.stages.add(stageObserve, observed.Sub(t0))
-	res.stages.add(stageTimer, expiry.sent.Sub(due))
+	expiry = cmp.Or(expiry, grant)
+	res.stages.add(stageExpiry, expiry.sent.Sub(t0.Add(b.lease)))
 	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))
 	res.stages.add(stageAck, start.Sub(grant.done))
 	return nil
@@ -241,26 +202,19 @@ func (b *bench) kfTakeoverOnce(ctx context.Context, ns, name string, i int, rene
 type handoverResult struct {
 	// latency is, per iteration, the next holder's start minus the moment the
 	// release was asked for.
-	latency []time.Duration
-	// clientWrites and clientReads are the candidates' requests per hand-over.
-	clientWrites, clientReads int
-	ctrl                      writeCounts
-	n                         int
-	failures                  int
-	stages                    stageSet
+	latency  []time.Duration
+	ctrl     writeCounts
+	n        int
+	failures int
+	stages   stages
 }
 
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
-	return b.kfHandoverIn(ctx, "kf-handover")
-}
-
-// kfHandoverIn is phase 2's kubefence hand-overs, on a lease in namespace ns.
-func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, error) {
-	const name = "handover"
-	res := handoverResult{}
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
+	const ns, name = "kf-handover", "handover"
+	res := handoverResult{stages: stages{}}
+	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return res, err
 	}
 	x, err := b.startKF(ctx, ns, name, "x")
@@ -293,8 +247,7 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 	if err := ready(x, y); err != nil {
 		return res, err
 	}
-	ctrlBefore := b.ctrlRT.snapshot(ns)
-	xBefore, yBefore := x.tr.counts(), y.tr.counts()
+	ctrlBefore := b.ctrlRT.counted(ns)
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
 		if err := ready(h, w); err != nil {
@@ -319,9 +272,6 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 			continue
 		}
 		res.latency = append(res.latency, start.Sub(asked))
-		if b.opts.trace {
-			b.traceHandover(i, asked, start, h, w, ns)
-		}
 		for _, cw := range b.ctrlRT.trace(ns, asked) {
 			if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
 				res.stages.add(stageRelease, cw.sent.Sub(asked))
@@ -340,72 +290,6 @@ func (b *bench) kfHandoverIn(ctx context.Context, ns string) (handoverResult, er
 		return res, err
 	}
 	res.n = len(res.latency)
-	res.ctrl = b.ctrlRT.snapshot(ns).sub(ctrlBefore)
-	xAfter, yAfter := x.tr.counts(), y.tr.counts()
-	res.clientWrites = xAfter.writes - xBefore.writes + yAfter.writes - yBefore.writes
-	res.clientReads = xAfter.reads - xBefore.reads + yAfter.reads - yBefore.reads
+	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
 	return res, nil
-}
-
-// steadyResult is phase 3 for one system.
-type steadyResult struct {
-	window        time.Duration
-	renewals      int
-	writes, reads int
-	ctrl          writeCounts
-	// writeRTT is the round trip of each of the holder's writes in the window.
-	writeRTT []time.Duration
-}
-
-// kfSteady: one holder, nobody waiting; count its writes and the controller's
-// over the window, and its renewals from the lease's renewSequence.
-func (b *bench) kfSteady(ctx context.Context) (steadyResult, error) {
-	const ns, name, holder = "kf-steady", "steady", "a"
-	if err := b.createFencedLease(ctx, ns, name); err != nil {
-		return steadyResult{}, err
-	}
-	seq := func() (int64, error) {
-		l, err := b.getFencedLease(ctx, ns, name)
-		if err != nil {
-			return 0, err
-		}
-		r, ok := requestOf(l, holder)
-		if !ok || l.Status.HolderIdentity != holder {
-			return 0, errors.New("the holder lost the lease during the steady window")
-		}
-		return r.RenewSequence, nil
-	}
-	var seq0, seq1 int64
-	return b.steadyHolder(ctx, ns, func() (*candidate, error) {
-		a, err := b.startKF(ctx, ns, name, holder)
-		if err != nil {
-			return nil, err
-		}
-		return a.candidate, nil
-	}, renewalCounter{
-		begin: func() (err error) { seq0, err = seq(); return err },
-		end:   func() (err error) { seq1, err = seq(); return err },
-		count: func() (int, error) { return int(seq1 - seq0), nil },
-	})
-}
-
-// traceHandover prints what the candidates and the controller sent during one
-// kubefence hand-over (-trace).
-func (b *bench) traceHandover(i int, asked, start time.Time, h, w *kfCandidate, ns string) {
-	fmt.Fprintf(os.Stderr, "hand-over %d: %v\n", i, start.Sub(asked).Round(100*time.Microsecond))
-	at := func(t time.Time) string {
-		return fmt.Sprintf("%7.1fms", float64(t.Sub(asked))/float64(time.Millisecond))
-	}
-	for _, c := range []*kfCandidate{h, w} {
-		for _, r := range c.tr.requestsSince(asked.Add(-time.Millisecond)) {
-			if r.watch {
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "  %s..%s %-3s %-6s %s %d\n", at(r.sent), at(r.done), c.id, r.method, r.path, r.code)
-		}
-	}
-	for _, cw := range b.ctrlRT.trace(ns, asked) {
-		fmt.Fprintf(os.Stderr, "  %s..%s ctl %s ok=%v holder=%s\n", at(cw.sent), at(cw.done), cw.category, cw.ok, cw.holder)
-	}
-	fmt.Fprintf(os.Stderr, "  %s start\n", at(start))
 }

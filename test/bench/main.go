@@ -1,24 +1,11 @@
-// Command bench measures kubefence's fenced leases side by side with
-// client-go's tools/leaderelection, against one real kube-apiserver and etcd
-// (envtest) started in this process, with the kubefence controller running in
-// this process too:
-//
-//  1. takeover: how long after the holder's last successful renewal, beyond
-//     the lease duration, a waiting candidate starts leading when the holder
-//     stops renewing abruptly;
-//  2. hand-over: how long a voluntary release takes to reach the next
-//     candidate;
-//  3. API writes per renewal, for the holder's client and, for kubefence, for
-//     the controller (and the controller's writes per grant);
-//  4. guarded writes: the latency the fencing webhook adds to a write of a
-//     guarded object (against the same write to an unguarded one), from its
-//     cache and with a live lease read on every check. The webhooks are
-//     installed only for this phase, so phases 1 to 3 run without them.
-//
-// Run it with `make bench` (which supplies KUBEBUILDER_ASSETS); flags are
-// passed with BENCH_ARGS, e.g. `make bench BENCH_ARGS="-takeovers 5"`, and
-// `make bench BENCH_ARGS=-only=guarded` runs phase 4 alone. `make bench-scale`
-// (-only=scale) runs the scale benchmark of scale.go instead.
+// Command bench measures kubefence against one real kube-apiserver and etcd
+// (envtest) started in this process, with the operator in this process too.
+// `make bench` runs takeover and hand-over side by side with client-go's
+// tools/leaderelection (kubefence.go, clientgo.go), then the cost of a
+// guarded write in webhook and policy mode (guarded.go), with the webhooks
+// installed only for that phase. `make bench-scale` (-only=scale) runs the
+// scale benchmark (scale.go). Flags go in BENCH_ARGS and SCALE_ARGS; see
+// docs/benchmarks.md.
 package main
 
 import (
@@ -38,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -55,27 +41,16 @@ import (
 const operatorNamespace = "kubefence-system"
 
 type options struct {
-	takeovers    int
-	handovers    int
-	steady       time.Duration
-	leaseSeconds int
-	serial       bool
-	verbose      bool
-	trace        bool
-	timeout      time.Duration
-	crdDir       string
-	// only selects the phases: "" (all), "leases" (1 to 3) or "guarded" (4).
-	only          string
-	guardedWrites int
-	liveWrites    int
-	clientGoRetry time.Duration
-	// allowAllWrites is the size of the allow-all webhook baseline pass.
-	allowAllWrites int
-	// policyWrites is the size of the policy-mode pass (no webhook).
-	policyWrites int
-	// policyTableLeases is how many leases' entries the tenure table holds
-	// in the policy pass.
-	policyTableLeases int
+	takeovers, handovers, leaseSeconds int
+	timeout                            time.Duration
+	verbose                            bool
+	// only selects the phases: "" (1 to 4), "leases" (1 to 3), "guarded" (4)
+	// or "scale".
+	only string
+	// The guarded-write passes: measured pairs through the fencing webhook
+	// and in each policy-mode pass, and the leases in the second policy
+	// pass's tenure table.
+	guardedWrites, policyWrites, policyTableLeases int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -85,20 +60,13 @@ func main() {
 	var o options
 	flag.IntVar(&o.takeovers, "takeovers", 20, "takeover iterations per system")
 	flag.IntVar(&o.handovers, "handovers", 50, "hand-over iterations per system")
-	flag.DurationVar(&o.steady, "steady", 10*time.Second, "length of the steady-state window that counts writes per renewal")
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
-	flag.BoolVar(&o.serial, "serial", false, "run the two systems one after the other instead of side by side in each phase")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
-	flag.BoolVar(&o.trace, "trace", false, "print every request of each kubefence hand-over to stderr")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.crdDir, "crd-dir", "", "directory of the CRD manifests (default: config/crd/bases of the module)")
-	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal) or "guarded" (guarded writes through the fencing webhook); default all`)
-	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget (and as many to the unguarded one)")
-	flag.DurationVar(&o.clientGoRetry, "clientgo-retry", 0, "client-go's RetryPeriod (default: a quarter of the lease; RenewDeadline stays 3/4 of the lease)")
-	flag.IntVar(&o.allowAllWrites, "allow-all-writes", 1000, "measured writes per Widget with a webhook that allows everything, the cost of any webhook (0: skip)")
-	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in policy mode: the fencing ValidatingAdmissionPolicy instead of the webhook, after the webhook passes (0: skip)")
-	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the policy pass's namespace (the benchmark's lease and others)")
-	flag.IntVar(&o.liveWrites, "live-writes", 1000, "measured writes per Widget with the webhook reading the lease from the API server on every check (0: skip)")
+	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
+	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
+	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
+	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -109,31 +77,28 @@ func main() {
 
 // bench is the shared state of one run.
 type bench struct {
-	opts      options
-	lease     time.Duration
-	cfg       *rest.Config
-	scheme    *runtime.Scheme
-	admin     client.Client
-	adminUser string
-	// stopController stops the running controller manager (runController).
-	stopController func()
+	opts           options
+	lease          time.Duration
+	cfg            *rest.Config
+	scheme         *runtime.Scheme
+	admin          client.Client
+	adminUser      string
+	testEnv        *envtest.Environment
+	ctrlRT         *controllerTransport
+	stopController func() // set by runController
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
-	ctrlRT           *controllerTransport
-	testEnv          *envtest.Environment
 }
 
 func run(o options) error {
-	if o.takeovers < 1 || o.handovers < 1 || o.steady <= 0 || o.leaseSeconds < 1 {
-		return errors.New("-takeovers and -handovers must be at least 1, -steady positive, -lease at least 1")
-	}
-	if o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale" {
+	switch {
+	case o.takeovers < 1 || o.handovers < 1 || o.leaseSeconds < 1:
+		return errors.New("-takeovers, -handovers and -lease must be at least 1")
+	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	}
-	if o.guardedWrites < 1 || o.liveWrites < 0 || o.policyWrites < 0 {
-		return errors.New("-guarded-writes must be at least 1, -live-writes and -policy-writes at least 0")
-	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1:
+		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes at least 0")
+	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}
 	if o.verbose {
@@ -142,45 +107,33 @@ func run(o options) error {
 		logf.SetLogger(logr.Discard())
 		klog.SetLogger(logr.Discard())
 	}
-	crdDirs := []string{o.crdDir}
-	if o.crdDir == "" || o.runGuarded() || o.only == "scale" {
-		root, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		if o.crdDir == "" {
-			crdDirs[0] = filepath.Join(root, "config", "crd", "bases")
-		}
-		// The example guarded kind (Widget) of phase 4.
-		crdDirs = append(crdDirs, filepath.Join(root, "test", "crds"))
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		return err
 	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
 	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: testenv.NewScheme(), ctrlRT: newControllerTransport()}
-
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
-	// No webhooks yet: startWebhooks installs them before phase 4.
-	testEnv, cfg, err := testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
-		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdDirs, true
+	// No webhooks yet: startWebhooks installs them before phase 4. The CRDs,
+	// and the example guarded kind (Widget) of phase 4.
+	if b.testEnv, b.cfg, err = testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
+		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")}
+		env.ErrorIfCRDPathMissing = true
 		if o.only == "scale" {
 			scaleOpts.configureAPIServer(env)
 		}
-	}})
-	if err != nil {
+	}}); err != nil {
 		return err
 	}
 	defer func() {
-		if err := testEnv.Stop(); err != nil {
+		if err := b.testEnv.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: stopping envtest:", err)
 		}
 	}()
-	b.cfg = cfg
-	b.testEnv = testEnv
-
 	env, err := b.setup(ctx)
 	if err != nil {
 		return err
@@ -191,22 +144,15 @@ func run(o options) error {
 
 	// Stopped after the controller (defers run last in, first out): the
 	// FencedLease validator must answer as long as the controller writes.
-	var whs *webhookServer
-	defer func() {
-		if whs != nil {
-			whs.stop()
-		}
-	}()
-
-	if err := b.runController(ctx, operator.EnforcementWebhook); err != nil {
+	stopWebhooks := func() {}
+	defer func() { stopWebhooks() }()
+	if err := b.runController(ctx); err != nil {
 		return err
 	}
 	defer b.stopController()
 
-	var rep report
-	rep.env = env
+	rep := report{env: env}
 	started := time.Now()
-
 	if o.runLeases() {
 		if err := b.leasePhases(ctx, &rep); err != nil {
 			return err
@@ -214,10 +160,10 @@ func run(o options) error {
 	}
 	if o.runGuarded() {
 		fmt.Fprintln(os.Stderr, "bench: guarded writes: installing and serving the webhooks")
-		if whs, err = b.startWebhooks(ctx); err != nil {
+		if stopWebhooks, err = b.startWebhooks(ctx); err != nil {
 			return err
 		}
-		g, err := b.guarded(ctx, whs)
+		g, err := b.guarded(ctx)
 		if err != nil {
 			return fmt.Errorf("guarded-write phase: %w", err)
 		}
@@ -228,7 +174,7 @@ func run(o options) error {
 	return nil
 }
 
-// leasePhases runs phases 1 to 3.
+// leasePhases runs phases 1 to 3, each with both systems side by side.
 func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 	o := b.opts
 	rep.leases = true
@@ -236,57 +182,30 @@ func (b *bench) leasePhases(ctx context.Context, rep *report) error {
 		name, says string
 		kf, cg     func(context.Context) error
 	}{
-		{"takeover", fmt.Sprintf("phase 1/3: takeover after the holder stops renewing (%d iterations each)", o.takeovers),
+		{"takeover", fmt.Sprintf("phase 1/2: takeover after the holder stops renewing (%d iterations each)", o.takeovers),
 			func(ctx context.Context) (err error) { rep.kfTakeover, err = b.kfTakeover(ctx); return },
 			func(ctx context.Context) (err error) { rep.cgTakeover, err = b.cgTakeover(ctx); return }},
-		{"hand-over", fmt.Sprintf("phase 2/3: hand-over after a voluntary release (%d iterations each)", o.handovers),
+		{"hand-over", fmt.Sprintf("phase 2/2: hand-over after a voluntary release (%d iterations each)", o.handovers),
 			func(ctx context.Context) (err error) { rep.kfHandover, err = b.kfHandover(ctx); return },
 			func(ctx context.Context) (err error) { rep.cgHandover, err = b.cgHandover(ctx); return }},
-		{"steady", fmt.Sprintf("phase 3/3: writes per renewal over %v", o.steady),
-			func(ctx context.Context) (err error) { rep.kfSteady, err = b.kfSteady(ctx); return },
-			func(ctx context.Context) (err error) { rep.cgSteady, err = b.cgSteady(ctx); return }},
 	} {
 		fmt.Fprintln(os.Stderr, "bench:", p.says)
-		if err := b.both(ctx, p.kf, p.cg); err != nil {
-			return fmt.Errorf("%s phase: %w", p.name, err)
+		var wg sync.WaitGroup
+		var kfErr, cgErr error
+		wg.Go(func() { kfErr = p.kf(ctx) })
+		wg.Go(func() { cgErr = p.cg(ctx) })
+		wg.Wait()
+		if kfErr != nil || cgErr != nil {
+			return fmt.Errorf("%s phase: kubefence: %v; client-go: %v", p.name, kfErr, cgErr)
 		}
 	}
 	return nil
 }
 
-// both runs the kubefence and the client-go side of a phase, side by side
-// unless -serial.
-func (b *bench) both(ctx context.Context, kf, cg func(context.Context) error) error {
-	if b.opts.serial {
-		if err := kf(ctx); err != nil {
-			return fmt.Errorf("kubefence: %w", err)
-		}
-		if err := cg(ctx); err != nil {
-			return fmt.Errorf("client-go: %w", err)
-		}
-		return nil
-	}
-	var wg sync.WaitGroup
-	var kfErr, cgErr error
-	wg.Go(func() { kfErr = kf(ctx) })
-	wg.Go(func() { cgErr = cg(ctx) })
-	wg.Wait()
-	var errs []error
-	if kfErr != nil {
-		errs = append(errs, fmt.Errorf("kubefence: %w", kfErr))
-	}
-	if cgErr != nil {
-		errs = append(errs, fmt.Errorf("client-go: %w", cgErr))
-	}
-	return errors.Join(errs...)
-}
-
 // environment describes where the numbers were taken.
 type environment struct {
-	serverVersion string
-	cpus          int
-	cpuModel      string
-	loadStart     string
+	serverVersion, cpuModel, loadStart string
+	cpus                               int
 }
 
 // setup creates the admin client and the operator namespace and learns the
@@ -294,8 +213,7 @@ type environment struct {
 func (b *bench) setup(ctx context.Context) (environment, error) {
 	var env environment
 	var err error
-	b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme})
-	if err != nil {
+	if b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme}); err != nil {
 		return env, err
 	}
 	if b.adminUser, err = testenv.AdminUser(ctx, b.admin); err != nil {
@@ -328,23 +246,34 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
-// runController starts the controller manager in enforcement mode (with
-// policy, the policy-mode reconciler: tenure tables and the barrier);
-// stopController stops it.
-func (b *bench) runController(ctx context.Context, enforcement string) error {
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone, err := b.startController(mgrCtx, enforcement)
+// runController runs the kubefence controller manager (webhook mode), as the
+// admin, with a transport that counts its writes; stopController stops it.
+func (b *bench) runController(ctx context.Context) error {
+	mgrCfg := rest.CopyConfig(b.cfg)
+	mgrCfg.WrapTransport = b.ctrlRT.wrap
+	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
 	if err != nil {
-		stopMgr()
-		return err
+		return fmt.Errorf("creating controller manager: %w", err)
 	}
-	b.stopController = func() { stopManager("controller manager", stopMgr, mgrDone) }
+	o := testenv.Operator(operatorNamespace, b.adminUser)
+	o.Webhooks = false
+	if err := operator.Setup(mgr, o); err != nil {
+		return fmt.Errorf("setting up the FencedLease controller: %w", err)
+	}
+	b.stopController = startManager(ctx, "controller manager", mgr)
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		b.stopController()
+		return errors.New("controller manager cache did not sync within 30s")
+	}
 	return nil
 }
 
-// startManager runs mgr until ctx ends; the channel is closed once it ended.
-// An error it ends with is printed (what names it).
-func startManager(ctx context.Context, what string, mgr ctrl.Manager) <-chan struct{} {
+// startManager runs mgr until stop, which waits up to 30 s for it to end. An
+// error it ends with is printed (what names it).
+func startManager(ctx context.Context, what string, mgr ctrl.Manager) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -352,61 +281,14 @@ func startManager(ctx context.Context, what string, mgr ctrl.Manager) <-chan str
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
 		}
 	}()
-	return done
-}
-
-// stopManager cancels the context of a manager startManager started and
-// waits up to 30 s for it to end.
-func stopManager(what string, cancel context.CancelFunc, done <-chan struct{}) {
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
+	return func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
+		}
 	}
-}
-
-// startController runs the kubefence controller manager, as the admin, with a
-// transport that counts its writes.
-func (b *bench) startController(ctx context.Context, enforcement string) (<-chan struct{}, error) {
-	mgrCfg := rest.CopyConfig(b.cfg)
-	mgrCfg.WrapTransport = b.ctrlRT.wrap
-	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
-	if err != nil {
-		return nil, fmt.Errorf("creating controller manager: %w", err)
-	}
-	o := testenv.Operator(operatorNamespace, b.adminUser)
-	o.Webhooks = false
-	o.Enforcement = enforcement
-	if enforcement == operator.EnforcementPolicy {
-		o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
-		// One kube-apiserver, listening on loopback only while it lists the
-		// host's address in the kubernetes endpoints: the barrier probes the
-		// configured address (--barrier-servers=configured).
-		o.BarrierServers = operator.BarrierServersConfigured
-	}
-	if scaleOpts.workers > 0 {
-		o.MaxConcurrentReconciles = scaleOpts.workers
-	}
-	if err := operator.Setup(mgr, o); err != nil {
-		return nil, fmt.Errorf("setting up the FencedLease controller: %w", err)
-	}
-	done := startManager(ctx, "controller manager", mgr)
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		return done, errors.New("controller manager cache did not sync within 30s")
-	}
-	return done, nil
-}
-
-// moduleRoot is the repository's root (testenv.ModuleRoot).
-func moduleRoot() (string, error) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		return "", fmt.Errorf("%w; or pass -crd-dir", err)
-	}
-	return root, nil
 }
 
 // waitFor polls cond every interval until it holds, it fails, or timeout.
@@ -424,10 +306,7 @@ func waitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 		}
 		select {
 		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}
@@ -435,12 +314,10 @@ func waitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -10,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // report is everything one run measured.
@@ -18,8 +19,7 @@ type report struct {
 	elapsed                time.Duration
 	kfTakeover, cgTakeover takeoverResult
 	kfHandover, cgHandover handoverResult
-	kfSteady, cgSteady     steadyResult
-	leases                 bool           // phases 1 to 3 ran
+	leases                 bool           // phases 1 and 2 ran
 	guarded                *guardedResult // phase 4, when it ran
 }
 
@@ -100,25 +100,17 @@ func table(w io.Writer, rows [][]string) {
 }
 
 func (r *report) print(w io.Writer, b *bench) {
-	o := b.opts
-	l := b.lease
-	cgLease, cgRenew, cgRetry := clientGoTiming(l, o.clientGoRetry)
-	mode := "side by side (both systems at once in each phase)"
-	if o.serial {
-		mode = "one system after the other"
-	}
-
+	o, l := b.opts, b.lease
+	cgLease, cgRenew, cgRetry := clientGoTiming(l)
 	fmt.Fprintln(w, "## Configuration")
 	fmt.Fprintln(w)
 	rows := [][]string{{"setting", "value"}}
 	if r.leases {
 		rows = append(rows, [][]string{
-			{"lease duration", fmt.Sprintf("%v, both systems", l)},
-			{"kubefence holder", fmt.Sprintf("fence.Config defaults: renew every %v (L/3), local deadline %v after the last renewal's send (safety margin L/10)", (l / 3).Round(time.Millisecond), l-l/10)},
-			{"kubefence controller", fmt.Sprintf("fencedlease.DefaultTiming(): expiry %v after it observes a renewal (drift allowance 0.5%% of L, at least 10 ms)", l+max(time.Duration(float64(l)*0.005), 10*time.Millisecond))},
+			{"kubefence", fmt.Sprintf("lease %v; holder: fence.Config defaults, renew every %v (L/3), local deadline %v after the last renewal's send; controller: expiry %v after it observes a renewal (L + drift allowance)",
+				l, (l / 3).Round(time.Millisecond), l-l/10, l+fencedlease.DefaultTiming().Allowance(l))},
 			{"client-go", fmt.Sprintf("LeaseLock; LeaseDuration %v, RenewDeadline %v, RetryPeriod %v, JitterFactor 1.2 (waiters retry every %v to %v), ReleaseOnCancel", cgLease, cgRenew, cgRetry, cgRetry, cgRetry+time.Duration(1.2*float64(cgRetry)))},
-			{"iterations", fmt.Sprintf("takeover %d, hand-over %d per system; steady window %v", o.takeovers, o.handovers, o.steady)},
-			{"scheduling", mode},
+			{"iterations", fmt.Sprintf("takeover %d, hand-over %d per system; both systems side by side in each phase", o.takeovers, o.handovers)},
 		}...)
 	}
 	if r.guarded != nil {
@@ -126,31 +118,23 @@ func (r *report) print(w io.Writer, b *bench) {
 	}
 	rows = append(rows, [][]string{
 		{"API server", fmt.Sprintf("kube-apiserver %s + etcd (envtest, local), controller and all clients in this process", r.env.serverVersion)},
-		{"machine", fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, r.env.cpus, r.env.cpuModel, runtime.Version())},
-		{"run time", r.elapsed.Round(time.Second).String()},
-		{"load average (1/5/15 min)", fmt.Sprintf("at start %s, at end %s (other work on the machine disturbs the numbers)", r.env.loadStart, loadAverage())},
+		{"machine", fmt.Sprintf("%s/%s, %d CPUs, %s, %s; run time %v; load average at start %s, at end %s", runtime.GOOS, runtime.GOARCH, r.env.cpus, r.env.cpuModel, runtime.Version(),
+			r.elapsed.Round(time.Second), r.env.loadStart, loadAverage())},
 	}...)
 	table(w, rows)
 	fmt.Fprintln(w)
 	if r.leases {
 		r.printLeases(w, b)
+		fmt.Fprintln(w)
 	}
 	if r.guarded != nil {
-		if r.leases {
-			fmt.Fprintln(w)
-		}
 		r.printGuarded(w, b)
 	}
 }
 
-// printLeases prints the results of phases 1 to 3.
+// printLeases prints the results of phases 1 and 2.
 func (r *report) printLeases(w io.Writer, b *bench) {
-	l := b.lease
-
-	kt, ct := r.kfTakeover, r.cgTakeover
-	kh, ch := r.kfHandover, r.cgHandover
-	ks, cs := r.kfSteady, r.cgSteady
-
+	kt, ct, kh, ch := r.kfTakeover, r.cgTakeover, r.kfHandover, r.cgHandover
 	beyondMet := func(p float64) string {
 		k, ok1 := quantile(kt.beyond, p)
 		c, ok2 := quantile(ct.beyond, p)
@@ -161,118 +145,72 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 	}
 	minGap := func(ds []time.Duration) string {
 		d, ok := quantile(ds, 0)
-		if !ok {
-			return "n/a"
-		}
-		if d < 0 {
+		if ok && d < 0 {
 			return ms(d) + " (overlap)"
 		}
-		return ms(d)
+		return q(ds, 0)
 	}
 	hoP99, hoOK := quantile(kh.latency, 0.99)
-	kfWPR := float64(ks.writes) / float64(max(ks.renewals, 1))
-	cgWPR := float64(cs.writes) / float64(max(cs.renewals, 1))
-
 	fmt.Fprintln(w, "## Results")
 	fmt.Fprintln(w)
 	table(w, [][]string{
 		{"measure", "kubefence", "client-go", "target for kubefence", "met (kubefence/client-go)"},
 		{"takeover: time beyond lease, p50", q(kt.beyond, 0.5), q(ct.beyond, 0.5), "<= 1/10 of client-go", beyondMet(0.5)},
 		{"takeover: time beyond lease, p99", q(kt.beyond, 0.99), q(ct.beyond, 0.99), "<= 1/10 of client-go", beyondMet(0.99)},
-		{"takeover: time beyond lease, max", q(kt.beyond, 1), q(ct.beyond, 1), "", ""},
 		{"takeover: old holder stopped -> new started, min", minGap(kt.gap), minGap(ct.gap), "> 0 (never two leaders)", yesNo(len(kt.gap) > 0 && slices.Min(kt.gap) > 0)},
 		{"takeover: samples (failed)", fmt.Sprintf("%d (%d)", len(kt.beyond), kt.failures), fmt.Sprintf("%d (%d)", len(ct.beyond), ct.failures), "", ""},
 		{"hand-over latency, p50", q(kh.latency, 0.5), q(ch.latency, 0.5), "", ""},
 		{"hand-over latency, p99", q(kh.latency, 0.99), q(ch.latency, 0.99), "<= 100 ms", yesNo(hoOK && hoP99 <= 100*time.Millisecond)},
-		{"hand-over latency, max", q(kh.latency, 1), q(ch.latency, 1), "", ""},
 		{"hand-over: samples (failed)", fmt.Sprintf("%d (%d)", len(kh.latency), kh.failures), fmt.Sprintf("%d (%d)", len(ch.latency), ch.failures), "", ""},
-		{"holder API writes per renewal", ratio(ks.writes, ks.renewals), ratio(cs.writes, cs.renewals), "<= client-go", yesNo(ks.renewals > 0 && cs.renewals > 0 && kfWPR <= cgWPR)},
-		{"holder API reads per renewal", ratio(ks.reads, ks.renewals), ratio(cs.reads, cs.renewals), "", ""},
-		{"controller API writes per renewal", ratio(ks.ctrl.total(), ks.renewals), "none (no controller)", "", ""},
-		{"candidates' API writes per hand-over", perN(kh.clientWrites, kh.n), perN(ch.clientWrites, ch.n), "", ""},
-		{"controller API writes per hand-over", perN(kh.ctrl.total(), kh.n), "none", "", ""},
-		{"controller API writes per takeover", perN(kt.ctrl.total(), len(kt.beyond)), "none", "", ""},
-		{"holder write round trip, p50 (steady)", q(ks.writeRTT, 0.5), q(cs.writeRTT, 0.5), "", ""},
-		{"holder write round trip, p99 (steady)", q(ks.writeRTT, 0.99), q(cs.writeRTT, 0.99), "", ""},
+		{"controller API writes per hand-over / per takeover", perN(kh.ctrl.total(), kh.n) + " / " + perN(kt.ctrl.total(), len(kt.beyond)), "none", "", ""},
 	})
 	fmt.Fprintln(w)
 
-	allowance := max(time.Duration(float64(l)*0.005), 10*time.Millisecond)
 	fmt.Fprintln(w, "## Where kubefence's time goes")
 	fmt.Fprintln(w)
-	rows := [][]string{{"takeover stage", "p50", "p99", "max"}}
-	for _, n := range kt.stages.names {
-		v := kt.stages.values[n]
-		rows = append(rows, []string{n, q(v, 0.5), q(v, 0.99), q(v, 1)})
+	for _, st := range []struct {
+		what   string
+		stages stages
+		order  []string
+	}{{"takeover stage", kt.stages, []string{stageExpiry, stageExpire, stageAck}}, {"hand-over stage", kh.stages, []string{stageRelease, stageGrant, stageAck}}} {
+		rows := [][]string{{st.what, "p50", "p99", "max"}}
+		for _, n := range st.order {
+			rows = append(rows, []string{n, q(st.stages[n], 0.5), q(st.stages[n], 0.99), q(st.stages[n], 1)})
+		}
+		table(w, rows)
+		fmt.Fprintln(w)
 	}
-	rows = append(rows, []string{"controller drift allowance (fixed)", ms(allowance), ms(allowance), ms(allowance)})
-	table(w, rows)
-	fmt.Fprintln(w)
-	rows = [][]string{{"hand-over stage", "p50", "p99", "max"}}
-	for _, n := range kh.stages.names {
-		v := kh.stages.values[n]
-		rows = append(rows, []string{n, q(v, 0.5), q(v, 0.99), q(v, 1)})
-	}
-	table(w, rows)
-	fmt.Fprintln(w)
-
+	fmt.Fprintf(w, "The takeover's first stage holds the controller's drift allowance, %s.\n\n", ms(fencedlease.DefaultTiming().Allowance(b.lease)))
 	fmt.Fprintln(w, "## kubefence controller writes by kind")
 	fmt.Fprintln(w)
-	rows = [][]string{{"write", "per renewal (steady)", "per takeover", "per hand-over"}}
+	rows := [][]string{{"write", "per takeover", "per hand-over"}}
 	for _, c := range categoryOrder {
-		if ks.ctrl[c]+kt.ctrl[c]+kh.ctrl[c] == 0 {
-			continue
+		if kt.ctrl[c]+kh.ctrl[c] != 0 {
+			rows = append(rows, []string{c, perN(kt.ctrl[c], len(kt.beyond)), perN(kh.ctrl[c], kh.n)})
 		}
-		rows = append(rows, []string{c, perN(ks.ctrl[c], ks.renewals), perN(kt.ctrl[c], len(kt.beyond)), perN(kh.ctrl[c], kh.n)})
 	}
-	rows = append(rows, []string{"total", perN(ks.ctrl.total(), ks.renewals), perN(kt.ctrl.total(), len(kt.beyond)), perN(kh.ctrl.total(), kh.n)})
 	table(w, rows)
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Steady windows: kubefence %v with %d renewals, client-go %v with %d renewals.\n",
-		ks.window.Round(time.Millisecond), ks.renewals, cs.window.Round(time.Millisecond), cs.renewals)
-	fmt.Fprintln(w, "Time beyond lease = new holder's OnStartedLeading - send time of the old holder's last successful renewal - lease duration.")
-	fmt.Fprintln(w, "Quantiles are nearest-rank: with 20 samples p99 is the largest.")
-	fmt.Fprintf(w, "Sorted takeover samples, time beyond lease (ms): kubefence %s; client-go %s\n", samples(kt.beyond), samples(ct.beyond))
-	fmt.Fprintf(w, "Sorted hand-over samples (ms): kubefence %s; client-go %s\n", samples(kh.latency), samples(ch.latency))
-	fmt.Fprintf(w, "Sorted holder write round trips in the steady window (ms): kubefence %s; client-go %s\n", samples(ks.writeRTT), samples(cs.writeRTT))
-}
-
-func samples(ds []time.Duration) string {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
-	}
-	return "[" + strings.Join(parts, " ") + "]"
+	fmt.Fprintln(w, "Time beyond lease = new holder's OnStartedLeading - send time of the old holder's last successful renewal - lease duration. Quantiles are nearest-rank: with 20 samples p99 is the largest.")
 }
 
 // loadAverage is the first three fields of /proc/loadavg, if there is one.
 func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	return "unknown"
 }
 
 // cpuInfo returns the number of CPUs and, on Linux, the CPU model.
 func cpuInfo() (int, string) {
-	model := "unknown CPU model"
-	f, err := os.Open("/proc/cpuinfo")
-	if err == nil {
-		defer func() { _ = f.Close() }()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	_, after, ok := strings.Cut(string(b), "model name")
+	_, model, _ := strings.Cut(after, ":")
+	model, _, _ = strings.Cut(model, "\n")
+	if !ok {
+		model = "unknown CPU model"
 	}
-	return runtime.NumCPU(), model
+	return runtime.NumCPU(), strings.TrimSpace(model)
 }

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"k8s.io/apimachinery/pkg/api/equality"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
@@ -21,36 +17,22 @@ import (
 // server can tell).
 var errFrozen = errors.New("bench: client frozen")
 
-func isWrite(method string) bool {
-	switch method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		return true
-	}
-	return false
-}
+// isWrite: the clients send GET (reads and watches), POST, PUT, PATCH, DELETE.
+func isWrite(method string) bool { return method != http.MethodGet }
 
 func isWatch(req *http.Request) bool {
 	return req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1"
 }
 
-// holderTransport wraps one candidate's API connection. It counts the
-// requests the candidate sends, remembers when the last successful write was
-// sent, and can be frozen: from then on every new request fails at once, so
-// the candidate renews no more.
+// holderTransport wraps one candidate's API connection. It counts the reads
+// the candidate sends (GET and LIST, not watches), remembers when the last
+// successful write was sent, and can be frozen: from then on every new
+// request fails at once, so the candidate renews no more.
 type holderTransport struct {
-	mu        sync.Mutex
-	frozen    bool
-	writes    int // write requests sent (POST, PUT, PATCH, DELETE)
-	reads     int // GET and LIST requests sent (watches are not counted)
-	completed int // writes that succeeded
-	lastSent  time.Time
-	latencies []time.Duration // round trips of successful writes
-	requests  []request       // every request, for -trace
-	done      chan struct{}   // closed and replaced whenever a write succeeds
-}
-
-func newHolderTransport() *holderTransport {
-	return &holderTransport{done: make(chan struct{})}
+	mu       sync.Mutex
+	frozen   bool
+	reads    int
+	lastSent time.Time
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -77,56 +59,21 @@ func (t *holderTransport) roundTrip(next http.RoundTripper, req *http.Request) (
 		}
 		return nil, errFrozen
 	}
-	switch {
-	case write:
-		t.writes++
-	case req.Method == http.MethodGet && !isWatch(req):
+	if req.Method == http.MethodGet && !isWatch(req) {
 		t.reads++
 	}
 	t.mu.Unlock()
 
 	sent := time.Now()
 	resp, err := next.RoundTrip(req)
-	code := 0
-	if err == nil {
-		code = resp.StatusCode
-	}
-	t.mu.Lock()
-	t.requests = append(t.requests, request{method: req.Method, path: req.URL.Path, watch: isWatch(req), code: code, sent: sent, done: time.Now()})
-	t.mu.Unlock()
 	if write && err == nil && resp.StatusCode < 300 {
 		t.mu.Lock()
-		t.completed++
-		t.latencies = append(t.latencies, time.Since(sent))
 		if sent.After(t.lastSent) {
 			t.lastSent = sent
 		}
-		close(t.done)
-		t.done = make(chan struct{})
 		t.mu.Unlock()
 	}
 	return resp, err
-}
-
-// request is one request a candidate sent.
-type request struct {
-	method, path string
-	watch        bool
-	code         int
-	sent, done   time.Time
-}
-
-// requestsSince returns the requests sent after since.
-func (t *holderTransport) requestsSince(since time.Time) []request {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []request
-	for _, r := range t.requests {
-		if r.sent.After(since) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // freeze makes every later request fail. Requests already in flight finish.
@@ -143,31 +90,10 @@ func (t *holderTransport) lastWriteSent() time.Time {
 	return t.lastSent
 }
 
-type holderCounts struct{ writes, reads, completed int }
-
-func (t *holderTransport) counts() holderCounts {
+func (t *holderTransport) readsSent() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return holderCounts{writes: t.writes, reads: t.reads, completed: t.completed}
-}
-
-// writeLatencies returns the round trips of successful writes number from
-// (counted from 0) up to, not including, to.
-func (t *holderTransport) writeLatencies(from, to int) []time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	to = min(to, len(t.latencies))
-	if from >= to {
-		return nil
-	}
-	return append([]time.Duration(nil), t.latencies[from:to]...)
-}
-
-// nextWrite returns a channel closed when the next write succeeds.
-func (t *holderTransport) nextWrite() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done
+	return t.reads
 }
 
 // Controller write categories.
@@ -175,46 +101,29 @@ const (
 	catStatusGrant   = "status: grant / end of tenure"
 	catStatusRenewal = "status: renewal observed"
 	catStatusQueue   = "status: waiting list"
-	catStatusCond    = "status: conditions / lock-delay"
-	catStatusOther   = "status: other fields"
+	catStatusOther   = "status: conditions / other"
 	catSpecExpiry    = "spec: expiry (request removed)"
 	catSpecOther     = "spec: finalizer / other"
 	catEvents        = "events"
-	catEpochStore    = "epoch store (ConfigMap)"
-	catOther         = "other"
+	catOther         = "other (epoch store, ...)"
 	catFailed        = "(of which refused, e.g. conflict)"
 )
 
-var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusQueue, catStatusCond, catStatusOther, catSpecExpiry, catSpecOther,
-	catEvents, catEpochStore, catOther, catFailed}
+var categoryOrder = []string{catStatusGrant, catStatusRenewal, catStatusQueue, catStatusOther, catSpecExpiry, catSpecOther, catEvents, catOther, catFailed}
 
 // writeCounts counts writes by category.
 type writeCounts map[string]int
 
 func (w writeCounts) total() int {
-	n := 0
-	for k, v := range w {
-		if k != catFailed {
-			n += v
-		}
-	}
-	return n
+	return w[catStatusGrant] + w[catStatusRenewal] + w[catStatusQueue] + w[catStatusOther] + w[catSpecExpiry] + w[catSpecOther] + w[catEvents] + w[catOther]
 }
 
 func (w writeCounts) sub(o writeCounts) writeCounts {
 	out := writeCounts{}
 	for k, v := range w {
-		if d := v - o[k]; d != 0 {
-			out[k] = d
-		}
+		out[k] = v - o[k]
 	}
 	return out
-}
-
-func (w writeCounts) add(o writeCounts) {
-	for k, v := range o {
-		w[k] += v
-	}
 }
 
 // controllerTransport wraps the controller manager's API connection and sorts
@@ -227,43 +136,36 @@ type controllerTransport struct {
 	lastStatus  map[string]coordv1alpha1.FencedLeaseStatus
 	lastExpired map[string]string
 	log         []ctrlWrite
-	// otherFields counts, for status writes that are neither a grant, a
-	// renewal, a queue nor a condition change, the status fields they changed.
-	otherFields map[string]int
 }
 
 // ctrlWrite is one controller write to a FencedLease, kept to take a
 // takeover or a hand-over apart afterwards.
 type ctrlWrite struct {
-	namespace  string
-	name       string
-	category   string
-	sent, done time.Time
-	ok         bool
-	holder     string    // status.holderIdentity written (status writes)
-	renewTime  time.Time // status.renewTime written: when the controller observed the renewal
+	namespace, name, category string
+	sent, done                time.Time
+	ok                        bool
+	holder                    string // status.holderIdentity written (status writes)
 }
 
 func newControllerTransport() *controllerTransport {
-	return &controllerTransport{
-		counts:      map[string]writeCounts{},
-		lastStatus:  map[string]coordv1alpha1.FencedLeaseStatus{},
-		lastExpired: map[string]string{},
-		otherFields: map[string]int{},
-	}
+	return &controllerTransport{counts: map[string]writeCounts{}, lastStatus: map[string]coordv1alpha1.FencedLeaseStatus{}, lastExpired: map[string]string{}}
 }
 
 func (t *controllerTransport) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper{next: rt, fn: t.roundTrip}
 }
 
-// snapshot returns the writes counted so far in namespace ns.
-func (t *controllerTransport) snapshot(ns string) writeCounts {
+// counted returns the writes counted so far in namespace ns ("": in all).
+func (t *controllerTransport) counted(ns string) writeCounts {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := writeCounts{}
-	for k, v := range t.counts[ns] {
-		out[k] = v
+	for n, c := range t.counts {
+		for k, v := range c {
+			if ns == "" || n == ns {
+				out[k] += v
+			}
+		}
 	}
 	return out
 }
@@ -282,74 +184,28 @@ func (t *controllerTransport) trace(ns string, since time.Time) []ctrlWrite {
 	return out
 }
 
-// apiPath splits /apis/<group>/<version>/namespaces/<ns>/<resource>[/<name>[/<sub>]]
-// (or /api/v1/...) into namespace, resource, name and subresource.
-func apiPath(p string) (ns, resource, name, sub string) {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
-	for i := 0; i+1 < len(parts); i++ {
-		if parts[i] == "namespaces" {
-			ns = parts[i+1]
-			rest := parts[i+2:]
-			if len(rest) > 0 {
-				resource = rest[0]
-			}
-			if len(rest) > 1 {
-				name = rest[1]
-			}
-			if len(rest) > 2 {
-				sub = rest[2]
-			}
-			return
-		}
-	}
-	return "", "", "", ""
-}
-
-func readBody(req *http.Request) []byte {
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	if req.GetBody != nil {
-		rc, err := req.GetBody()
-		if err != nil {
-			return nil
-		}
-		defer func() { _ = rc.Close() }()
-		b, _ := io.ReadAll(rc)
-		return b
-	}
-	b, err := io.ReadAll(req.Body)
-	_ = req.Body.Close()
-	req.Body = io.NopCloser(bytes.NewReader(b))
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
 func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
 	if !isWrite(req.Method) {
 		return next.RoundTrip(req)
 	}
-	ns, resource, name, sub := apiPath(req.URL.Path)
+	// .../namespaces/<ns>/<resource>[/<name>[/<sub>]]
+	_, rest, _ := strings.Cut(req.URL.Path, "/namespaces/")
+	parts := append(strings.Split(rest, "/"), "", "", "", "")
+	ns, resource, name, sub := parts[0], parts[1], parts[2], parts[3]
 	key := ns + "/" + name
-	var cat string
+	cat := catOther
 	var obj *coordv1alpha1.FencedLease
-	switch {
-	case resource == "fencedleases":
+	switch resource {
+	case "fencedleases":
 		obj = &coordv1alpha1.FencedLease{}
-		if err := json.Unmarshal(readBody(req), obj); err != nil {
+		if body, err := req.GetBody(); err != nil || json.NewDecoder(body).Decode(obj) != nil {
 			obj = nil
 		}
 		t.mu.Lock()
 		cat = t.classifyLease(key, sub, obj)
 		t.mu.Unlock()
-	case resource == "events":
+	case "events":
 		cat = catEvents
-	case resource == "configmaps":
-		cat = catEpochStore
-	default:
-		cat = catOther
 	}
 
 	sent := time.Now()
@@ -363,9 +219,6 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 		w := ctrlWrite{namespace: ns, name: name, category: cat, sent: sent, done: done, ok: ok}
 		if obj != nil && sub == "status" {
 			w.holder = obj.Status.HolderIdentity
-			if obj.Status.RenewTime != nil {
-				w.renewTime = obj.Status.RenewTime.Time
-			}
 		}
 		t.log = append(t.log, w)
 	}
@@ -391,80 +244,25 @@ func (t *controllerTransport) roundTrip(next http.RoundTripper, req *http.Reques
 
 // classifyLease names a controller write to a FencedLease; t.mu is held.
 func (t *controllerTransport) classifyLease(key, sub string, obj *coordv1alpha1.FencedLease) string {
-	if obj == nil {
-		if sub == "status" {
-			return catStatusOther
-		}
+	switch {
+	case sub == "status" && obj == nil:
+		return catStatusOther
+	case obj == nil:
 		return catSpecOther
-	}
-	if sub == "status" {
-		prev := t.lastStatus[key]
-		s := obj.Status
+	case sub == "status":
+		prev, s := t.lastStatus[key], obj.Status
 		switch {
 		case s.HolderIdentity != prev.HolderIdentity || s.FencingToken != prev.FencingToken:
 			return catStatusGrant
 		case s.RenewSequence != prev.RenewSequence:
 			return catStatusRenewal
-		case !sameWaiting(s.Waiting, prev.Waiting):
+		case !slices.EqualFunc(s.Waiting, prev.Waiting, func(a, b coordv1alpha1.WaitingRequest) bool { return a.HolderIdentity == b.HolderIdentity }):
 			return catStatusQueue
-		case !equality.Semantic.DeepEqual(s.Conditions, prev.Conditions) || !equality.Semantic.DeepEqual(s.LockDelayUntil, prev.LockDelayUntil):
-			return catStatusCond
-		default:
-			for _, f := range changedFields(prev, s) {
-				t.otherFields[f]++
-			}
-			return catStatusOther
 		}
+		return catStatusOther
 	}
 	if v, found := obj.Annotations[coordv1alpha1.ExpiredAnnotation]; found && v != t.lastExpired[key] {
 		return catSpecExpiry
 	}
 	return catSpecOther
-}
-
-// sameWaiting tells whether two waiting lists name the same requests in the
-// same order.
-func sameWaiting(a, b []coordv1alpha1.WaitingRequest) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].HolderIdentity != b[i].HolderIdentity {
-			return false
-		}
-	}
-	return true
-}
-
-// changedFields names the top-level status fields that differ between a and b.
-func changedFields(a, b coordv1alpha1.FencedLeaseStatus) []string {
-	var ma, mb map[string]any
-	ra, _ := json.Marshal(a)
-	rb, _ := json.Marshal(b)
-	_ = json.Unmarshal(ra, &ma)
-	_ = json.Unmarshal(rb, &mb)
-	var out []string
-	for k := range mb {
-		if !equality.Semantic.DeepEqual(ma[k], mb[k]) {
-			out = append(out, k)
-		}
-	}
-	for k := range ma {
-		if _, ok := mb[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// otherFieldCounts returns a copy of the fields counted in otherFields.
-func (t *controllerTransport) otherFieldCounts() map[string]int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]int, len(t.otherFields))
-	for k, v := range t.otherFields {
-		out[k] = v
-	}
-	return out
 }

@@ -1,0 +1,171 @@
+package main
+
+// Reading the servers' own metrics: kube-apiserver's and etcd's /metrics and
+// this process's Prometheus registry.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+)
+
+type families map[string]*dto.MetricFamily
+
+// scrape reads the Prometheus metrics of kube-apiserver (as the admin) or,
+// with etcd set, of etcd (on its client URL).
+func (b *bench) scrape(ctx context.Context, etcd bool) (families, error) {
+	hc, url := http.DefaultClient, b.testEnv.ControlPlane.Etcd.URL.JoinPath("metrics").String()
+	if !etcd {
+		var err error
+		if hc, err = rest.HTTPClientFor(b.cfg); err != nil {
+			return nil, err
+		}
+		url = strings.TrimSuffix(b.cfg.Host, "/") + "/metrics"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(resp.Body)
+}
+
+// gather reads one of this process's registries.
+func gather(g prometheus.Gatherer) (families, error) {
+	fams, err := g.Gather()
+	out := families{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out, err
+}
+
+// value is the first sample of a counter or gauge (0 if absent).
+func (f families) value(name string) float64 {
+	m := f[name].GetMetric()
+	if len(m) == 0 {
+		return 0
+	}
+	if c := m[0].GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m[0].GetGauge().GetValue()
+}
+
+// usage is CPU time and resident memory.
+type usage struct {
+	cpu time.Duration
+	rss int64
+}
+
+// Parts whose usage the scale benchmark reports.
+const (
+	partAPIServer = "kube-apiserver"
+	partEtcd      = "etcd"
+	partOperator  = "operator (bench process)"
+	partHolders   = "holder processes"
+)
+
+// usages reads process_cpu_seconds_total and process_resident_memory_bytes
+// of kube-apiserver and etcd (their /metrics) and of this process (the
+// operator, from the default Prometheus registry's process collector), and
+// the CPU the holder processes procs last reported.
+func (b *bench) usages(ctx context.Context, procs []*scaleProc) (map[string]usage, error) {
+	out := map[string]usage{}
+	of := func(f families) usage {
+		return usage{cpu: time.Duration(f.value("process_cpu_seconds_total") * float64(time.Second)), rss: int64(f.value("process_resident_memory_bytes"))}
+	}
+	for part, etcd := range map[string]bool{partAPIServer: false, partEtcd: true} {
+		f, err := b.scrape(ctx, etcd)
+		if err != nil {
+			return nil, fmt.Errorf("%s metrics: %w", part, err)
+		}
+		out[part] = of(f)
+	}
+	f, err := gather(prometheus.DefaultGatherer)
+	if err != nil {
+		return nil, err
+	}
+	out[partOperator] = of(f)
+	var holders usage
+	for _, p := range procs {
+		holders.cpu += p.snapshot().cpu
+	}
+	out[partHolders] = holders
+	return out, nil
+}
+
+// apfLevel is what API Priority and Fairness did for one priority level:
+// requests executed, their summed queue wait (seconds), requests rejected.
+type apfLevel struct{ executed, wait, rejected float64 }
+
+// apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
+func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
+	f, err := b.scrape(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]apfLevel{}
+	for _, m := range f["apiserver_flowcontrol_request_wait_duration_seconds"].GetMetric() {
+		if labelOf(m, "execute") == "true" {
+			l := out[labelOf(m, "priority_level")]
+			l.executed += float64(m.GetHistogram().GetSampleCount())
+			l.wait += m.GetHistogram().GetSampleSum()
+			out[labelOf(m, "priority_level")] = l
+		}
+	}
+	for _, m := range f["apiserver_flowcontrol_rejected_requests_total"].GetMetric() {
+		// (cancelled: the client went away, e.g. a killed holder)
+		if labelOf(m, "reason") != "cancelled" {
+			l := out[labelOf(m, "priority_level")]
+			l.rejected += m.GetCounter().GetValue()
+			out[labelOf(m, "priority_level")] = l
+		}
+	}
+	return out, nil
+}
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
+	out := map[string]apfLevel{}
+	for k, x := range a {
+		y := b[k]
+		out[k] = apfLevel{executed: x.executed - y.executed, wait: x.wait - y.wait, rejected: x.rejected - y.rejected}
+	}
+	return out
+}
+
+func (l apfLevel) String() string {
+	if l.executed == 0 && l.rejected == 0 {
+		return "-"
+	}
+	mean := "-"
+	if l.executed > 0 {
+		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
+	}
+	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
+}

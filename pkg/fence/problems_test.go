@@ -95,7 +95,9 @@ func TestProblemsLogCountAndReady(t *testing.T) {
 	p := newProblems(key, clk, m, false)
 	sink := &logLines{}
 	p.setLogger(funcr.New(sink.add, funcr.Options{}))
-	count := func(reason string) float64 { return testutil.ToFloat64(m.leaseErrors.WithLabelValues("jobs", "job", reason)) }
+	count := func(reason string) float64 {
+		return testutil.ToFloat64(m.leaseErrors.WithLabelValues("jobs", "job", reason))
+	}
 
 	if err := p.ready(); err == nil || !strings.Contains(err.Error(), "lease never seen: not read yet") {
 		t.Fatalf("ready() before any read = %v", err)

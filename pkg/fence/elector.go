@@ -155,10 +155,12 @@ func (e *Elector) Check(*http.Request) error {
 
 // Ready is a healthz.Checker for readiness: it fails with "lease never seen:
 // <reason>" until this Elector has read its FencedLease once (reason is one
-// of LeaseErrorReasons, with the error and what to check), and with "the
-// lease no longer exists" while it is deleted. The first-day mistakes (no
-// FencedLease, no RoleBinding, the webhook down) keep it failing; add it as a
-// readiness check, not a liveness check: restarting does not fix them.
+// of LeaseErrorReasons, with the error and what to check), with "the lease no
+// longer exists" while it is deleted, and with "request not queued: <reason>"
+// while its last attempt to queue failed (the webhook down or refusing). The
+// first-day mistakes (no FencedLease, no RoleBinding, the webhook down) keep
+// it failing; add it as a readiness check, not a liveness check: restarting
+// does not fix them.
 func (e *Elector) Ready(*http.Request) error { return e.problems.ready() }
 
 // Run competes for the lease until ctx is cancelled: it queues a request, waits
@@ -251,6 +253,7 @@ func (e *Elector) Run(ctx context.Context) error {
 					_ = e.view.refresh(ctx)
 				} else {
 					e.retry.reset()
+					e.problems.queued()
 				}
 				continue
 			}

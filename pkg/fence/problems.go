@@ -95,6 +95,7 @@ type problems struct {
 	log        logr.Logger
 	seen       bool   // the lease was read once
 	gone       bool   // the last read found no lease
+	unqueued   error  // the last attempt to queue failed with it; nil once one succeeded
 	reason     string // the latest failure's reason; "" once an operation succeeded
 	err        error  // the latest failure
 	logged     string // the reason of the last line logged
@@ -125,6 +126,9 @@ func (p *problems) failed(op string, err error) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reason, p.err = reason, fmt.Errorf("%s: %w", op, err)
+	if op == "queue" {
+		p.unqueued = fmt.Errorf("%s: %w", reason, err)
+	}
 	now := p.clock.Now()
 	if reason == p.logged && now.Sub(p.loggedAt) < problemLogEvery {
 		p.suppressed++
@@ -147,6 +151,13 @@ func (p *problems) seenLease() {
 	p.seen, p.gone, p.reason, p.err = true, false, "", nil
 }
 
+// queued records that this client's request was appended.
+func (p *problems) queued() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unqueued = nil
+}
+
 // goneLease records that the lease does not exist (a read or a watch event).
 func (p *problems) goneLease() {
 	p.mu.Lock()
@@ -165,6 +176,8 @@ func (p *problems) ready() error {
 		return fmt.Errorf("fenced lease %s: lease never seen: not read yet (Run has not started, or its first read is under way)", p.key)
 	case p.gone:
 		return fmt.Errorf("fenced lease %s: the lease no longer exists (%s)", p.key, p.hint(ReasonNotFound, "read"))
+	case p.unqueued != nil:
+		return fmt.Errorf("fenced lease %s: request not queued: %w (%s)", p.key, p.unqueued, p.hint(ErrorReason(p.unqueued), "queue"))
 	}
 	return nil
 }

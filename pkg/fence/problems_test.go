@@ -123,7 +123,7 @@ func TestProblemsLogCountAndReady(t *testing.T) {
 	if lines = sink.get(); len(lines) != 2 || !strings.Contains(lines[1], `"failuresSinceLastLog"=3`) {
 		t.Fatalf("after %v: logged %q; want a second line counting the 2 failures not logged and this one", problemLogEvery, lines)
 	}
-	p.failed("queue", apierrors.NewInternalError(errors.New(`failed calling webhook "x": connection refused`)))
+	p.failed("watch", apierrors.NewInternalError(errors.New(`failed calling webhook "x": connection refused`)))
 	if lines = sink.get(); len(lines) != 3 || !strings.Contains(lines[2], `"reason"="unreachable"`) {
 		t.Fatalf("a new reason: logged %q; want it at once", lines)
 	}
@@ -216,4 +216,19 @@ func testScheme(t *testing.T) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Ready fails while the last attempt to queue failed, and passes once one
+// succeeded.
+func TestReadyWhileNotQueued(t *testing.T) {
+	p := newProblems(types.NamespacedName{Namespace: "jobs", Name: "job"}, clocktesting.NewFakeClock(time.Now()), nil, false)
+	p.seenLease()
+	p.failed("queue", apierrors.NewInternalError(errors.New(`failed calling webhook "fencedlease.kubefence.io": connection refused`)))
+	if err := p.ready(); err == nil || !strings.Contains(err.Error(), "request not queued: unreachable: ") || !strings.Contains(err.Error(), "kubectl fence check") {
+		t.Fatalf("ready() = %v, want request not queued: unreachable", err)
+	}
+	p.queued()
+	if err := p.ready(); err != nil {
+		t.Fatalf("ready() after queueing: %v", err)
+	}
 }

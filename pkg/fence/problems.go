@@ -141,12 +141,17 @@ func (p *problems) failed(op string, err error) string {
 }
 
 // seenLease records that the lease exists (a read, a watch event, the answer
-// to a write); the first time after failures, it says so.
+// to a write); when it was missing or never seen, and failures were logged,
+// it says so.
 func (p *problems) seenLease() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.seen && p.logged != "" {
-		p.log.Info("FencedLease found", "failuresSinceLastLog", p.suppressed)
+	if !p.seen || p.gone {
+		// Found (again): the next failure is news, logged at once.
+		if p.logged != "" {
+			p.log.Info("FencedLease found", "failuresSinceLastLog", p.suppressed)
+		}
+		p.logged, p.suppressed = "", 0
 	}
 	p.seen, p.gone, p.reason, p.err = true, false, "", nil
 }

@@ -109,7 +109,12 @@ func TestReadyzSaysLeaseNeverSeen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("Start: %v", err)
+		}
+	}()
 	var body string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + addr + "/readyz/fencedlease")

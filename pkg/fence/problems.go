@@ -134,7 +134,7 @@ func (p *problems) failed(op string, err error) string {
 		p.suppressed++
 		return reason
 	}
-	p.log.Error(err, "FencedLease "+op+" failed; retrying with back-off", "reason", reason,
+	p.log.Error(err, "FencedLease "+op+" failed; retrying", "reason", reason,
 		"failuresSinceLastLog", p.suppressed+1, "hint", p.hint(reason, op))
 	p.logged, p.loggedAt, p.suppressed = reason, now, 0
 	return reason

@@ -18,8 +18,9 @@ type Config struct {
 	// scheme and support Watch (client.NewWithWatch). Required.
 	Client client.WithWatch
 
-	// Namespace and Name locate the FencedLease. Required. The lease must exist:
-	// platform teams create it (its duration and lock-delay are theirs to choose).
+	// Namespace and Name locate the FencedLease. Required. The lease must exist
+	// (platform teams create it: its duration and lock-delay are theirs to
+	// choose), unless CreateIfMissing.
 	Namespace, Name string
 
 	// Identity is this candidate's holderIdentity: lowercase letters, digits, '-',
@@ -73,6 +74,13 @@ type Config struct {
 	// whose deadlines also hold on CLOCK_BOOTTIME (Linux), so that a machine
 	// suspended past the deadline wakes up not leading.
 	Clock clock.Clock
+
+	// CreateIfMissing creates the FencedLease, with the API's defaults (a
+	// 15 s duration, no lock-delay), when a read finds none; it needs the verb
+	// create on fencedleases in Namespace besides the candidate role. Off by
+	// default: platform teams create leases and choose their settings.
+	// Creating grants nothing; racing creators queue on the one lease.
+	CreateIfMissing bool
 }
 
 // DefaultMaxCommitLag is the operator's default --max-commit-lag.

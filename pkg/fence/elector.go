@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,6 +31,10 @@ type Elector struct {
 	clock clock.Clock
 	key   types.NamespacedName
 	view  *leaseView
+	// problems reports failed reads and writes of the lease (log, metric,
+	// Ready); retry paces Run's retries while not leading.
+	problems *problems
+	retry    backoff
 
 	mu       sync.Mutex
 	leading  bool
@@ -70,7 +75,8 @@ func New(cfg Config) (*Elector, error) {
 		c = clock.RealClock{}
 	}
 	key := types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
-	e := &Elector{cfg: cfg, clock: c, key: key, view: newLeaseView(cfg.Client, key, c), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
+	p := newProblems(key, c, cfg.Metrics, cfg.CreateIfMissing)
+	e := &Elector{cfg: cfg, clock: c, key: key, problems: p, view: newLeaseView(cfg.Client, key, c, p), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
 	}
@@ -147,6 +153,16 @@ func (e *Elector) Check(*http.Request) error {
 	return nil
 }
 
+// Ready is a healthz.Checker for readiness: it fails with "lease never seen:
+// <reason>" until this Elector has read its FencedLease once (reason is one
+// of LeaseErrorReasons, with the error and what to check), with "the lease no
+// longer exists" while it is deleted, and with "request not queued: <reason>"
+// while its last attempt to queue failed (the webhook down or refusing). The
+// first-day mistakes (no FencedLease, no RoleBinding, the webhook down) keep
+// it failing; add it as a readiness check, not a liveness check: restarting
+// does not fix them.
+func (e *Elector) Ready(*http.Request) error { return e.problems.ready() }
+
 // Run competes for the lease until ctx is cancelled: it queues a request, waits
 // (on a watch) for the grant, leads while it can renew, and queues again after
 // losing the lease. On return the request is withdrawn (unless
@@ -164,6 +180,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		e.cfg.User = user
 	}
+	e.problems.setLogger(log)
 	viewCtx, stopView := context.WithCancel(ctx)
 	defer stopView()
 	go e.view.run(viewCtx)
@@ -186,6 +203,12 @@ func (e *Elector) Run(ctx context.Context) error {
 		lease, known := e.view.get()
 		if known {
 			e.own.Observe(lease, e.cfg.Identity)
+		}
+		if known && lease == nil && e.cfg.CreateIfMissing {
+			if err := e.create(ctx); err != nil {
+				sleep(ctx, e.clock, e.retry.step())
+			}
+			continue
 		}
 		if known && lease != nil {
 			if h, t := lease.Status.HolderIdentity, lease.Status.FencingToken; h != lastHolder || t != lastToken {
@@ -224,9 +247,13 @@ func (e *Elector) Run(ctx context.Context) error {
 					continue
 				}
 				if err := e.join(ctx, lease); err != nil {
+					e.problems.failed("queue", err)
 					log.V(1).Info("Queueing failed; retrying", "error", err.Error())
-					sleep(ctx, e.clock, 200*time.Millisecond)
+					sleep(ctx, e.clock, e.retry.step())
 					_ = e.view.refresh(ctx)
+				} else {
+					e.retry.reset()
+					e.problems.queued()
 				}
 				continue
 			}
@@ -275,6 +302,25 @@ func (e *Elector) waitChange(ctx context.Context, d time.Duration) {
 	}
 }
 
+// create creates the FencedLease with the API's defaults (CreateIfMissing).
+// Creating grants nothing: the candidates that raced to create it queue on it
+// like on any lease (the loser's AlreadyExists is followed by a read), and
+// only the controller grants, one holder at a time.
+func (e *Elector) create(ctx context.Context) error {
+	lease := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: e.key.Namespace, Name: e.key.Name}}
+	err := e.cfg.Client.Create(ctx, lease)
+	switch {
+	case err == nil:
+		logf.FromContext(ctx).Info("Created the FencedLease (CreateIfMissing)", "lease", e.key, "identity", e.cfg.Identity)
+		e.view.offer(lease)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		return e.view.refresh(ctx)
+	}
+	e.problems.failed("create", err)
+	return fmt.Errorf("creating %s: %w", e.key, err)
+}
+
 // join appends this identity's request, with an optimistic lock.
 func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	updated := lease.DeepCopy()
@@ -307,12 +353,15 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 	if err != nil {
 		log.V(1).Info("Could not acknowledge grant", "token", token, "error", err.Error())
 		if !errors.Is(err, ErrLost) {
-			sleep(ctx, e.clock, 100*time.Millisecond)
+			// Not leading yet: back off like the other retries of a candidate.
+			e.problems.failed("acknowledge", err)
+			sleep(ctx, e.clock, e.retry.step())
 		}
 		_ = e.view.refresh(ctx)
 		return
 	}
 	lease = acked
+	e.retry.reset()
 	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
 	renewEvery, retryEvery, _, err := e.cfg.timings(l)
 	if err != nil {
@@ -417,6 +466,9 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 				log.Info("Renewal refused: lease lost", "token", token)
 				return
 			default:
+				// Counted and logged, but retried every RetryInterval, never
+				// backed off: the deadline decides when the tenure ends.
+				e.problems.failed("renew", err)
 				log.V(1).Info("Renewal failed; retrying", "token", token, "error", err.Error())
 				_ = e.view.refresh(ctx)
 				next = retryEvery
@@ -564,6 +616,7 @@ func (e *Elector) withdraw(ctx context.Context) error {
 			}
 			return nil
 		}
+		e.problems.failed("withdraw", err)
 		if rerr := e.view.refresh(ctx); rerr != nil {
 			return fmt.Errorf("withdrawing request from %s: %w", e.key, err)
 		}

@@ -22,6 +22,7 @@ import (
 //	kubefence_client_renewal_duration_seconds{lease_namespace, lease, result}  histogram: renewal round trips; result ok, lost or error
 //	kubefence_client_stale_refusals_total{lease_namespace, lease}        counter: writes refused as stale (each ends the tenure)
 //	kubefence_client_write_duration_seconds{lease_namespace, lease, result}  histogram: fenced writes' round trips; result ok, refused or unknown
+//	kubefence_client_lease_errors_total{lease_namespace, lease, reason}  counter: failed reads of the lease and writes of the request; reason in LeaseErrorReasons
 //
 // A write's round trip, from sending it to its answer, bounds the time from
 // its admission to its commit from above (the API server answers after the
@@ -31,11 +32,12 @@ import (
 // promise"). The alert KubefenceClientWritesSlow fires when the p99 of the
 // acknowledged writes passes half of it.
 type Metrics struct {
-	leading *prometheus.GaugeVec
-	token   *prometheus.GaugeVec
-	renewal *prometheus.HistogramVec
-	stale   *prometheus.CounterVec
-	write   *prometheus.HistogramVec
+	leading     *prometheus.GaugeVec
+	token       *prometheus.GaugeVec
+	renewal     *prometheus.HistogramVec
+	stale       *prometheus.CounterVec
+	write       *prometheus.HistogramVec
+	leaseErrors *prometheus.CounterVec
 }
 
 // Results of a renewal, the result label of kubefence_client_renewal_duration_seconds.
@@ -90,6 +92,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				"an acknowledged write's round trip bounds the time from its admission to its commit from above.",
 			Buckets: prometheus.DefBuckets,
 		}, append(labels, "result")),
+		leaseErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_client_lease_errors_total",
+			Help: "Failed reads of the FencedLease and writes of this client's request, by reason " +
+				"(not-found, forbidden, unreachable, refused, other); optimistic-concurrency conflicts are not counted.",
+		}, append(labels, "reason")),
 	}
 	var err error
 	if m.leading, err = register(reg, m.leading); err != nil {
@@ -105,6 +112,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.write, err = register(reg, m.write); err != nil {
+		return nil, err
+	}
+	if m.leaseErrors, err = register(reg, m.leaseErrors); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -134,6 +144,9 @@ func (m *Metrics) init(namespace, lease string) {
 	m.leading.WithLabelValues(namespace, lease).Set(0)
 	m.token.WithLabelValues(namespace, lease)
 	m.stale.WithLabelValues(namespace, lease)
+	for _, r := range LeaseErrorReasons {
+		m.leaseErrors.WithLabelValues(namespace, lease, r)
+	}
 }
 
 func (m *Metrics) setLeading(namespace, lease string, leading bool, token int64) {
@@ -176,4 +189,11 @@ func (m *Metrics) staleRefusal(namespace, lease string) {
 		return
 	}
 	m.stale.WithLabelValues(namespace, lease).Inc()
+}
+
+func (m *Metrics) leaseError(namespace, lease, reason string) {
+	if m == nil {
+		return
+	}
+	m.leaseErrors.WithLabelValues(namespace, lease, reason).Inc()
 }

@@ -71,6 +71,7 @@ func TestMetrics(t *testing.T) {
 	none.setLeading("jobs", "job", true, 1)
 	none.observeRenewal("jobs", "job", RenewalError, time.Second)
 	none.staleRefusal("jobs", "job")
+	none.leaseError("jobs", "job", ReasonForbidden)
 }
 
 // Every fenced write is timed, from sending it to its answer, by result: an

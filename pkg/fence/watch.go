@@ -22,8 +22,10 @@ import (
 type leaseView struct {
 	cl  client.WithWatch
 	key types.NamespacedName
-	// clock paces the retries of a failed list or watch (the Elector's).
+	// clock paces the retries of a failed read or watch (the Elector's).
 	clock clock.Clock
+	// problems is told of every read and watch, failed or not.
+	problems *problems
 
 	mu      sync.Mutex
 	lease   *coordv1alpha1.FencedLease // nil: not found
@@ -31,8 +33,8 @@ type leaseView struct {
 	changed chan struct{}
 }
 
-func newLeaseView(cl client.WithWatch, key types.NamespacedName, clk clock.Clock) *leaseView {
-	return &leaseView{cl: cl, key: key, clock: clk, changed: make(chan struct{}, 1)}
+func newLeaseView(cl client.WithWatch, key types.NamespacedName, clk clock.Clock, p *problems) *leaseView {
+	return &leaseView{cl: cl, key: key, clock: clk, problems: p, changed: make(chan struct{}, 1)}
 }
 
 // get returns the newest version seen (nil if the lease does not exist) and
@@ -52,6 +54,11 @@ func (v *leaseView) offer(lease *coordv1alpha1.FencedLease) {
 	}
 	v.lease, v.known = lease, true
 	v.mu.Unlock()
+	if lease != nil {
+		v.problems.seenLease()
+	} else {
+		v.problems.goneLease()
+	}
 	select {
 	case v.changed <- struct{}{}:
 	default:
@@ -72,6 +79,7 @@ func (v *leaseView) gone() {
 	v.mu.Lock()
 	v.lease, v.known = nil, true
 	v.mu.Unlock()
+	v.problems.goneLease()
 	select {
 	case v.changed <- struct{}{}:
 	default:
@@ -84,9 +92,11 @@ func (v *leaseView) refresh(ctx context.Context) error {
 	err := v.cl.Get(ctx, v.key, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
+		v.problems.failed("read", err)
 		v.gone()
 		return nil
 	case err != nil:
+		v.problems.failed("read", err)
 		return err
 	}
 	v.offer(&lease)
@@ -94,11 +104,16 @@ func (v *leaseView) refresh(ctx context.Context) error {
 }
 
 // run keeps the view current until ctx ends: a read, then a watch from that
-// version; on any watch error it reads again and re-watches.
+// version; on any watch error it reads again and re-watches. Failed reads and
+// watches are retried with a jittered exponential back-off (backoff). That
+// back-off never delays a holder: its renewals are timed by RenewInterval and
+// RetryInterval and read the version their own answers left in the view, and
+// its deadline is counted apart from the view (lead, watchdog).
 func (v *leaseView) run(ctx context.Context) {
+	var b backoff
 	for ctx.Err() == nil {
 		if err := v.refresh(ctx); err != nil {
-			sleep(ctx, v.clock, 200*time.Millisecond)
+			sleep(ctx, v.clock, b.step())
 			continue
 		}
 		rv := "0"
@@ -111,22 +126,31 @@ func (v *leaseView) run(ctx context.Context) {
 			Raw:           &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true},
 		})
 		if err != nil {
-			sleep(ctx, v.clock, 200*time.Millisecond)
+			v.problems.failed("watch", err)
+			sleep(ctx, v.clock, b.step())
 			continue
 		}
-		v.consume(ctx, w)
+		err = v.consume(ctx, w)
 		w.Stop()
+		if err != nil && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+			v.problems.failed("watch", err)
+			sleep(ctx, v.clock, b.step())
+			continue
+		}
+		b.reset()
 	}
 }
 
-func (v *leaseView) consume(ctx context.Context, w watch.Interface) {
+// consume applies the watch's events until it ends; it returns the error of
+// an Error event.
+func (v *leaseView) consume(ctx context.Context, w watch.Interface) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return
+				return nil
 			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
@@ -136,7 +160,7 @@ func (v *leaseView) consume(ctx context.Context, w watch.Interface) {
 			case watch.Deleted:
 				v.gone()
 			case watch.Error:
-				return
+				return apierrors.FromObject(ev.Object)
 			}
 		}
 	}

@@ -35,8 +35,9 @@ const defaultGracefulShutdown = 30 * time.Second
 // LeaseOptions says which FencedLease elects the Manager's leader. Zero values
 // take package fence's defaults.
 type LeaseOptions struct {
-	// Namespace and Name locate the FencedLease. Required. The lease must exist:
-	// platform teams create it and choose its duration.
+	// Namespace and Name locate the FencedLease. Required. The lease must exist
+	// (platform teams create it and choose its duration), unless
+	// CreateIfMissing.
 	Namespace, Name string
 
 	// Identity is this replica's holderIdentity. Default: the host name, which is
@@ -76,6 +77,10 @@ type LeaseOptions struct {
 	// empty). Default: a client for ctrl.Options.LeaderElectionConfig, or for the
 	// manager's config.
 	Client client.WithWatch
+
+	// CreateIfMissing is fence.Config's: create the FencedLease, with the API's
+	// defaults, when it does not exist (needs create on fencedleases).
+	CreateIfMissing bool
 }
 
 // Manager is a controller-runtime Manager whose leader election is a
@@ -153,6 +158,7 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 		Client: cl, Namespace: lease.Namespace, Name: lease.Name, Identity: lease.Identity, User: lease.User,
 		RenewInterval: lease.RenewInterval, RetryInterval: lease.RetryInterval, SafetyMargin: lease.SafetyMargin,
 		DisableReleaseOnCancel: lease.DisableReleaseOnCancel, Metrics: lease.Metrics, Clock: lease.Clock,
+		CreateIfMissing: lease.CreateIfMissing,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: m.startLeading,
 			OnStoppedLeading: m.stopLeading,
@@ -167,6 +173,11 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 		return nil, err
 	}
 	if err := inner.AddHealthzCheck("fencedlease", m.elector.Check); err != nil {
+		return nil, err
+	}
+	// Not ready until the lease has been read: a missing lease or RoleBinding
+	// shows as "lease never seen: <reason>" on /readyz.
+	if err := inner.AddReadyzCheck("fencedlease", m.elector.Ready); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -3,19 +3,27 @@ package manager
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
@@ -76,4 +84,52 @@ func TestFencedClientOnlyInTheLeaseNamespace(t *testing.T) {
 			t.Errorf("%s: %v, want fence.ErrUnfenceable", what, err)
 		}
 	}
+}
+
+// New wires the elector's Ready as the readiness check fencedlease: a
+// manager whose FencedLease does not exist is not ready, and /readyz says
+// why ("lease never seen: not-found").
+func TestReadyzSaysLeaseNeverSeen(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	s := runtime.NewScheme()
+	if err := coordv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(&rest.Config{Host: "https://127.0.0.1:1"},
+		ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: addr},
+		LeaseOptions{Namespace: "team-a", Name: "widgets", Identity: "a", User: "a", Client: fake.NewClientBuilder().WithScheme(s).Build()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("Start: %v", err)
+		}
+	}()
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/readyz/fencedlease")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		body = string(b)
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("/readyz/fencedlease is OK without a lease: %q", body)
+		}
+		if strings.Contains(body, "lease never seen: not-found") {
+			return
+		}
+	}
+	t.Fatalf("/readyz/fencedlease said %q, want lease never seen: not-found", body)
 }

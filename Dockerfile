@@ -26,12 +26,16 @@ COPY pkg/ pkg/
 # platform the image is built for. test/install TestDockerfileBuildStage runs
 # this stage's COPY and RUN lines on the host, as docker would.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -o manager ./cmd
+# The kubectl fence plugin, for the chart's `helm test` Pod (kubectl fence
+# check --wait) and for operators who exec into the image.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -o kubectl-fence ./cmd/kubectl-fence
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/manager .
+COPY --from=builder /workspace/kubectl-fence .
 USER 65532:65532
 
 ENTRYPOINT ["/manager"]

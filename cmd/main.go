@@ -55,10 +55,10 @@ func main() {
 		cleanupUsers                                     stringList
 		webhookPort                                      int
 		webhookCertMode, webhookServiceName              string
-		webhookSecretName                                string
+		webhookSecretName, metricsServiceName            string
 		driftRatio                                       float64
 		minDrift, webhookSkew, maxCommitLag              time.Duration
-		singleReplica                                    bool
+		singleReplica, metricsPerLease                   bool
 		maxConcurrentReconciles                          int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
@@ -79,6 +79,8 @@ func main() {
 		"Where the webhook serving certificate comes from: \"provided\" (files in --webhook-cert-path, e.g. from cert-manager) "+
 			"or \"self-signed\" (the manager keeps a CA and certificate in --webhook-secret-name and patches the webhook configurations' caBundle).")
 	flag.StringVar(&webhookServiceName, "webhook-service-name", "kubefence-webhook-service", "The webhook Service (self-signed mode: the certificate's DNS names).")
+	flag.StringVar(&metricsServiceName, "metrics-service-name", "kubefence-controller-manager-metrics-service",
+		"The metrics Service (self-signed mode without --metrics-cert-path: the metrics server serves the webhook certificate, which also names this Service, so Prometheus can verify it with the CA in --webhook-secret-name).")
 	flag.StringVar(&webhookSecretName, "webhook-secret-name", "kubefence-webhook-server-cert", "The Secret holding the self-signed CA and certificate.")
 	flag.Var(&webhookConfigs, "webhook-configuration-name",
 		"A ValidatingWebhookConfiguration whose caBundle the manager keeps current in self-signed mode (repeatable).")
@@ -88,6 +90,9 @@ func main() {
 	flag.StringVar(&metricsCertPath, "metrics-cert-path", "", "The directory that contains the metrics server certificate.")
 	flag.StringVar(&metricsCertName, "metrics-cert-name", "tls.crt", "The name of the metrics server certificate file.")
 	flag.StringVar(&metricsKey, "metrics-cert-key", "tls.key", "The name of the metrics server key file.")
+	flag.BoolVar(&metricsPerLease, "metrics-per-lease", true,
+		"Label the per-lease metrics with lease_namespace and lease (about 11 series per active lease). false records each as one series with empty lease labels "+
+			"and drops the gauges kubefence_lease_fencing_token and kubefence_lease_holder_age_seconds (docs/metrics.md).")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"If set, HTTP/2 will be enabled for the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubefence-system"),
@@ -133,6 +138,8 @@ func main() {
 		os.Exit(1)
 	}
 
+	metrics.SetPerLease(metricsPerLease)
+
 	var tlsOpts []func(*tls.Config)
 	if !enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -149,7 +156,7 @@ func main() {
 		var err error
 		rotator, err = certrotation.New(certrotation.Options{
 			SecretKey:             types.NamespacedName{Namespace: namespace, Name: webhookSecretName},
-			DNSNames:              certrotation.ServiceDNSNames(webhookServiceName, namespace),
+			DNSNames:              append(certrotation.ServiceDNSNames(webhookServiceName, namespace), certrotation.ServiceDNSNames(metricsServiceName, namespace)...),
 			WebhookConfigurations: webhookConfigs,
 			OnServing:             metrics.WebhookCertificateExpiry,
 		})
@@ -176,6 +183,11 @@ func main() {
 	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	if rotator != nil && len(metricsCertPath) == 0 {
+		// The webhook certificate names the metrics Service too: a scraper
+		// verifies it with the CA in the webhook Secret (ca.crt).
+		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate })
 	}
 	if len(metricsCertPath) > 0 {
 		var err error

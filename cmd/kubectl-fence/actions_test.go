@@ -143,8 +143,8 @@ func TestCheckWithoutWebhook(t *testing.T) {
 		t.Fatal("check passed without any webhook")
 	}
 	wantContains(t, "check error", err.Error(),
-		"kubefence is not ready: FencedLease webhook: a dry-run create of a FencedLease with another user's request was accepted",
-		"no validating webhook checks it",
+		"kubefence is not ready: FencedLease webhook: missing: a dry-run create of a FencedLease with another user's request was accepted unchecked",
+		"no ValidatingWebhookConfiguration has a webhook whose rules cover it",
 	)
 	// It tries again until --wait is up.
 	start := time.Now()

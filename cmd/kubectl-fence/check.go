@@ -43,9 +43,12 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
    CRD is installed and established);
 2. the FencedLease webhook answers: a server-side dry-run create of a lease
    carrying another user's request must be refused by the webhook (a user
-   trusted as the controller is let through; then a webhook configuration
-   for FencedLeases must exist); in policy mode the refusal comes from the
-   ValidatingAdmissionPolicy kubefence-fencedleases;
+   trusted as the controller is let through; then a fail-closed webhook must
+   have checked it, which check tells by applying each webhook's rules,
+   namespaceSelector, objectSelector and matchConditions to the probe as the
+   API server does: "missing" names the webhooks that skipped it); in policy
+   mode the refusal comes from the ValidatingAdmissionPolicy
+   kubefence-fencedleases;
 3. the fencing webhook answers: a server-side dry-run create of a ConfigMap
    guarded by a lease that does not exist must be refused by it (in policy
    mode by the ValidatingAdmissionPolicy kubefence-fencing).
@@ -198,8 +201,6 @@ type probe struct {
 	object client.Object
 	// what the object is, after "a " or "a dry-run ".
 	what string
-	// covers tells whether a webhook's rules match the create.
-	covers func(admissionregistrationv1.ValidatingWebhook) bool
 }
 
 // run dry-run creates the object and says which check answered, and
@@ -209,7 +210,7 @@ func (p probe) run(ctx context.Context, c *clients) (line string, byPolicy bool,
 	err = c.kube.Create(ctx, p.object, client.DryRunAll)
 	switch {
 	case err == nil:
-		line, err = acceptedProbe(ctx, c, webhook, "a "+p.what, p.covers)
+		line, err = acceptedProbe(ctx, c, webhook, p)
 		return line, false, err
 	case webhookDenied(err):
 		return webhook + ": answers (it refused a dry-run " + p.what + ")", false, nil
@@ -233,9 +234,6 @@ func leaseProbe(namespace string) probe {
 			}},
 		},
 		what: "FencedLease with another user's request",
-		covers: func(w admissionregistrationv1.ValidatingWebhook) bool {
-			return covers(w, coordv1alpha1.GroupVersion.Group, "fencedleases")
-		},
 	}
 }
 
@@ -251,28 +249,36 @@ func fencingProbe(namespace string) probe {
 			Annotations: map[string]string{coordv1alpha1.FencingTokenAnnotation: "1"},
 		}},
 		what: "ConfigMap guarded by a lease that does not exist",
-		covers: func(w admissionregistrationv1.ValidatingWebhook) bool {
-			return w.ObjectSelector != nil && covers(w, "", "configmaps")
-		},
 	}
 }
 
 // acceptedProbe judges a probe the API server accepted: fine when a
-// fail-closed webhook configuration covers it (the caller is trusted, so the
-// webhook allowed it), otherwise no webhook looked at it.
-func acceptedProbe(ctx context.Context, c *clients, what, probe string, match func(admissionregistrationv1.ValidatingWebhook) bool) (string, error) {
+// fail-closed webhook checks it (the caller is trusted, so the webhook
+// allowed it), which check finds by applying each webhook's rules,
+// selectors and matchConditions to the probe as the API server does;
+// otherwise no webhook looked at it, and check says which webhooks cover
+// the resource and why each skipped the probe.
+func acceptedProbe(ctx context.Context, c *clients, what string, p probe) (string, error) {
+	probeWhat := "a " + p.what
 	var list admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := c.kube.List(ctx, &list); err != nil {
-		return "", fmt.Errorf("%s: a dry-run create of %s was accepted, so no webhook refused it, and the webhook configurations cannot be read to tell why (%v)", what, probe, err)
+		return "", fmt.Errorf("%s: a dry-run create of %s was accepted, so no webhook refused it, and the webhook configurations cannot be read to tell why (%v)", what, probeWhat, err)
 	}
-	for _, cfg := range list.Items {
-		for _, w := range cfg.Webhooks {
-			if match(w) && (w.FailurePolicy == nil || *w.FailurePolicy == admissionregistrationv1.Fail) {
-				return fmt.Sprintf("%s: answers (%s %q accepted a dry-run create of %s, as it does for a user trusted as the controller)", what, cfg.Name, w.Name, probe), nil
-			}
+	req, err := newProbeRequest(ctx, c, p)
+	if err == nil {
+		var called, skipped []string
+		called, skipped, err = webhooksFor(ctx, req, list.Items)
+		switch {
+		case err != nil:
+		case len(called) > 0:
+			return fmt.Sprintf("%s: answers (%s accepted a dry-run create of %s, as it does for a user trusted as the controller)", what, called[0], probeWhat), nil
+		case len(skipped) == 0:
+			return "", fmt.Errorf("%s: missing: a dry-run create of %s was accepted unchecked: no ValidatingWebhookConfiguration has a webhook whose rules cover it; is the operator deployed (make deploy, helm install), or was its webhook configuration deleted?", what, probeWhat)
+		default:
+			return "", fmt.Errorf("%s: missing: a dry-run create of %s was accepted unchecked: no fail-closed webhook checks it (%s); is the operator's webhook configuration intact (make deploy, helm upgrade)?", what, probeWhat, strings.Join(skipped, "; "))
 		}
 	}
-	return "", fmt.Errorf("%s: a dry-run create of %s was accepted: no validating webhook checks it (no ValidatingWebhookConfiguration with a fail-closed webhook for it); is the operator deployed (make deploy)?", what, probe)
+	return "", fmt.Errorf("%s: a dry-run create of %s was accepted, so no webhook refused it, and check cannot tell whether a webhook allowed it (%v)", what, probeWhat, err)
 }
 
 // covers tells whether a webhook's rules match CREATE of resource in group.

@@ -189,3 +189,96 @@ func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTellsMissingAndSkippingWebhooks runs check as a user the
+// FencedLease webhook trusts as the controller, whose probe the webhook
+// allows, so check must find the webhook configuration that covers it:
+// honouring each webhook's selectors and matchConditions (the fencing
+// webhook's guarded entry covers every resource but its matchCondition skips
+// FencedLeases), and telling a deleted configuration from a live one.
+func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
+	testenv.SkipIfShort(t)
+	env := testenv.NewEnvironment(filepath.Join("..", ".."))
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	const trusted = "trusted-operator"
+	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: trusted, Groups: []string{"system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := newScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.RegisterWebhooks(mgr, []string{trusted}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Serve(t, "manager", mgr.Start)
+	if err := testenv.WaitForWebhookServer(mgr, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// Live: the trusted user's probe is allowed by the FencedLease webhook.
+	out, _, err := fenceWith(t, kc, "check", "-n", ns.Name, "--wait=60s")
+	if err != nil {
+		t.Fatalf("check with the webhooks served: %v", err)
+	}
+	wantContains(t, "check output", out, `FencedLease webhook: answers (validating-webhook-configuration "vfencedlease-v1alpha1.kb.io" accepted a dry-run create`)
+
+	// A matchCondition that skips the probe: the webhook never sees it.
+	var hooks admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "validating-webhook-configuration"}, &hooks); err != nil {
+		t.Fatal(err)
+	}
+	hooks.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-check-probes",
+		Expression: "!has(object.metadata.generateName) || !object.metadata.generateName.startsWith('kubectl-fence-check')"}}
+	if err := c.Update(t.Context(), &hooks); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = fenceWith(t, kc, "check", "-n", ns.Name)
+	if err == nil || !strings.Contains(err.Error(), `matchCondition "not-check-probes" of webhook "vfencedlease-v1alpha1.kb.io" (validating-webhook-configuration) is false for it`) {
+		t.Errorf("check with a matchCondition that skips the probe: %v, want it named", err)
+	}
+	// A user the webhook does not trust gets the same answer: the webhook
+	// is not called, so nothing refuses the probe.
+	untrusted, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "someone", Groups: []string{"system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = fenceWith(t, untrusted, "check", "-n", ns.Name)
+	if err == nil || !strings.Contains(err.Error(), `matchCondition "not-check-probes"`) {
+		t.Errorf("check as an untrusted user with a matchCondition that skips the probe: %v, want it named", err)
+	}
+
+	// Deleted: no configuration covers FencedLeases any more. The guarded
+	// fencing webhook covers every resource, but its objectSelector and its
+	// matchCondition skip FencedLeases: check must not take it for the
+	// FencedLease webhook.
+	if err := c.Delete(t.Context(), &hooks); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = fenceWith(t, kc, "check", "-n", ns.Name)
+	if err == nil || !strings.Contains(err.Error(), "FencedLease webhook: missing:") ||
+		!strings.Contains(err.Error(), `"guarded.fencing.kubefence.io"`) {
+		t.Errorf("check after the FencedLease webhook configuration was deleted: %v, want it reported missing (and the guarded webhook named as not covering it)", err)
+	}
+}

@@ -19,6 +19,7 @@ package metrics
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,30 @@ const namespace = "kubefence"
 
 // perLease labels a per-lease series.
 var perLease = []string{"lease_namespace", "lease"}
+
+// aggregateLeases, once SetPerLease(false) set it, records the per-lease
+// counters with empty lease labels and skips the per-lease gauges.
+var aggregateLeases atomic.Bool
+
+// SetPerLease chooses whether the series labelled lease_namespace and lease
+// name their lease (true, the default) or not (false, --metrics-per-lease=false):
+// then each such counter is one series whose lease labels are empty (the
+// cluster's total; the alerts' sums by lease still work), the gauges
+// lease_fencing_token and lease_holder_age_seconds are not recorded, and a
+// server with 10,000 leases serves a few dozen kubefence series instead of
+// about 110,000. Call it before the first event.
+func SetPerLease(on bool) {
+	aggregateLeases.Store(!on)
+}
+
+// leaseLabels are the lease labels of a per-lease series: the lease's, or
+// empty ones when the series are aggregated (SetPerLease).
+func leaseLabels(leaseNamespace, lease string) (string, string) {
+	if aggregateLeases.Load() {
+		return "", ""
+	}
+	return leaseNamespace, lease
+}
 
 // Each metric: its name (after kubefence_), its help and its labels
 // (docs/metrics.md documents them).
@@ -109,12 +134,16 @@ func Register(reg prometheus.Registerer) error {
 
 // Renewed records a renewal the controller observed.
 func Renewed(leaseNamespace, lease string) {
+	leaseNamespace, lease = leaseLabels(leaseNamespace, lease)
 	renewals.WithLabelValues(leaseNamespace, lease).Inc()
 }
 
 // LeaseState records a lease's current (or last) fencing token and the age of
 // its tenure (0 when nobody holds it), at each status write.
 func LeaseState(leaseNamespace, lease string, token int64, tenureAge time.Duration) {
+	if aggregateLeases.Load() {
+		return // a gauge summed over leases means nothing
+	}
 	currentToken.WithLabelValues(leaseNamespace, lease).Set(float64(token))
 	holderAge.WithLabelValues(leaseNamespace, lease).Set(tenureAge.Seconds())
 }
@@ -123,6 +152,7 @@ func LeaseState(leaseNamespace, lease string, token int64, tenureAge time.Durati
 // acquisition, one token issued (tokens_issued_total is kept for the
 // dashboards that read it), and a takeover when it followed an expiry.
 func Granted(leaseNamespace, lease, kind string) {
+	leaseNamespace, lease = leaseLabels(leaseNamespace, lease)
 	acquisitions.WithLabelValues(leaseNamespace, lease, kind).Inc()
 	tokensIssued.WithLabelValues(leaseNamespace, lease).Inc()
 	if kind == coordv1alpha1.ReasonTakenOver {
@@ -135,6 +165,7 @@ func Granted(leaseNamespace, lease, kind string) {
 // lease_expiries_total count the same event; both names are kept (alerts and
 // docs/metrics.md use them).
 func Expired(leaseNamespace, lease string, tenure time.Duration) {
+	leaseNamespace, lease = leaseLabels(leaseNamespace, lease)
 	expiries.WithLabelValues(leaseNamespace, lease).Inc()
 	renewalsMissed.WithLabelValues(leaseNamespace, lease).Inc()
 	tenureSeconds.WithLabelValues(string(coordv1alpha1.EndReasonExpired)).Observe(tenure.Seconds())
@@ -143,12 +174,17 @@ func Expired(leaseNamespace, lease string, tenure time.Duration) {
 // Released records a tenure its holder (or an operator) ended, and how long
 // it lasted.
 func Released(leaseNamespace, lease string, tenure time.Duration) {
+	leaseNamespace, lease = leaseLabels(leaseNamespace, lease)
 	releases.WithLabelValues(leaseNamespace, lease).Inc()
 	tenureSeconds.WithLabelValues(string(coordv1alpha1.EndReasonReleased)).Observe(tenure.Seconds())
 }
 
-// Forget drops the per-lease series of a deleted lease.
+// Forget drops the per-lease series of a deleted lease (nothing when the
+// series are aggregated: the totals stay).
 func Forget(leaseNamespace, lease string) {
+	if aggregateLeases.Load() {
+		return
+	}
 	l := map[string]string{"lease_namespace": leaseNamespace, "lease": lease}
 	for _, v := range []*prometheus.CounterVec{renewals, renewalsMissed, expiries, releases, takeovers, tokensIssued} {
 		v.Delete(l)
@@ -177,6 +213,7 @@ func FencingChecked(leaseRead bool, took time.Duration) {
 func GuardedWriteRefused(reason string, stale bool, leaseNamespace, lease, operation string) {
 	guardedWritesRefused.WithLabelValues(reason).Inc()
 	if stale {
+		leaseNamespace, lease = leaseLabels(leaseNamespace, lease)
 		staleWritesRejected.WithLabelValues(leaseNamespace, lease, operation).Inc()
 	}
 }

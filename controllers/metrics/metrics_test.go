@@ -73,3 +73,40 @@ func TestRegisterRefusesAForeignCollectorOfTheSameName(t *testing.T) {
 		t.Fatal("Register accepted a registry whose kubefence_webhook_clock_offset_seconds is another collector")
 	}
 }
+
+// TestSetPerLeaseFalseAggregates: with SetPerLease(false) the per-lease
+// counters are one series each with empty lease labels (however many leases
+// there are), the per-lease gauges are not recorded, and the per-reason
+// series stay.
+func TestSetPerLeaseFalseAggregates(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []interface{ Reset() }{renewals, currentToken, holderAge, acquisitions, staleWritesRejected, guardedWritesRefused} {
+		v.Reset()
+	}
+	SetPerLease(false)
+	t.Cleanup(func() { SetPerLease(true) })
+	for _, l := range []string{"a", "b", "c"} {
+		Renewed("ns", l)
+		LeaseState("ns", l, 3, time.Second)
+		Granted("ns", l, "Granted")
+		GuardedWriteRefused("stale", true, "ns", l, "UPDATE")
+	}
+	if n := testutil.CollectAndCount(renewals); n != 1 {
+		t.Errorf("%d renewal series for 3 leases, want 1", n)
+	}
+	if v := testutil.ToFloat64(renewals.WithLabelValues("", "")); v != 3 {
+		t.Errorf("the aggregated renewal series counts %v, want 3", v)
+	}
+	if v := testutil.ToFloat64(staleWritesRejected.WithLabelValues("", "", "UPDATE")); v != 3 {
+		t.Errorf("the aggregated stale-write series counts %v, want 3", v)
+	}
+	if n := testutil.CollectAndCount(currentToken) + testutil.CollectAndCount(holderAge); n != 0 {
+		t.Errorf("%d per-lease gauge series recorded, want none", n)
+	}
+	if v := testutil.ToFloat64(guardedWritesRefused.WithLabelValues("stale")); v != 3 {
+		t.Errorf("refusals by reason %v, want 3", v)
+	}
+}

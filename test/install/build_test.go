@@ -99,6 +99,17 @@ func TestDockerfileBuildStage(t *testing.T) {
 	if b, err := exec.Command(filepath.Join(ws, "manager"), "--help").CombinedOutput(); err != nil {
 		t.Fatalf("the built /workspace/manager --help: %v\n%s", err, b)
 	}
+	// The chart's helm test runs /kubectl-fence from the manager image.
+	if b, err := exec.Command(filepath.Join(ws, "kubectl-fence"), "check", "--help").CombinedOutput(); err != nil || !strings.Contains(string(b), "--wait") {
+		t.Fatalf("the built /workspace/kubectl-fence check --help: %v\n%s", err, b)
+	}
+	final, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(final), "COPY --from=builder /workspace/kubectl-fence .") {
+		t.Error("the Dockerfile's final stage does not copy kubectl-fence, which the chart's helm test Pod runs")
+	}
 }
 
 type instruction struct {

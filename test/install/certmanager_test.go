@@ -52,7 +52,9 @@ func TestCertManagerComponent(t *testing.T) {
 			want = append(want, a)
 		}
 	}
-	want = append(want, "--webhook-cert-mode=provided")
+	// The metrics server serves the same certificate (it names the metrics
+	// Service too), so the ServiceMonitor can verify it.
+	want = append(want, "--webhook-cert-mode=provided", "--metrics-cert-path=/tmp/k8s-webhook-server/serving-certs")
 	if got := deps[0].Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
 		t.Errorf("manager args %v, want %v (keep config/components/cert-manager/manager_patch.yaml in step with config/manager/manager.yaml)", got, want)
 	}
@@ -70,7 +72,8 @@ func TestCertManagerComponent(t *testing.T) {
 		case "Certificate":
 			certName, certNS = u.GetName(), u.GetNamespace()
 			dns, _, _ := unstructured.NestedStringSlice(d, "spec", "dnsNames")
-			wantDNS := []string{"kubefence-webhook-service.kubefence-system.svc", "kubefence-webhook-service.kubefence-system.svc.cluster.local"}
+			wantDNS := []string{"kubefence-webhook-service.kubefence-system.svc", "kubefence-webhook-service.kubefence-system.svc.cluster.local",
+				"kubefence-controller-manager-metrics-service.kubefence-system.svc", "kubefence-controller-manager-metrics-service.kubefence-system.svc.cluster.local"}
 			if !slices.Equal(dns, wantDNS) {
 				t.Errorf("Certificate dnsNames %v, want %v", dns, wantDNS)
 			}

@@ -43,3 +43,19 @@ kubefence.enforcement is .Values.enforcement, checked: "webhook" or "policy".
 {{- end -}}
 {{- .Values.enforcement -}}
 {{- end -}}
+
+{{/*
+kubefence.runbookBaseURL is where the alerts' runbooks (docs/ of the installed
+version) are served: prometheusRule.runbookBaseURL, else the chart's home at
+the tag of its appVersion (<home>/blob/v<appVersion>/docs), else empty (the
+runbook_url stays the path docs/operations.md#<alert>).
+*/}}
+{{- define "kubefence.runbookBaseURL" -}}
+{{- with .Values.prometheusRule.runbookBaseURL -}}
+{{- trimSuffix "/" . -}}
+{{- else -}}
+{{- with .Chart.Home -}}
+{{- printf "%s/blob/v%s/docs" (trimSuffix "/" .) $.Chart.AppVersion -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

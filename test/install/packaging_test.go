@@ -359,3 +359,77 @@ func keysOf(m map[string]map[string]any) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// TestChartFailClosedProtections renders the protections of the pods behind
+// the fail-closed webhooks: a priority class (and the ResourceQuota GKE needs
+// to admit it outside kube-system), a spread over nodes and zones that never
+// blocks scheduling, and a PodDisruptionBudget only when it can allow a
+// disruption (more than one replica).
+func TestChartFailClosedProtections(t *testing.T) {
+	type spread struct {
+		TopologyKey       string `json:"topologyKey"`
+		WhenUnsatisfiable string `json:"whenUnsatisfiable"`
+	}
+	type podSpec struct {
+		PriorityClassName         string   `json:"priorityClassName"`
+		TopologySpreadConstraints []spread `json:"topologySpreadConstraints"`
+	}
+	pod := func(objs map[string]map[string]any) podSpec {
+		t.Helper()
+		o, ok := objs["Deployment kubefence-system/kubefence-controller-manager"]
+		if !ok {
+			t.Fatalf("no Deployment rendered; have %v", keysOf(objs))
+		}
+		b, _ := sigsyaml.Marshal(o["spec"].(map[string]any)["template"].(map[string]any)["spec"])
+		var s podSpec
+		if err := sigsyaml.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const pdb, quota = "PodDisruptionBudget kubefence-system/kubefence-controller-manager", "ResourceQuota kubefence-system/kubefence-critical-pods"
+
+	objs := normalizeRaw(t, helmTemplate(t))
+	s := pod(objs)
+	if s.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("default priorityClassName %q, want system-cluster-critical", s.PriorityClassName)
+	}
+	want := []spread{{"kubernetes.io/hostname", "ScheduleAnyway"}, {"topology.kubernetes.io/zone", "ScheduleAnyway"}}
+	if !reflect.DeepEqual(s.TopologySpreadConstraints, want) {
+		t.Errorf("default topologySpreadConstraints %+v, want %+v", s.TopologySpreadConstraints, want)
+	}
+	if _, ok := objs[pdb]; !ok {
+		t.Errorf("no PodDisruptionBudget with the default 2 replicas")
+	}
+	q, ok := objs[quota]
+	if !ok {
+		t.Fatalf("no ResourceQuota admitting system-cluster-critical pods; have %v", keysOf(objs))
+	}
+	if b, _ := sigsyaml.Marshal(q); !strings.Contains(string(b), "scopeName: PriorityClass") || !strings.Contains(string(b), "- system-cluster-critical") {
+		t.Errorf("the ResourceQuota is not scoped to the priority class:\n%s", b)
+	}
+
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "replicas=1"))
+	if _, ok := objs[pdb]; ok {
+		t.Errorf("replicas=1 renders a PodDisruptionBudget: minAvailable 1 of 1 pod blocks every drain of its node")
+	}
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "replicas=3"))
+	if _, ok := objs[pdb]; !ok {
+		t.Errorf("replicas=3 renders no PodDisruptionBudget")
+	}
+
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "priorityClassName=", "--set", "topologySpreadConstraints=null"))
+	if s := pod(objs); s.PriorityClassName != "" || len(s.TopologySpreadConstraints) != 0 {
+		t.Errorf("priorityClassName= and topologySpreadConstraints=null render %+v", s)
+	}
+	if _, ok := objs[quota]; ok {
+		t.Errorf("the ResourceQuota is rendered without a priority class")
+	}
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "priorityClassName=tenant-critical", "--set", "priorityClassResourceQuota=false"))
+	if s := pod(objs); s.PriorityClassName != "tenant-critical" {
+		t.Errorf("priorityClassName=tenant-critical renders %q", s.PriorityClassName)
+	}
+	if _, ok := objs[quota]; ok {
+		t.Errorf("priorityClassResourceQuota=false still renders the ResourceQuota")
+	}
+}

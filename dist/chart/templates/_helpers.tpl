@@ -43,3 +43,10 @@ kubefence.enforcement is .Values.enforcement, checked: "webhook" or "policy".
 {{- end -}}
 {{- .Values.enforcement -}}
 {{- end -}}
+
+{{/* evictionScope: "labelled" or "cluster" (values.yaml). */}}
+{{- define "kubefence.evictionScope" -}}
+{{- if has .Values.evictionScope (list "labelled" "cluster") -}}{{ .Values.evictionScope }}{{- else -}}
+{{- fail (printf "evictionScope %q: expected \"labelled\" or \"cluster\"" .Values.evictionScope) -}}
+{{- end -}}
+{{- end -}}

@@ -14,6 +14,7 @@ type enforcementFlags struct {
 	mode           string
 	requiredKinds  stringList
 	barrierServers string
+	ownerRole      string
 }
 
 func (f *enforcementFlags) bind(fs *flag.FlagSet) {
@@ -27,11 +28,16 @@ func (f *enforcementFlags) bind(fs *flag.FlagSet) {
 		"With --enforcement=policy: which API servers a grant waits for: \"endpoints\" (every kube-apiserver the default/kubernetes Service lists, "+
 			"each addressed directly) or \"configured\" (only the operator's configured API address: a single API server, or a managed control plane "+
 			"whose servers cannot be addressed one by one; see docs/design.md for the weaker guarantee).")
+	fs.StringVar(&f.ownerRole, "owner-cluster-role", "",
+		"With --enforcement=policy: the ClusterRole that owns the ValidatingAdmissionPolicies, bindings and tenure tables the operator creates, "+
+			"so that deleting it (helm uninstall, make undeploy) has the garbage collector delete them; while it is missing nothing is (re)created. "+
+			"The manifests set "+policy.DefaultOwnerClusterRole+". Empty: nothing owns them, and they stay after an uninstall.")
 }
 
 func (f *enforcementFlags) apply(o *operator.Options) error {
 	o.Enforcement = f.mode
 	o.BarrierServers = f.barrierServers
+	o.OwnerClusterRole = f.ownerRole
 	for _, k := range f.requiredKinds {
 		gr, err := policy.ParseGroupResource(k)
 		if err != nil {

@@ -20,6 +20,9 @@ const (
 	FencingTokenAnnotation = "kubefence.io/fencing-token"
 	// FencingNamespaceLabel set to "required" on a namespace makes fencing
 	// mandatory there for the kinds listed in the required-fencing webhook.
+	// Set to any value ("enabled" or "required"), it puts the namespace's pod
+	// evictions in the eviction webhook's scope: guarded pods may live only in
+	// such namespaces (docs/design.md, "Pod subresources").
 	FencingNamespaceLabel = "kubefence.io/fencing"
 )
 

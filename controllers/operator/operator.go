@@ -109,6 +109,12 @@ type Options struct {
 	// with: one API server, or a control plane whose servers cannot be
 	// addressed one by one; docs/design.md states the weaker guarantee).
 	BarrierServers string
+	// OwnerClusterRole, in policy mode, is the ClusterRole that owns the
+	// policies, bindings and tenure tables the operator creates at run time
+	// (policy.Owner): deleting it, as an uninstall does, has the garbage
+	// collector delete them. Empty: nothing owns them (they stay after an
+	// uninstall).
+	OwnerClusterRole string
 }
 
 // Barrier server choices.
@@ -348,14 +354,15 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the policy installer's client: %w", err)
 	}
-	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live, OnCheck: metrics.PolicyChecked}); err != nil {
+	owner := &policy.Owner{Reader: live, ClusterRole: o.OwnerClusterRole}
+	if err := mgr.Add(&policy.Installer{Settings: settings, Client: live, OnCheck: metrics.PolicyChecked, Owner: owner}); err != nil {
 		return nil, fmt.Errorf("adding the policy installer: %w", err)
 	}
 	if err := (&policy.NamespaceMarker{Client: mgr.GetClient(), Excluded: settings.ExcludedNamespaces}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
 	}
 	return &policy.Tenures{
-		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Owner: owner},
 		Leases: mgr.GetAPIReader(),
 		Barrier: &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{},
 			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},

@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
@@ -26,6 +27,11 @@ func (s Settings) Objects() []client.Object {
 		s.ClusterScopedPolicy(), s.ClusterScopedBinding()}
 	if b := s.RequiredBinding(); b != nil {
 		objs = append(objs, b)
+	}
+	if s.Owner != nil {
+		for _, o := range objs {
+			o.SetOwnerReferences([]metav1.OwnerReference{*s.Owner})
+		}
 	}
 	return objs
 }
@@ -114,6 +120,17 @@ type Installer struct {
 	// operator exports it as kubefence_policy_not_as_generated and
 	// kubefence_policy_restored_total).
 	OnCheck func(object string, asGenerated, restored bool)
+	// Owner, if set, owns every policy and binding (ownerReferences): while
+	// it is missing or being deleted (an uninstall), nothing is applied or
+	// written again, so that the garbage collector removes them for good.
+	Owner *Owner
+}
+
+// owned is s with its Owner set to i.Owner as it is now.
+func (i *Installer) owned(ctx context.Context, s Settings) (Settings, error) {
+	ref, err := i.Owner.Ref(ctx)
+	s.Owner = ref
+	return s, err
 }
 
 // Start implements manager.Runnable.
@@ -125,13 +142,19 @@ func (i *Installer) Start(ctx context.Context) error {
 	}
 	var applied Settings
 	for {
-		var err error
-		applied, err = i.Settings.apply(ctx, i.Client)
+		s, err := i.owned(ctx, i.Settings)
+		if err == nil {
+			applied, err = s.apply(ctx, i.Client)
+		}
 		if err == nil {
 			log.Info("Fencing policies applied", "policy", FencingPolicyName, "table", TableName)
 			break
 		}
-		log.Error(err, "Applying the fencing policies failed; retrying", "after", interval)
+		if errors.Is(err, ErrOwnerGone) {
+			log.Info("Not applying the fencing policies: their owner is gone (uninstalled, or switched to webhook mode); retrying", "reason", err.Error(), "after", interval)
+		} else {
+			log.Error(err, "Applying the fencing policies failed; retrying", "after", interval)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -179,7 +202,16 @@ func installedObject(o client.Object) client.Object {
 // succeeds, Table.Update reading the installed incarnation first, so the
 // tables still say what they said for inc).
 func (i *Installer) keep(ctx context.Context, inc string) error {
-	s := i.Settings
+	s, err := i.owned(ctx, i.Settings)
+	if errors.Is(err, ErrOwnerGone) {
+		// Being uninstalled: the garbage collector deletes the policies;
+		// writing them again would leave them without a live owner.
+		logf.FromContext(ctx).Info("Not keeping the fencing policies: their owner is gone (uninstalled, or switched to webhook mode)", "reason", err.Error())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	installed, err := InstalledIncarnation(ctx, i.Client)
 	switch {
 	case err == nil:

@@ -93,6 +93,9 @@ type Settings struct {
 	// (Apply keeps the installed policy's, or draws a new one when there is
 	// none; docs/design.md, "Switching modes").
 	Incarnation string
+	// Owner, if set, is added to every policy and binding as their owner
+	// (Owner.Ref: the ClusterRole an uninstall deletes).
+	Owner *metav1.OwnerReference
 }
 
 // Validate reports settings the policies cannot be generated from.

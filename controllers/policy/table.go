@@ -119,6 +119,10 @@ func EntryFor(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseSta
 type Table struct {
 	Reader client.Reader
 	Writer client.Client
+	// Owner, if set, owns every table (an ownerReference added when the
+	// table is created, or at its next write if it has none): while the
+	// owner is missing (an uninstall) no table is created.
+	Owner *Owner
 
 	resets atomic.Int64
 }
@@ -192,6 +196,15 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		if create {
 			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}
+		}
+		if !t.Owner.owned(&cm) {
+			ref, err := t.Owner.Ref(ctx)
+			if err != nil {
+				return fmt.Errorf("owning the tenure table %s/%s: %w", ns, TableName, err)
+			}
+			cm.OwnerReferences = append(cm.OwnerReferences, *ref)
+		}
+		if create {
 			err = t.Writer.Create(ctx, &cm)
 			switch {
 			case apierrors.IsAlreadyExists(err):

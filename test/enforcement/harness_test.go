@@ -33,6 +33,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -225,8 +226,15 @@ func (h *harness) eventually(t *testing.T, timeout time.Duration, what string, f
 	}
 }
 
+// namespace creates a namespace with labels; nil labels mean
+// kubefence.io/fencing=enabled, the label that puts pod evictions in scope
+// and lets pods be guarded there (the pod-scope entry refuses guarded pods
+// elsewhere). An empty map creates an unlabelled namespace.
 func (h *harness) namespace(t *testing.T, labels map[string]string) string {
 	t.Helper()
+	if labels == nil {
+		labels = map[string]string{coordv1alpha1.FencingNamespaceLabel: fencing.FencingEnabledValue}
+	}
 	name := fmt.Sprintf("%s-%d", h.mode, h.ns.Add(1))
 	must(t, h.admin.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}))
 	return name

@@ -474,6 +474,7 @@ func (a *Admission) state(ctx context.Context, w World) (*state, error) {
 		h.Mode = mode
 		st.handlers[path] = &crwebhook.Admission{Handler: &h}
 	}
+	st.handlers[fencing.PathPodScope] = &crwebhook.Admission{Handler: fencing.PodScopeHandler{}}
 	// As operator.Setup sets the FencedLease validator up.
 	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.PolicySettings().ExcludedNamespaces, Clock: clk, StampSkew: o.WebhookSkew}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -321,8 +323,8 @@ func TestChartValues(t *testing.T) {
 	if err := sigsyaml.Unmarshal([]byte(hooks), &vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.Webhooks) != 5 {
-		t.Errorf("%d fencing webhooks, want 5 (guarded, required, scale, eviction, cluster-scoped)", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 6 {
+		t.Errorf("%d fencing webhooks, want 6 (guarded, required, scale, eviction, cluster-scoped, pod-scope)", len(vwc.Webhooks))
 	}
 	for _, w := range vwc.Webhooks {
 		var excluded []string
@@ -363,4 +365,153 @@ func keysOf(m map[string]map[string]any) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// TestChartFailClosedProtections renders the protections of the pods behind
+// the fail-closed webhooks: a priority class (and the ResourceQuota GKE needs
+// to admit it outside kube-system), a spread over nodes and zones that never
+// blocks scheduling, and a PodDisruptionBudget only when it can allow a
+// disruption (more than one replica).
+func TestChartFailClosedProtections(t *testing.T) {
+	type spread struct {
+		TopologyKey       string `json:"topologyKey"`
+		WhenUnsatisfiable string `json:"whenUnsatisfiable"`
+	}
+	type podSpec struct {
+		PriorityClassName         string   `json:"priorityClassName"`
+		TopologySpreadConstraints []spread `json:"topologySpreadConstraints"`
+	}
+	pod := func(objs map[string]map[string]any) podSpec {
+		t.Helper()
+		o, ok := objs["Deployment kubefence-system/kubefence-controller-manager"]
+		if !ok {
+			t.Fatalf("no Deployment rendered; have %v", keysOf(objs))
+		}
+		b, _ := sigsyaml.Marshal(o["spec"].(map[string]any)["template"].(map[string]any)["spec"])
+		var s podSpec
+		if err := sigsyaml.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const pdb, quota = "PodDisruptionBudget kubefence-system/kubefence-controller-manager", "ResourceQuota kubefence-system/kubefence-critical-pods"
+
+	objs := normalizeRaw(t, helmTemplate(t))
+	s := pod(objs)
+	if s.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("default priorityClassName %q, want system-cluster-critical", s.PriorityClassName)
+	}
+	want := []spread{{"kubernetes.io/hostname", "ScheduleAnyway"}, {"topology.kubernetes.io/zone", "ScheduleAnyway"}}
+	if !reflect.DeepEqual(s.TopologySpreadConstraints, want) {
+		t.Errorf("default topologySpreadConstraints %+v, want %+v", s.TopologySpreadConstraints, want)
+	}
+	if _, ok := objs[pdb]; !ok {
+		t.Errorf("no PodDisruptionBudget with the default 2 replicas")
+	}
+	q, ok := objs[quota]
+	if !ok {
+		t.Fatalf("no ResourceQuota admitting system-cluster-critical pods; have %v", keysOf(objs))
+	}
+	if b, _ := sigsyaml.Marshal(q); !strings.Contains(string(b), "scopeName: PriorityClass") || !strings.Contains(string(b), "- system-cluster-critical") {
+		t.Errorf("the ResourceQuota is not scoped to the priority class:\n%s", b)
+	}
+
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "replicas=1"))
+	if _, ok := objs[pdb]; ok {
+		t.Errorf("replicas=1 renders a PodDisruptionBudget: minAvailable 1 of 1 pod blocks every drain of its node")
+	}
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "replicas=3"))
+	if _, ok := objs[pdb]; !ok {
+		t.Errorf("replicas=3 renders no PodDisruptionBudget")
+	}
+
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "priorityClassName=", "--set", "topologySpreadConstraints=null"))
+	if s := pod(objs); s.PriorityClassName != "" || len(s.TopologySpreadConstraints) != 0 {
+		t.Errorf("priorityClassName= and topologySpreadConstraints=null render %+v", s)
+	}
+	if _, ok := objs[quota]; ok {
+		t.Errorf("the ResourceQuota is rendered without a priority class")
+	}
+	objs = normalizeRaw(t, helmTemplate(t, "--set", "priorityClassName=tenant-critical", "--set", "priorityClassResourceQuota=false"))
+	if s := pod(objs); s.PriorityClassName != "tenant-critical" {
+		t.Errorf("priorityClassName=tenant-critical renders %q", s.PriorityClassName)
+	}
+	if _, ok := objs[quota]; ok {
+		t.Errorf("priorityClassResourceQuota=false still renders the ResourceQuota")
+	}
+}
+
+// TestEvictionScopeRenders checks where the fail-closed eviction entry looks:
+// by default only namespaces labelled kubefence.io/fencing, with the
+// pod-scope entry refusing guarded pods elsewhere, in both modes and both
+// installs; widened (chart evictionScope=cluster, kustomize
+// config/components/cluster-evictions) every namespace but the excluded ones,
+// without the pod-scope entry, the chart rendering what the component
+// builds. test/enforcement TestEvictionScope runs the default on the API
+// server.
+func TestEvictionScopeRenders(t *testing.T) {
+	type entry struct {
+		name     string
+		selector string
+	}
+	entries := func(t *testing.T, manifest []byte) []entry {
+		t.Helper()
+		var out []entry
+		for _, c := range decodeKind[admissionregistrationv1.ValidatingWebhookConfiguration](t, documents(t, manifest), "ValidatingWebhookConfiguration") {
+			if c.Name != "kubefence-fencing-webhook-configuration" {
+				continue
+			}
+			for _, w := range c.Webhooks {
+				if w.Name == "eviction.fencing.kubefence.io" || w.Name == "pod-scope.fencing.kubefence.io" {
+					sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, entry{w.Name, sel.String()})
+				}
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+		return out
+	}
+	const excluded = "kubernetes.io/metadata.name notin (kube-system,kubefence-system)"
+	labelled := []entry{
+		{"eviction.fencing.kubefence.io", "kubefence.io/fencing," + excluded},
+		{"pod-scope.fencing.kubefence.io", "!kubefence.io/fencing," + excluded},
+	}
+	cluster := []entry{{"eviction.fencing.kubefence.io", excluded}}
+	for _, c := range []struct {
+		what     string
+		manifest []byte
+		want     []entry
+	}{
+		{"config/default", buildDir(t, "config/default"), labelled},
+		{"config/policy", buildDir(t, "config/policy"), labelled},
+		{"chart", helmTemplate(t), labelled},
+		{"chart enforcement=policy", helmTemplate(t, "--set", "enforcement=policy"), labelled},
+		{"config/cluster-evictions", buildDir(t, "config/cluster-evictions"), cluster},
+		{"chart evictionScope=cluster", helmTemplate(t, "--set", "evictionScope=cluster"), cluster},
+		{"chart evictionScope=cluster enforcement=policy", helmTemplate(t, "--set", "evictionScope=cluster", "--set", "enforcement=policy"), cluster},
+	} {
+		if got := entries(t, c.manifest); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: eviction and pod-scope entries %+v, want %+v", c.what, got, c.want)
+		}
+	}
+	// The widened chart is the widened kustomize install (webhooks compared by name).
+	byName := func(objs map[string]map[string]any) map[string]map[string]any {
+		for _, o := range objs {
+			if hooks, ok := o["webhooks"].([]any); ok {
+				sort.Slice(hooks, func(i, j int) bool {
+					return hooks[i].(map[string]any)["name"].(string) < hooks[j].(map[string]any)["name"].(string)
+				})
+			}
+		}
+		return objs
+	}
+	compareObjects(t, "config/cluster-evictions", byName(normalize(t, buildDir(t, "config/cluster-evictions"))),
+		"dist/chart (evictionScope=cluster)", byName(normalize(t, helmTemplate(t, "--set", "evictionScope=cluster"))))
+	cmd := exec.Command(helmBin(t), "template", "kubefence", filepath.Join(root, "dist", "chart"), "--kube-version", kubeVersion, "--set", "evictionScope=everywhere")
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), `evictionScope "everywhere": expected "labelled" or "cluster"`) {
+		t.Errorf("helm template with evictionScope=everywhere: err %v, output %s; want a refusal naming evictionScope", err, b)
+	}
 }

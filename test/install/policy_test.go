@@ -41,8 +41,8 @@ func TestPolicyComponent(t *testing.T) {
 			fencing = append(fencing, w.Name)
 		}
 	}
-	if want := []string{"required.fencing.kubefence.io", "scale.fencing.kubefence.io", "eviction.fencing.kubefence.io"}; !slices.Equal(fencing, want) {
-		t.Fatalf("fencing webhooks %v, want %v: in policy mode the policy decides guarded and required writes, the webhook /scale (also in required namespaces) and evictions", fencing, want)
+	if want := []string{"required.fencing.kubefence.io", "scale.fencing.kubefence.io", "eviction.fencing.kubefence.io", "pod-scope.fencing.kubefence.io"}; !slices.Equal(fencing, want) {
+		t.Fatalf("fencing webhooks %v, want %v: in policy mode the policy decides guarded and required writes, the webhook /scale (also in required namespaces), evictions, and pods guarded outside the eviction scope", fencing, want)
 	}
 	// The required entry judges /scale only: the scale entry leaves
 	// required namespaces to it, and a Scale carries no labels for the

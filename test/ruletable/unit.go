@@ -59,6 +59,12 @@ func UnitNamespaces() []*corev1.Namespace {
 		case MarkedLive.Unit():
 			ns.Labels[policy.TerminatingLabel] = "true"
 		}
+		// Namespaces where guarded objects live carry kubefence.io/fencing
+		// (enabled, unless required): the eviction entry's scope, as the
+		// envtest harness labels its namespaces.
+		if name != Excluded.Unit() && name != "kube-system" && ns.Labels[coordv1alpha1.FencingNamespaceLabel] == "" {
+			ns.Labels[coordv1alpha1.FencingNamespaceLabel] = "enabled"
+		}
 		out = append(out, ns)
 	}
 	return out

@@ -73,6 +73,10 @@ func leadsNew(user string) (string, *runningElector, int64) {
 // namespace, the holder's fenced client and the pod.
 func leadsWithPod(user string) (string, client.Client, *corev1.Pod) {
 	ns, e, _ := leadsNew(user)
+	// Guarded pods live only in namespaces labelled kubefence.io/fencing,
+	// where their evictions are fenced (the pod-scope webhook entry).
+	Expect(k8sClient.Patch(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+coordv1alpha1.FencingNamespaceLabel+`":"enabled"}}}`)))).To(Succeed())
 	fc := e.el.Client(users[user])
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}}

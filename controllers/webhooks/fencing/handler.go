@@ -82,13 +82,15 @@ type Handler struct {
 	CleanupUsers []string
 }
 
-// Register adds the three fencing handlers to the webhook server.
+// Register adds the three fencing handlers and the pod-scope handler to the
+// webhook server.
 func Register(srv webhook.Server, base Handler) {
 	for mode, path := range map[Mode]string{ModeGuarded: PathGuarded, ModeRequired: PathRequired, ModeScale: PathScale} {
 		h := base
 		h.Mode = mode
 		srv.Register(path, &webhook.Admission{Handler: &h})
 	}
+	srv.Register(PathPodScope, &webhook.Admission{Handler: PodScopeHandler{}})
 }
 
 // guardOnly is the part of an object the fencing rule reads: decoding only

@@ -59,3 +59,10 @@ runbook_url stays the path docs/operations.md#<alert>).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* evictionScope: "labelled" or "cluster" (values.yaml). */}}
+{{- define "kubefence.evictionScope" -}}
+{{- if has .Values.evictionScope (list "labelled" "cluster") -}}{{ .Values.evictionScope }}{{- else -}}
+{{- fail (printf "evictionScope %q: expected \"labelled\" or \"cluster\"" .Values.evictionScope) -}}
+{{- end -}}
+{{- end -}}

@@ -511,7 +511,7 @@ func TestEvictionScopeRenders(t *testing.T) {
 	compareObjects(t, "config/cluster-evictions", byName(normalize(t, buildDir(t, "config/cluster-evictions"))),
 		"dist/chart (evictionScope=cluster)", byName(normalize(t, helmTemplate(t, "--set", "evictionScope=cluster"))))
 	cmd := exec.Command(helmBin(t), "template", "kubefence", filepath.Join(root, "dist", "chart"), "--kube-version", kubeVersion, "--set", "evictionScope=everywhere")
-	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), `evictionScope "everywhere": expected "labelled" or "cluster"`) {
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), `at '/evictionScope': value must be one of 'labelled', 'cluster'`) {
 		t.Errorf("helm template with evictionScope=everywhere: err %v, output %s; want a refusal naming evictionScope", err, b)
 	}
 }

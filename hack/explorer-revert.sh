@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the protocol explorer on a copy of this tree with the fix for one
-# finding of the 2026-12-01 safety review reverted, and checks that it finds a
-# counterexample (docs/reliability.md, "Protocol explorer").
+# finding of the 2026-12-01 safety review (or one the explorer found: a write
+# admitted again after its client gave up) reverted, and checks that it finds
+# a counterexample (docs/reliability.md, "Protocol explorer").
 #
-#   hack/explorer-revert.sh f1|f2|f4 [go test flags...]
+#   hack/explorer-revert.sh f1|f2|f4|f-readmit [go test flags...]
 #
 # The patch (test/explorer/testdata/revert/<finding>.patch) undoes the fix in
 # the shipped code; the explorer test that passes on this tree must fail on
@@ -16,10 +17,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 usage() {
-  echo "usage: $0 f1|f2|f4 [go test flags...]" >&2
+  echo "usage: $0 f1|f2|f4|f-readmit [go test flags...]" >&2
   echo "  f1: finding 1 (status.holderUser test in HolderRequestIndex, requeued-holder refusal)" >&2
   echo "  f2: finding 2 (the fencing webhook's AnswerBy refusal)" >&2
   echo "  f4: finding 4 (fence.Writes.Begin takes the token and counts the write in one step)" >&2
+  echo "  f-readmit: the explorer's (a release after a write without an answer keeps the request: fence.Writes.Quiesce)" >&2
   exit 2
 }
 
@@ -29,7 +31,8 @@ case "$finding" in
   f1) test='^TestNobodyInheritsATenureByQueueingUnderItsIdentity$' ;;
   f2) test='^TestShortLeaseWritesBeforeTheCutOffCommitBeforeTheNextGrant$' ;;
   f4) test='^TestReleaseWaitsForEveryWriteOfTheTenure$' ;;
-  *) echo "unknown finding \"$finding\": expected f1, f2 or f4" >&2; usage ;;
+  f-readmit) test='^TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant$' ;;
+  *) echo "unknown finding \"$finding\": expected f1, f2, f4 or f-readmit" >&2; usage ;;
 esac
 patch="$ROOT/test/explorer/testdata/revert/$finding.patch"
 

@@ -57,12 +57,14 @@ type Config struct {
 	// Callbacks are called on leadership changes. OnStartedLeading is required.
 	Callbacks Callbacks
 
-	// MaxCommitLag is how long the API server may take to commit a write it
-	// admitted. A release waits for the FencedClient writes in flight to end
-	// before it withdraws the request (the next holder is granted at once);
-	// if one ended without an answer (it may still commit), it waits this long
-	// too. Default DefaultMaxCommitLag; keep it at least the operator's
-	// --max-commit-lag.
+	// MaxCommitLag is no longer used. A release waits for the FencedClient
+	// writes in flight to end before it withdraws the request (the next
+	// holder is granted at once); if one ended without an answer, it used to
+	// wait this long more, but the API server may admit such a write again
+	// later than that. It now keeps the request and lets the tenure expire
+	// (Writes.Quiesce). A negative value is still refused.
+	//
+	// Deprecated: a release no longer waits the commit lag.
 	MaxCommitLag time.Duration
 
 	// Metrics, if set, records whether this Elector leads, its token, its

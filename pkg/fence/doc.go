@@ -6,7 +6,8 @@
 // cannot give: the token comes from the server and increases with every grant,
 // expiry is decided by the kubefence controller on its own clock (never a
 // client timestamp), waiting candidates learn of their grant from a watch, and a
-// voluntary release hands the lease over at once.
+// voluntary release hands the lease over at once (unless a write of the tenure
+// ended without an answer: then the tenure expires, see Writes.Quiesce).
 //
 // # Guarantees
 //

@@ -581,10 +581,12 @@ func (e *Elector) renew(ctx context.Context, lease *coordv1alpha1.FencedLease, t
 
 // withdraw removes this Elector's own request, if it is there, once every
 // FencedClient write sent with its token has returned (Writes.Quiesce): the
-// controller grants the next request at once. A write that returned without
-// an answer may still commit: then it waits MaxCommitLag more. A request of
-// this identity that another process made or renewed stays: withdrawing it
-// would end that process's tenure without waiting for its writes.
+// controller grants the next request at once. After a write of the tenure
+// that returned without an answer (it may still be admitted, and commit) it
+// keeps the request instead and disowns it: the tenure expires, and Run
+// queues a new request once the controller removed it. A request of this
+// identity that another process made or renewed stays: withdrawing it would
+// end that process's tenure without waiting for its writes.
 func (e *Elector) withdraw(ctx context.Context) error {
 	if e.cfg.DisableReleaseOnCancel {
 		return nil
@@ -597,7 +599,16 @@ func (e *Elector) withdraw(ctx context.Context) error {
 	if l == 0 {
 		l = time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second
 	}
-	e.writes.Quiesce(ctx, e.clock, l, e.cfg.MaxCommitLag)
+	var token int64
+	if lease.Status.HolderIdentity == e.cfg.Identity {
+		token = lease.Status.FencingToken
+	}
+	if !e.writes.Quiesce(ctx, e.clock, l, token) {
+		logf.FromContext(ctx).Info("Keeping the request: a write with this tenure's token ended without an answer and may still be admitted; "+
+			"the tenure expires instead of being handed over at once", "lease", e.key, "identity", e.cfg.Identity, "token", token)
+		e.own.Disown()
+		return nil
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		lease, _ := e.view.get()
 		if lease == nil {

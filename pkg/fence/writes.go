@@ -20,10 +20,11 @@ type WriteCounter interface {
 }
 
 // Writes counts the fenced writes of one holder in flight, so that a release
-// withdraws the request only once every write of the tenure has returned: the
-// controller grants the next request in the status write that sees the
-// request gone, without waiting (docs/design.md, "How each way a tenure ends
-// keeps the promise", release).
+// withdraws the request only once every write of the tenure has returned with
+// the API server's answer: the controller grants the next request in the
+// status write that sees the request gone, without waiting (docs/design.md,
+// "How each way a tenure ends keeps the promise", release). After a write
+// without an answer the release keeps the request and lets the tenure expire.
 //
 // Begin reads the token and counts the write under the lock Quiesce reads the
 // count under. A release first makes its TokenSource stop answering (Token
@@ -32,12 +33,13 @@ type WriteCounter interface {
 // that and is refused with ErrNotLeading. The zero Writes is ready to use.
 type Writes struct {
 	mu sync.Mutex
-	// n counts the writes in flight; unknown is set when one ended without
-	// an answer from the API server (it may still commit); idle is closed
-	// when n drops to zero while Quiesce waits.
-	n       int
-	unknown bool
-	idle    chan struct{}
+	// n counts the writes in flight; abandoned is the largest token of a
+	// write that ended without an answer from the API server (it may still
+	// be admitted and commit), or that a Quiesce gave up waiting for; idle
+	// is closed when n drops to zero while Quiesce waits.
+	n         int
+	abandoned int64
+	idle      chan struct{}
 }
 
 // Begin takes the token of one write from src and counts the write in flight,
@@ -52,15 +54,15 @@ func (w *Writes) Begin(src TokenSource) (token int64, end func(error), err error
 		return 0, nil, ErrNotLeading
 	}
 	w.n++
-	return token, w.end, nil
+	return token, func(err error) { w.end(token, err) }, nil
 }
 
-func (w *Writes) end(err error) {
+func (w *Writes) end(token int64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.n--
 	if err != nil && outcomeUnknown(err) {
-		w.unknown = true
+		w.abandoned = max(w.abandoned, token)
 	}
 	if w.n == 0 && w.idle != nil {
 		close(w.idle)
@@ -68,13 +70,22 @@ func (w *Writes) end(err error) {
 	}
 }
 
-// Quiesce waits (at most max, on clk) until no write is in flight; if a write
-// ended without an answer, or one is still in flight at max, it then waits
-// lag more (DefaultMaxCommitLag if lag is not positive), the longest the API
-// server may take to commit a write it admitted. It returns early when ctx
-// ends. Call it after the TokenSource stopped answering and before the
-// request is withdrawn.
-func (w *Writes) Quiesce(ctx context.Context, clk clock.Clock, max, lag time.Duration) {
+// Quiesce waits (at most limit, on clk) until no write is in flight, and tells
+// whether the release may withdraw the request of the tenure with token (0:
+// the request holds no tenure) now. It may not once a write sent with that
+// token ended without an answer from the API server (its client gave up, or
+// the server timed out), or is still in flight at limit: the API server may
+// admit such a write later than any wait counted from here (a conflict in its
+// compare-and-swap re-runs admission, with a live lease read that still shows
+// the tenure; a request held in the network arrives late), and a withdraw
+// lets the next holder be granted at once. The release then keeps the
+// request, stops renewing and lets the tenure expire: the fencing webhook's
+// cut-off and the controller's expiry (in policy mode, its wait after the
+// barrier) cover a write admitted at any time (docs/design.md, "How each way
+// a tenure ends keeps the promise"). It returns early when ctx ends. Call it
+// after the TokenSource stopped answering and before the request is
+// withdrawn.
+func (w *Writes) Quiesce(ctx context.Context, clk clock.Clock, limit time.Duration, token int64) (withdraw bool) {
 	w.mu.Lock()
 	var idle chan struct{}
 	if w.n > 0 {
@@ -85,7 +96,7 @@ func (w *Writes) Quiesce(ctx context.Context, clk clock.Clock, max, lag time.Dur
 	}
 	w.mu.Unlock()
 	if idle != nil {
-		t := clk.NewTimer(max)
+		t := clk.NewTimer(limit)
 		select {
 		case <-idle:
 		case <-t.C():
@@ -94,15 +105,12 @@ func (w *Writes) Quiesce(ctx context.Context, clk clock.Clock, max, lag time.Dur
 		t.Stop()
 	}
 	w.mu.Lock()
-	unknown := w.unknown || w.n > 0
-	w.unknown = false
-	w.mu.Unlock()
-	if unknown {
-		if lag <= 0 {
-			lag = DefaultMaxCommitLag
-		}
-		sleep(ctx, clk, lag)
+	defer w.mu.Unlock()
+	if w.n > 0 {
+		// Those still in flight carry token or an older one.
+		w.abandoned = max(w.abandoned, token)
 	}
+	return token <= 0 || w.abandoned < token
 }
 
 // outcomeUnknown tells whether a write's error leaves open whether the API

@@ -171,26 +171,24 @@ func TestWriteAfterTheTenureEndedIsRefused(t *testing.T) {
 	}
 }
 
-// Quiesce waits for the writes in flight; after a write that ended without an
-// answer it waits the commit lag more, on the given clock.
-func TestQuiesceWaitsForWritesAndTheCommitLag(t *testing.T) {
-	quiesce := func(w *Writes, clk *clocktesting.FakeClock) <-chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			w.Quiesce(context.Background(), clk, time.Minute, time.Second)
-			close(done)
-		}()
+// Quiesce waits for the writes in flight, and lets the release withdraw the
+// request of a tenure unless a write with its token ended without an answer
+// or is still in flight when it stops waiting: then the tenure must expire.
+func TestQuiesceWaitsForWritesAndKeepsATenureAWriteMayStillCommitIn(t *testing.T) {
+	quiesce := func(w *Writes, clk *clocktesting.FakeClock, token int64) <-chan bool {
+		done := make(chan bool, 1)
+		go func() { done <- w.Quiesce(context.Background(), clk, time.Minute, token) }()
 		for !clk.HasWaiters() { // Quiesce waits on its timer
 			time.Sleep(time.Millisecond)
 		}
 		return done
 	}
-	returned := func(done <-chan struct{}, within time.Duration) bool {
+	returned := func(done <-chan bool, within time.Duration) (withdraw, ok bool) {
 		select {
-		case <-done:
-			return true
+		case withdraw := <-done:
+			return withdraw, true
 		case <-time.After(within):
-			return false
+			return false, false
 		}
 	}
 
@@ -201,19 +199,38 @@ func TestQuiesceWaitsForWritesAndTheCommitLag(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := quiesce(&w, clk)
-		if returned(done, 50*time.Millisecond) {
+		done := quiesce(&w, clk, 42)
+		if _, ok := returned(done, 50*time.Millisecond); ok {
 			t.Fatal("Quiesce returned with a write in flight")
 		}
 		end(nil)
-		if !returned(done, 5*time.Second) {
-			t.Fatal("Quiesce did not return once the write was answered")
+		if withdraw, ok := returned(done, 5*time.Second); !ok || !withdraw {
+			t.Fatalf("Quiesce once the write was answered: returned %v, withdraw %v; want the withdraw at once", ok, withdraw)
+		}
+	})
+	t.Run("a write still in flight when it stops waiting", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		var w Writes
+		if _, _, err := w.Begin(fixedToken{42, true}); err != nil {
+			t.Fatal(err)
+		}
+		done := quiesce(&w, clk, 42)
+		clk.Step(time.Minute)
+		for range 100 { // at most 100 steps of a second: the former commit-lag wait
+			if len(done) > 0 || !clk.HasWaiters() {
+				break
+			}
+			time.Sleep(time.Millisecond)
+			clk.Step(time.Second)
+		}
+		if withdraw, ok := returned(done, 5*time.Second); !ok || withdraw {
+			t.Fatalf("Quiesce after its limit with a write in flight: returned %v, withdraw %v; want it to keep the request", ok, withdraw)
 		}
 	})
 	for _, tc := range []struct {
-		name    string
-		answer  error
-		waitLag bool
+		name   string
+		answer error
+		keep   bool
 	}{
 		{"answered", nil, false},
 		{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
@@ -228,18 +245,28 @@ func TestQuiesceWaitsForWritesAndTheCommitLag(t *testing.T) {
 				t.Fatal(err)
 			}
 			end(tc.answer)
-			if !tc.waitLag {
-				w.Quiesce(context.Background(), clk, time.Minute, time.Second) // returns at once, or the test times out
-				return
+			// Nothing in flight: each returns at once, without waiting on
+			// clk (it is never stepped).
+			now := func(token int64) bool {
+				t.Helper()
+				done := make(chan bool, 1)
+				go func() { done <- w.Quiesce(context.Background(), clk, time.Minute, token) }()
+				withdraw, ok := returned(done, 5*time.Second)
+				if !ok {
+					t.Fatalf("the release of token %d waits with no write in flight", token)
+				}
+				return withdraw
 			}
-			done := quiesce(&w, clk)
-			clk.Step(999 * time.Millisecond)
-			if returned(done, 50*time.Millisecond) {
-				t.Fatal("Quiesce returned before the commit lag after a write without an answer")
+			if got := now(42); got == tc.keep {
+				t.Errorf("the release of token 42: withdraw %v, want %v", got, !tc.keep)
 			}
-			clk.Step(time.Millisecond)
-			if !returned(done, 5*time.Second) {
-				t.Fatal("Quiesce did not return after the commit lag")
+			if got := now(42); got == tc.keep {
+				t.Errorf("a second release of token 42 (Run's, on its way out): withdraw %v, want %v", got, !tc.keep)
+			}
+			// A later tenure, or a request that holds none, is withdrawn:
+			// token 42's tenure did not end by a withdraw.
+			if !now(43) || !now(0) {
+				t.Error("the release of token 43, or of a request without a tenure, may not withdraw")
 			}
 		})
 	}
@@ -248,6 +275,62 @@ func TestQuiesceWaitsForWritesAndTheCommitLag(t *testing.T) {
 		if _, _, err := w.Begin(fixedToken{}); !errors.Is(err, ErrNotLeading) {
 			t.Fatalf("Begin without a token: %v, want ErrNotLeading", err)
 		}
-		w.Quiesce(context.Background(), clocktesting.NewFakeClock(time.Now()), time.Minute, time.Second) // nothing counted: returns at once
+		// nothing counted: returns at once
+		if !w.Quiesce(context.Background(), clocktesting.NewFakeClock(time.Now()), time.Minute, 42) {
+			t.Error("the release may not withdraw, with no write sent")
+		}
 	})
+}
+
+// A release after a write whose answer its client gave up on keeps the
+// request: the API server may still admit that write again (a conflict in
+// its compare-and-swap re-runs admission, with a live lease read that still
+// shows the tenure; a request held in the network arrives late), later than
+// any wait counted from the give-up, so the tenure is left to expire and the
+// expiry's cut-off covers it (docs/design.md, "How each way a tenure ends
+// keeps the promise", release). Run's own withdraw on its way out keeps it
+// too. Fails when the release withdraws after waiting the commit lag: the
+// withdraw is then sent (the explorer's trace:
+// TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant).
+func TestReleaseAfterAWriteWithoutAnAnswerKeepsTheRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer error
+		keep   bool
+	}{
+		{"answered", nil, false},
+		{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
+		{"given up (no answer)", context.DeadlineExceeded, true},
+		{"server timeout", apierrors.NewTimeoutError("slow", 1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := &events{}
+			c := recordingClient(t, ev)
+			e := leadingElector(t, c)
+			fc := NewFencedClient(interceptor.NewClient(c, interceptor.Funcs{
+				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					ev.add("write token " + obj.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation])
+					return tc.answer
+				},
+			}), "job", e)
+			if err := fc.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs", Name: "x"}}); !errors.Is(err, tc.answer) {
+				t.Fatalf("create: %v, want %v", err, tc.answer)
+			}
+			// lead's release: stop leading, then withdraw; then Run's
+			// withdraw as its context ends.
+			e.setLeading(false, 0, time.Time{})
+			for range 2 {
+				if err := e.withdraw(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := []string{"write token 42", "withdraw"}
+			if tc.keep {
+				want = want[:1]
+			}
+			if got := ev.get(); !slices.Equal(got, want) {
+				t.Fatalf("sent %v, want %v", got, want)
+			}
+		})
+	}
 }

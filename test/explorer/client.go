@@ -15,7 +15,9 @@ import (
 // renews, writes only before its deadline, steps down on a stale refusal,
 // notices when the lease moved on, and releases by closing its write gate,
 // waiting for its writes under way, and withdrawing its request
-// (protocol.WithdrawPatch).
+// (protocol.WithdrawPatch), unless one of them ended without an answer: then
+// it keeps the request and lets the tenure expire (what fence.Writes.Quiesce
+// answers, gate.go).
 //
 // A malicious client (identityBinding None) appends requests under any
 // identity, renews them with the latest stamp the FencedLease webhook takes,
@@ -139,7 +141,13 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 				label = fmt.Sprintf("%s's release stops waiting for its writes after a lease duration", name)
 			}
 			if nc.unknown {
-				label += fmt.Sprintf(" (one's outcome is unknown: it waits %v more)", m.cfg.CommitLag)
+				// What follows is the shipped Quiesce's answer (gate.go).
+				if withdraw, after := releaseAfterUnknown(); withdraw {
+					label += fmt.Sprintf(" (one's outcome is unknown: it waits %v more)", after)
+				} else {
+					nc.phase, nc.fenced = cLost, c.token
+					label += fmt.Sprintf(" (one's outcome is unknown: it keeps its request, renews no more and lets the tenure of token %d expire)", c.token)
+				}
 			}
 			out = append(out, succ{pClient0 + i, label, n})
 		}
@@ -183,7 +191,8 @@ func (m *model) join(s *state, i int, identity string, counts bool) succ {
 // quiesced tells whether client i's release may withdraw its request
 // (fence.Writes.Quiesce): no write of the tenure is under way, or a lease
 // duration passed; and if one ended without an answer (or is still under
-// way), MaxCommitLag (C) more passed.
+// way), as the shipped Quiesce answered the probe (gate.go): never (the
+// release kept the request), or after the wait it measured.
 func (m *model) quiesced(s *state, i int) bool {
 	c := &s.clients[i]
 	if m.cfg.Clients[i].NoQuiesce {
@@ -195,7 +204,8 @@ func (m *model) quiesced(s *state, i int) bool {
 	if !c.unknown {
 		return true
 	}
-	return s.t-c.quiet >= m.cfg.ticks(m.cfg.CommitLag)
+	withdraw, after := releaseAfterUnknown()
+	return withdraw && s.t-c.quiet >= m.cfg.ticks(after)
 }
 
 // withdraw is client i's withdraw patch (protocol.WithdrawPatch, built on

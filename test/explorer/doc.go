@@ -14,13 +14,15 @@
 //     (controllers/webhooks/fencedlease: FencedLeaseValidator);
 //   - the client's renew and withdraw patches and an operator's release and
 //     hand-over (pkg/fence/protocol), the client's local deadline (pkg/fence
-//     Config.Deadline), and the interleaving its write gate allows
-//     (pkg/fence Writes, asked once by a probe: gate.go).
+//     Config.Deadline), the interleaving its write gate allows, and what its
+//     release does after a write without an answer (pkg/fence Writes, each
+//     asked once by a probe: gate.go).
 //
-// Each of findings 1, 2 and 4a of the 2026-12-01 safety review is found
-// with its fix undone in the shipped code: hack/explorer-revert.sh applies
-// testdata/revert/<finding>.patch to a copy of the tree and runs the test
-// that passes here (make explorer-reverts).
+// Each of findings 1, 2 and 4a of the 2026-12-01 safety review, and the gap
+// the explorer found itself (a write given up on admitted again, closed
+// since: f-readmit), is found with its fix undone in the shipped code:
+// hack/explorer-revert.sh applies testdata/revert/<finding>.patch to a copy
+// of the tree and runs the test that passes here (make explorer-reverts).
 //
 // The environment is the model's: clients (honest electors and, where a
 // configuration says so, a malicious user choosing any identity), the API

@@ -2,10 +2,12 @@ package explorer
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubefence/kubefence/pkg/fence"
 )
@@ -61,7 +63,7 @@ type probeSource struct {
 
 func (p *probeSource) Token() (int64, bool) {
 	go func() {
-		p.w.Quiesce(context.Background(), clock.RealClock{}, time.Minute, time.Nanosecond)
+		p.w.Quiesce(context.Background(), clock.RealClock{}, time.Minute, 1)
 		close(p.quiesced)
 	}()
 	select {
@@ -71,3 +73,60 @@ func (p *probeSource) Token() (int64, bool) {
 	}
 	return 1, true
 }
+
+// A release's Quiesce decides, too, what follows a write whose answer its
+// client gave up on (or one still under way when it stops waiting): whether
+// the release withdraws the request, and after how long. The model asks the
+// shipped fence.Writes once, by a second probe, and the honest client's
+// release does what it answered (model.quiesced): with the fix it keeps the
+// request and lets the tenure expire; with it reverted
+// (testdata/revert/f-readmit.patch) it waits the commit lag and withdraws.
+
+var releaseProbe struct {
+	once     sync.Once
+	withdraw bool
+	after    time.Duration
+}
+
+// releaseAfterUnknown tells whether the shipped fence.Writes lets a release
+// withdraw after a write of its tenure ended without an answer, and how long
+// after its writes quiesced (probed once per process).
+func releaseAfterUnknown() (withdraw bool, after time.Duration) {
+	releaseProbe.once.Do(func() { releaseProbe.withdraw, releaseProbe.after = probeRelease() })
+	return releaseProbe.withdraw, releaseProbe.after
+}
+
+// probeRelease counts one write with token 1 that ends without an answer
+// (its client gave up: context.DeadlineExceeded), then runs Quiesce for the
+// tenure of token 1 on a fake clock, stepped in small steps while Quiesce
+// waits on it, and measures that clock's time until it returned.
+func probeRelease() (bool, time.Duration) {
+	var w fence.Writes
+	_, end, err := w.Begin(probeToken{})
+	if err != nil {
+		panic("explorer: the release probe's TokenSource answers, but fence.Writes.Begin refused: " + err.Error())
+	}
+	end(context.DeadlineExceeded)
+	start := time.Unix(0, 0)
+	clk := clocktesting.NewFakeClock(start)
+	done := make(chan bool, 1)
+	go func() { done <- w.Quiesce(context.Background(), clk, time.Hour, 1) }()
+	const step = 10 * time.Millisecond
+	for {
+		select {
+		case withdraw := <-done:
+			return withdraw, clk.Since(start)
+		case <-time.After(time.Millisecond):
+		}
+		if clk.HasWaiters() {
+			clk.Step(step)
+		}
+		if clk.Since(start) > time.Hour {
+			panic(errors.New("explorer: the release probe's Quiesce waited an hour after a write without an answer"))
+		}
+	}
+}
+
+type probeToken struct{}
+
+func (probeToken) Token() (int64, bool) { return 1, true }

@@ -409,10 +409,12 @@ func (m *model) keyBytes(s *state) []byte {
 		put(int64(c.taken), b2i(c.unknown), int64(c.timeouts))
 		if c.phase == cReleasing {
 			// Quiesce gives up a lease duration after the release, and
-			// waits C after an unknown outcome: older is alike.
+			// waits what the probe measured after an unknown outcome
+			// (gate.go): older is alike.
 			put(int64(min(s.t-c.released, m.cfg.ticks(time.Duration(m.cfg.LeaseSeconds)*time.Second)+1)))
 			if c.quiet >= 0 {
-				put(int64(min(s.t-c.quiet, m.cfg.ticks(m.cfg.CommitLag)+1)))
+				_, after := releaseAfterUnknown()
+				put(int64(min(s.t-c.quiet, m.cfg.ticks(after)+1)))
 			} else {
 				put(-1)
 			}

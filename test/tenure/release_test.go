@@ -2,6 +2,8 @@ package tenure_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -9,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -117,3 +120,99 @@ var _ = Describe("A write in flight when the holder releases commits before the 
 		})
 	}
 })
+
+var _ = Describe("A write admitted again after its client gave up commits before the next grant", func() {
+	// kube-apiserver runs admission inside GuaranteedUpdate's compare-and-
+	// swap: when another write commits first, a patch without a
+	// resourceVersion is admitted again, with a live lease read. alice's
+	// write A is given up on (her context ends) while its first admission's
+	// answer is delayed, on a connection that does not carry the give-up to
+	// the API server (a partition, a proxy: otherwise the server's request
+	// context ends with it); her write B, sent just before, commits first,
+	// so A is admitted again after the give-up and commits about 2 s after B.
+	// Waiting the commit lag after the give-up and then withdrawing (the
+	// former rule) let bob be granted before A's commit; the release now
+	// keeps the request after a write without an answer, and bob is granted
+	// only once alice's tenure expired.
+	It("keeps the request: pkg/fence Elector.Release", func() {
+		ns := newNamespace()
+		newLease(ns, "job", 10)
+		alice := startElector("alice", ns, "job")
+		n := alice.leading()
+		fa := alice.el.Client(users["alice"])
+		Expect(fa.Create(suiteCtx, widget(ns, "x"))).To(Succeed())
+		startElector("bob", ns, "job")
+		Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
+		granted := grantRevision(ns, "job", "bob")
+		// The revision at which A's change shows.
+		w, err := k8sClient.Watch(suiteCtx, widget(ns, "x"), client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(w.Stop)
+		aCommitted := make(chan int64, 1)
+		go func() {
+			for ev := range w.ResultChan() {
+				if u, ok := ev.Object.(*unstructured.Unstructured); ok && u.GetName() == "x" && u.GetLabels()["a"] == "yes" {
+					r, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
+					aCommitted <- r
+					return
+				}
+			}
+		}()
+
+		answerDelay.Store(int64(2 * time.Second))
+		DeferCleanup(answerDelay.Store, int64(0))
+		bDone := make(chan error, 1)
+		go func() { bDone <- fa.Patch(suiteCtx, widget(ns, "x"), mergePatch(`{"spec":{"writer":"alice-b"}}`)) }()
+		time.Sleep(300 * time.Millisecond)
+		_, cfg, err := cluster.User("alice", "kubefence:clients")
+		Expect(err).NotTo(HaveOccurred())
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return detached{rt} })
+		cut, err := client.NewWithWatch(cfg, client.Options{Scheme: cluster.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		actx, cancel := context.WithTimeout(suiteCtx, 500*time.Millisecond)
+		err = alice.el.Client(cut).Patch(actx, widget(ns, "x"), mergePatch(`{"metadata":{"labels":{"a":"yes"}}}`))
+		cancel()
+		Expect(err).To(HaveOccurred(), "alice's write A returned before its delayed answer")
+		start := time.Now()
+		Expect(alice.el.Release(suiteCtx)).To(Succeed())
+		GinkgoWriter.Printf("release returned after %v\n", time.Since(start))
+		Expect(<-bDone).To(Succeed())
+
+		var a, g int64
+		Eventually(aCommitted, 10*time.Second).Should(Receive(&a), "alice's write A never committed: it was not admitted again, the test shows nothing")
+		Eventually(granted, 30*time.Second).Should(Receive(&g))
+		GinkgoWriter.Printf("alice's token-%d write A committed at revision %d; bob granted at %d\n", n, a, g)
+		Expect(a).To(BeNumerically("<", g), "alice's write A with token %d committed at revision %d, after bob's grant at %d", n, a, g)
+		Expect(getLease(ns, "job").Status.PreviousHolder.Reason).NotTo(Equal(coordv1alpha1.EndReasonReleased), "alice's tenure ended by her withdraw")
+	})
+})
+
+// detached sends each request on without its context's cancellation: the
+// caller gives up when its context ends, the API server goes on serving the
+// request (a connection that does not carry the give-up to it).
+type detached struct{ rt http.RoundTripper }
+
+func (d detached) RoundTrip(r *http.Request) (*http.Response, error) {
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := d.rt.RoundTrip(r.WithContext(context.WithoutCancel(r.Context())))
+		done <- result{resp, err}
+	}()
+	select {
+	case res := <-done:
+		return res.resp, res.err
+	case <-r.Context().Done():
+		go func() {
+			if res := <-done; res.resp != nil {
+				_, _ = io.Copy(io.Discard, res.resp.Body)
+				_ = res.resp.Body.Close()
+			}
+		}()
+		return nil, r.Context().Err()
+	}
+}

@@ -33,10 +33,11 @@
 //     before the grant.
 //   - An Update that clears HolderIdentity (the elector's ReleaseOnCancel)
 //     releases: it drops the token, so Client sends no new write, waits until
-//     every write of Client in flight has returned (MaxCommitLag more if one
-//     returned without an answer: it may still commit), and only then
-//     withdraws the request. The controller hands the lease to the next
-//     waiter at once, so no write of the tenure commits after that grant.
+//     every write of Client in flight has returned, and only then withdraws
+//     the request. The controller hands the lease to the next waiter at once,
+//     so no write of the tenure commits after that grant. If a write returned
+//     without an answer (it may still be admitted, and commit), the request
+//     stays instead, renewed no more, and the controller expires the tenure.
 //     client-go does not wait for OnStartedLeading to return before it
 //     releases, so writes not sent through Client are not waited for. The
 //     release has client-go's RenewDeadline: if the writes take longer, the

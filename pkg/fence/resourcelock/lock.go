@@ -51,13 +51,15 @@ type Config struct {
 	// EventRecorder records the elector's events on the FencedLease. Optional.
 	EventRecorder rl.EventRecorder
 
-	// MaxCommitLag is how long the API server may take to commit a write it
-	// admitted. A release (Update with an empty record, client-go's
-	// ReleaseOnCancel) waits for the writes of Client in flight to end before
-	// it withdraws the request (the next holder is granted at once); if one
-	// ended without an answer (it may still commit), it waits this long too.
-	// Default fence.DefaultMaxCommitLag; keep it at least the operator's
-	// --max-commit-lag.
+	// MaxCommitLag is no longer used. A release (Update with an empty
+	// record, client-go's ReleaseOnCancel) waits for the writes of Client in
+	// flight to end before it withdraws the request (the next holder is
+	// granted at once); if one ended without an answer, it used to wait this
+	// long more, but the API server may admit such a write again later than
+	// that. It now keeps the request and lets the tenure expire
+	// (fence.Writes.Quiesce). A negative value is still refused.
+	//
+	// Deprecated: a release no longer waits the commit lag.
 	MaxCommitLag time.Duration
 
 	// Clock measures token deadlines; it must be monotonic. Default: the real
@@ -359,11 +361,13 @@ func (l *Lock) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error
 }
 
 // withdraw drops the token, waits until every write of Client sent with it
-// has returned (and MaxCommitLag more if one returned without an answer: it
-// may still commit), then removes this Lock's own request, releasing the
-// lease if held: the controller grants the next request at once. A request of
-// this identity that another process made or renewed stays: withdrawing it
-// would end that process's tenure without waiting for its writes.
+// has returned, then removes this Lock's own request, releasing the lease if
+// held: the controller grants the next request at once. After a write of the
+// tenure that returned without an answer (it may still be admitted, and
+// commit) it keeps the request instead and disowns it, so the tenure expires
+// (fence.Writes.Quiesce). A request of this identity that another process
+// made or renewed stays: withdrawing it would end that process's tenure
+// without waiting for its writes.
 func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
 	l.forget()
 	patch := l.own.WithdrawPatch(lease, l.cfg.Identity)
@@ -374,7 +378,15 @@ func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) e
 	if d == 0 {
 		d = lease.Spec.LeaseDurationSeconds
 	}
-	l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, l.cfg.MaxCommitLag)
+	var token int64
+	if lease.Status.HolderIdentity == l.cfg.Identity {
+		token = lease.Status.FencingToken
+	}
+	if !l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, token) {
+		l.own.Disown()
+		l.RecordEvent(fmt.Sprintf("kept its request: a write with token %d ended without an answer and may still be admitted; the tenure expires instead", token))
+		return nil
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("withdrawing the request of %q from %s: gave up waiting for the writes in flight: %w", l.cfg.Identity, l.key, err)
 	}

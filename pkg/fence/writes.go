@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 )
@@ -70,7 +71,7 @@ func (w *Writes) end(err error) {
 
 // Quiesce waits (at most max, on clk) until no write is in flight; if a write
 // ended without an answer, or one is still in flight at max, it then waits
-// lag more (DefaultMaxCommitLag if lag is not positive), the longest the API
+// lag more (timing.DefaultCommitLag if lag is not positive), the longest the API
 // server may take to commit a write it admitted. It returns early when ctx
 // ends. Call it after the TokenSource stopped answering and before the
 // request is withdrawn.
@@ -99,7 +100,7 @@ func (w *Writes) Quiesce(ctx context.Context, clk clock.Clock, max, lag time.Dur
 	w.mu.Unlock()
 	if unknown {
 		if lag <= 0 {
-			lag = DefaultMaxCommitLag
+			lag = timing.DefaultCommitLag
 		}
 		sleep(ctx, clk, lag)
 	}

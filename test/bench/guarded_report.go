@@ -50,7 +50,7 @@ func guardedConfigRows(o options) [][]string {
 	return [][]string{
 		{"guarded writes", fmt.Sprintf("%d merge patches (spec.writer) to a guarded Widget, interleaved with %d to an unguarded Widget in the same namespace, one client, sequential, after %d warm-up pairs", o.guardedWrites, o.guardedWrites, guardedWarmup)},
 		{"guarded writes: lease", fmt.Sprintf("FencedLease %s/%s, %d s, held by one fence.Elector; writes through its fenced client (Elector.Client)", guardedNamespace, guardedLease, guardedLeaseSecs)},
-		{"guarded writes: webhooks", "config/webhook/manifests.yaml and fencing.yaml installed by envtest before this phase, served in this process (FencedLease validator + fencing handlers, Skew fencing.DefaultSkew)"},
+		{"guarded writes: webhooks", "config/webhook/manifests.yaml and fencing.yaml installed by envtest before this phase, served in this process (FencedLease validator + fencing handlers, Skew timing.DefaultSkew)"},
 		{"guarded writes: live-read pass", live},
 		{"guarded writes: allow-all pass", allowAll},
 		{"guarded writes: policy pass", policyPass},

@@ -19,6 +19,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // ErrNotGranted is returned (wrapped) by Update while this identity's request
@@ -45,7 +46,8 @@ type Config struct {
 	User string
 
 	// SafetyMargin is subtracted from the lease duration when the Lock computes
-	// the deadline of a token. Default: a tenth of the lease duration.
+	// the deadline of a token. Default and least as fence.Config's
+	// (timing.Margin, with the skew and commit lag the lease publishes).
 	SafetyMargin time.Duration
 
 	// EventRecorder records the elector's events on the FencedLease. Optional.
@@ -56,8 +58,8 @@ type Config struct {
 	// ReleaseOnCancel) waits for the writes of Client in flight to end before
 	// it withdraws the request (the next holder is granted at once); if one
 	// ended without an answer (it may still commit), it waits this long too.
-	// Default fence.DefaultMaxCommitLag; keep it at least the operator's
-	// --max-commit-lag.
+	// The lease's published commit lag counts if larger (timing.Bound);
+	// default timing.DefaultCommitLag.
 	MaxCommitLag time.Duration
 
 	// Clock measures token deadlines; it must be monotonic. Default: the real
@@ -322,15 +324,14 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		return fmt.Errorf("%w: %s is now held by %q with token %d", fence.ErrLost, l.key, updated.Status.HolderIdentity, updated.Status.FencingToken)
 	}
 	d := time.Duration(updated.Status.LeaseDurationSeconds) * time.Second
-	margin := l.cfg.SafetyMargin
-	if margin == 0 {
-		margin = d / 10
-	}
-	if margin >= d {
-		return fmt.Errorf("SafetyMargin %v must be shorter than the lease duration %v of %s", margin, d, l.key)
+	skew := timing.Bound(0, updated.Status.ClockSkewMilliseconds, timing.DefaultSkew)
+	lag := timing.Bound(l.cfg.MaxCommitLag, updated.Status.MaxCommitLagMilliseconds, timing.DefaultCommitLag)
+	margin, err := timing.Margin(d, l.cfg.SafetyMargin, skew, lag)
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.key, err)
 	}
 	l.mu.Lock()
-	l.token, l.deadline = token, sent.Add(d-margin)
+	l.token, l.deadline = token, timing.Deadline(sent, d, margin)
 	l.mu.Unlock()
 	return nil
 }
@@ -374,7 +375,7 @@ func (l *Lock) withdraw(ctx context.Context, lease *coordv1alpha1.FencedLease) e
 	if d == 0 {
 		d = lease.Spec.LeaseDurationSeconds
 	}
-	l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, l.cfg.MaxCommitLag)
+	l.writes.Quiesce(ctx, l.timers, time.Duration(d)*time.Second, timing.Bound(l.cfg.MaxCommitLag, lease.Status.MaxCommitLagMilliseconds, timing.DefaultCommitLag))
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("withdrawing the request of %q from %s: gave up waiting for the writes in flight: %w", l.cfg.Identity, l.key, err)
 	}

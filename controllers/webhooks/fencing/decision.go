@@ -428,9 +428,9 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 }
 
 // ShortLeaseWarning is the warning for a lease of duration leaseDuration
-// shorter than FullMarginLease(skew, commitLag), "" for others: its cut-off
-// margin is L/10, so the time an admitted write may take to commit before
-// the next grant shrinks from commitLag to CommitBudget.
+// shorter than timing.FullMarginLease(skew, commitLag), "" for others: its
+// cut-off margin is L/10, so the time an admitted write may take to commit
+// before the next grant shrinks from commitLag to timing.CommitBudget.
 func ShortLeaseWarning(leaseDuration, skew, commitLag time.Duration) string {
 	full := timing.FullMarginLease(skew, commitLag)
 	if leaseDuration <= 0 || leaseDuration >= full {

@@ -78,8 +78,9 @@ func WebhookExpiry(expireTime, renewStamp time.Time, l, skew time.Duration) time
 
 // CutOffMargin is how long before the webhook's expiry E a tenure's token
 // stops being accepted: min(skew + commitLag, l/10). The cap keeps the
-// cut-off after the client's deadline (Margin); so for leases shorter than
-// FullMarginLease the commit-lag bound shrinks (CommitBudget).
+// client's least margin (MinMargin) at l/10 + 2 skew for short leases; so
+// for leases shorter than FullMarginLease the commit-lag bound shrinks
+// (CommitBudget).
 func CutOffMargin(l, skew, commitLag time.Duration) time.Duration {
 	margin := skew + commitLag
 	if l > 0 && l/10 < margin {

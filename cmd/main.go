@@ -31,6 +31,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/pkg/certrotation"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 var (
@@ -68,7 +69,7 @@ func main() {
 		"Enable leader election for the controller manager, so that only one replica grants and expires leases.")
 	flag.BoolVar(&singleReplica, "single-replica", false,
 		"Run without leader election (with --leader-elect=false): only if this is the only replica. Two controllers deciding at once stay safe but fight over every lease.")
-	flag.DurationVar(&maxCommitLag, "max-commit-lag", fencing.DefaultCommitLag,
+	flag.DurationVar(&maxCommitLag, "max-commit-lag", timing.DefaultCommitLag,
 		"The longest the API server may take to commit a guarded write after the fencing webhook admitted it; must be > 0. The webhook stops accepting a token this long plus --webhook-clock-skew before its tenure's expiry, "+
 			"but at most a tenth of the lease before it: for leases shorter than 10 x (skew + this) the bound shrinks to a tenth of the lease, skew included. "+
 			"The controller waits this long after an operator revokes a tenure, before the first grant of a recreated lease, and, with --enforcement=policy, after a grant's barrier.")
@@ -115,7 +116,7 @@ func main() {
 			"its webhook replicas judge tenures from status.expireTime alone. Set it for that rollout, then roll out again without it (docs/versioning.md).")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", fencedlease.DefaultMaxConcurrentReconciles,
 		"How many leases the controller decides at once. After a mass fail-over every expired lease waits for a worker; each worker mostly waits for one API write.")
-	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
+	flag.DurationVar(&webhookSkew, "webhook-clock-skew", timing.DefaultSkew,
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	var enforcement enforcementFlags
 	enforcement.bind(flag.CommandLine)

@@ -215,6 +215,24 @@ type FencedLeaseStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 
+	// maxCommitLagMilliseconds is the operator's --max-commit-lag (rounded up
+	// to a whole millisecond), recorded at the grant: the fencing webhook's
+	// cut-off before the tenure's expiry counts with it, and so does the
+	// holder's deadline (docs/protocol.md). Absent in a status written by a
+	// release before it existed: clients then count with their own value
+	// (by default 1000).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxCommitLagMilliseconds int64 `json:"maxCommitLagMilliseconds,omitempty"`
+
+	// clockSkewMilliseconds is the operator's --webhook-clock-skew (rounded up
+	// to a whole millisecond), recorded at the grant, as maxCommitLagMilliseconds.
+	// Absent with a skew of 0 or in a status written by a release before it
+	// existed: clients then count with their own value (by default 100).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ClockSkewMilliseconds int64 `json:"clockSkewMilliseconds,omitempty"`
+
 	// acquireTime is when the current holder was granted the lease (controller clock).
 	// +optional
 	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`

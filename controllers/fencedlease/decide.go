@@ -285,7 +285,7 @@ func observe(obs *observation, holder string, token, renewSequence int64, now ti
 // and status an acknowledged expireTime.
 func expiry(old *coordv1alpha1.FencedLeaseStatus, req *coordv1alpha1.LeaseRequest, obs *observation, timing Timing) (expire time.Time, stamped bool) {
 	l := time.Duration(old.LeaseDurationSeconds) * time.Second
-	expire = obs.at.Add(l + timing.Allowance(l))
+	expire = timing.Expiry(obs.at, l)
 	if old.ExpireTime != nil && old.ExpireTime.After(expire) {
 		expire = old.ExpireTime.Time
 	}
@@ -295,7 +295,7 @@ func expiry(old *coordv1alpha1.FencedLeaseStatus, req *coordv1alpha1.LeaseReques
 		if timing.ClampStamps && stamp.After(obs.at) {
 			stamp = obs.at
 		}
-		if e := stamp.Add(l + timing.Allowance(l)); e.After(expire) {
+		if e := timing.Expiry(stamp, l); e.After(expire) {
 			expire = e
 		}
 	}
@@ -317,7 +317,7 @@ func acknowledge(st, old *coordv1alpha1.FencedLeaseStatus, obs *observation, sta
 	}
 	l := time.Duration(old.LeaseDurationSeconds) * time.Second
 	renewAt := micro(obs.recorded)
-	expireAt := micro(obs.recorded.Add(l + timing.Allowance(l)))
+	expireAt := micro(timing.Expiry(obs.recorded, l))
 	if old.ExpireTime != nil && old.ExpireTime.After(expireAt.Time) {
 		expireAt = *old.ExpireTime
 		if old.RenewTime != nil {
@@ -460,11 +460,12 @@ func grant(st *coordv1alpha1.FencedLeaseStatus, lease *coordv1alpha1.FencedLease
 	}
 	l := time.Duration(lease.Spec.LeaseDurationSeconds) * time.Second
 	acquire := micro(now)
-	expire := micro(now.Add(l + timing.Allowance(l)))
+	expire := micro(timing.Expiry(now, l))
 	st.HolderIdentity = next.HolderIdentity
 	st.HolderUser = next.User
 	st.FencingToken = token
 	st.LeaseDurationSeconds = lease.Spec.LeaseDurationSeconds
+	st.MaxCommitLagMilliseconds, st.ClockSkewMilliseconds = milliseconds(timing.CommitLag), milliseconds(timing.Skew)
 	st.AcquireTime = &acquire
 	st.RenewTime = &acquire
 	st.ExpireTime = &expire

@@ -712,3 +712,18 @@ func TestAJoiningWaiterCostsOneStatusWriteOnce(t *testing.T) {
 		t.Fatalf("%d status writes, waiting %+v after c joined, want 3 and [b c]", s.statusWrites, s.lease.Status.Waiting)
 	}
 }
+
+// A grant publishes the operator's commit lag and skew, in whole
+// milliseconds rounded up, for the holder's deadline (timing.Margin).
+func TestGrantPublishesCommitLagAndSkew(t *testing.T) {
+	s := newSim(t, 10, 0)
+	s.timing.CommitLag, s.timing.Skew = 2500*time.Millisecond, 150*time.Millisecond+time.Microsecond
+	s.join("a")
+	s.reconcile()
+	if h, _ := s.holder(); h != "a" {
+		t.Fatalf("holder %q, want a", h)
+	}
+	if st := s.lease.Status; st.MaxCommitLagMilliseconds != 2500 || st.ClockSkewMilliseconds != 151 {
+		t.Fatalf("published commit lag %d ms and skew %d ms, want 2500 and 151", st.MaxCommitLagMilliseconds, st.ClockSkewMilliseconds)
+	}
+}

@@ -18,9 +18,10 @@
 //   - the epoch store (epochstore.go), which carries the highest token of a
 //     lease name across delete-then-recreate in ConfigMap shards.
 //
-// It imports only the API (api/v1alpha1), controllers/metrics, client-go,
-// apimachinery and controller-runtime. It must not import the webhooks
-// (controllers/webhooks/...), the assembly (controllers/operator), pkg/fence,
-// or any test or hack package: what it shares with the webhooks is the wire
-// contract in api/v1alpha1.
+// It imports only the API (api/v1alpha1), the clock contract
+// (pkg/fence/timing), controllers/metrics, client-go, apimachinery and
+// controller-runtime. It must not import the webhooks
+// (controllers/webhooks/...), the assembly (controllers/operator), the rest
+// of pkg/fence, or any test or hack package: what it shares with the webhooks
+// is the wire contract in api/v1alpha1 and the clock contract.
 package fencedlease

@@ -3,17 +3,20 @@ package fencedlease
 import (
 	"fmt"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
-// Timing holds the controller's expiry arithmetic. A holder is expired at
+// Timing holds the controller's settings of the clock contract
+// (pkg/fence/timing). A holder is expired at
 //
 //	(time this controller first observed its latest renewal) + L + Allowance(L)
 //
-// where L is the tenure's lease duration. The allowance covers clock-rate drift
-// between the holder and the controller: the holder's own deadline is counted
-// from when it sent the renewal, which is never later than when the controller
-// observed it, so the delivery delay needs no term of its own (see
-// docs/design.md, I3).
+// where L is the tenure's lease duration (timing.ControllerExpiry). The
+// allowance covers clock-rate drift between the holder and the controller:
+// the holder's own deadline is counted from when it sent the renewal, which
+// is never later than when the controller observed it, so the delivery delay
+// needs no term of its own (see docs/design.md, I3).
 type Timing struct {
 	// DriftRatio is the largest relative clock-rate difference tolerated between a
 	// holder and the controller, as a fraction of the lease duration.
@@ -27,6 +30,12 @@ type Timing struct {
 	// fencing webhook's cut-off before an expiry covers the same lag; see
 	// docs/design.md).
 	CommitLag time.Duration
+	// Skew is the fencing webhook's clock-skew bound (--webhook-clock-skew).
+	// The controller does not count with it: it publishes it, with
+	// CommitLag, in the status of every grant
+	// (status.clockSkewMilliseconds, status.maxCommitLagMilliseconds), from
+	// which clients compute their deadline (timing.Margin).
+	Skew time.Duration
 	// AcknowledgeStamped makes the controller acknowledge stamped renewals in
 	// status as it does unstamped ones (status.renewTime, expireTime), at a
 	// second API write per renewal. It is for a rolling upgrade from a release
@@ -43,10 +52,11 @@ type Timing struct {
 	ClampStamps bool
 }
 
-// DefaultTiming allows 0.5% of the lease duration (5000 ppm, fifty times a
-// generous bound for an undisciplined quartz clock) and at least 10 ms.
+// DefaultTiming is the clock contract's defaults: a drift allowance of 0.5%
+// of the lease duration and at least 10 ms, a commit lag of 1 s and a skew
+// of 100 ms.
 func DefaultTiming() Timing {
-	return Timing{DriftRatio: 0.005, MinDrift: 10 * time.Millisecond, CommitLag: time.Second}
+	return Timing{DriftRatio: timing.DefaultDriftRatio, MinDrift: timing.DefaultMinDrift, CommitLag: timing.DefaultCommitLag, Skew: timing.DefaultSkew}
 }
 
 // Validate reports a setting that would break the expiry arithmetic.
@@ -67,11 +77,20 @@ func (t Timing) Validate() error {
 	return nil
 }
 
-// Allowance is the drift allowance added to a lease of duration l.
+// Allowance is the drift allowance added to a lease of duration l
+// (timing.Allowance).
 func (t Timing) Allowance(l time.Duration) time.Duration {
-	a := time.Duration(float64(l) * t.DriftRatio)
-	if a < t.MinDrift {
-		a = t.MinDrift
-	}
-	return a
+	return timing.Allowance(l, t.DriftRatio, t.MinDrift)
+}
+
+// Expiry is when a holder silent since from is expired, for a lease of
+// duration l (timing.ControllerExpiry).
+func (t Timing) Expiry(from time.Time, l time.Duration) time.Time {
+	return timing.ControllerExpiry(from, l, t.Allowance(l))
+}
+
+// milliseconds is d in whole milliseconds, rounded up (a published bound
+// never shrinks).
+func milliseconds(d time.Duration) int64 {
+	return int64((max(d, 0) + time.Millisecond - 1) / time.Millisecond)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/policy"
 	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // RecorderName is the name the reconciler's events are recorded under.
@@ -79,7 +80,7 @@ type Options struct {
 	// WebhookSkew is the clock offset allowed between the fencing webhook and
 	// the controller: with Timing.CommitLag, the margin before a tenure's
 	// expiry from which the webhook refuses its token (default
-	// fencing.DefaultSkew; see fencing.CutOff).
+	// timing.DefaultSkew; see timing.CutOff).
 	WebhookSkew time.Duration
 	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
 	// every decision (default: a client of its own for the manager's config,
@@ -139,7 +140,7 @@ func DefaultOptions() Options {
 		Timing:                  fencedlease.DefaultTiming(),
 		MaxConcurrentReconciles: fencedlease.DefaultMaxConcurrentReconciles,
 		CleanupUsers:            append([]string(nil), fencing.DefaultCleanupUsers...),
-		WebhookSkew:             fencing.DefaultSkew,
+		WebhookSkew:             timing.DefaultSkew,
 		Clock:                   clock.RealClock{},
 		Enforcement:             EnforcementWebhook,
 		BarrierServers:          BarrierServersEndpoints,
@@ -249,6 +250,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}
+		r.Timing.Skew = o.WebhookSkew // published to clients with the commit lag
 		if o.Enforcement == EnforcementPolicy {
 			r.Timing.ClampStamps = true
 			if r.Tenures, err = setupPolicy(mgr, o); err != nil {

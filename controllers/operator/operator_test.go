@@ -7,6 +7,7 @@ import (
 
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 func valid() Options {
@@ -19,7 +20,7 @@ func valid() Options {
 // DefaultOptions are the deployed operator's defaults.
 func TestDefaultOptions(t *testing.T) {
 	o := DefaultOptions()
-	if !o.Reconciler || !o.Webhooks || o.Timing != fencedlease.DefaultTiming() || o.WebhookSkew != fencing.DefaultSkew ||
+	if !o.Reconciler || !o.Webhooks || o.Timing != fencedlease.DefaultTiming() || o.WebhookSkew != timing.DefaultSkew ||
 		o.MaxConcurrentReconciles != fencedlease.DefaultMaxConcurrentReconciles ||
 		o.EpochStoreName != fencedlease.DefaultEpochStoreName || o.Clock == nil ||
 		strings.Join(o.CleanupUsers, ",") != strings.Join(fencing.DefaultCleanupUsers, ",") {

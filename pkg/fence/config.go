@@ -9,7 +9,9 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // Config configures an Elector. Zero values take the documented defaults.
@@ -42,8 +44,10 @@ type Config struct {
 
 	// SafetyMargin is subtracted from the lease duration when the holder computes
 	// its own deadline, so that it stops that much before the controller can
-	// expire it (on top of the controller's drift allowance). Default: a tenth of
-	// the lease duration.
+	// expire it (on top of the controller's drift allowance), and before the
+	// fencing webhook stops accepting its token. Default: a tenth of the lease
+	// duration, or timing.MinMargin if that is more (short leases); a margin
+	// below either is refused when a tenure starts (timing.Margin).
 	SafetyMargin time.Duration
 
 	// DisableReleaseOnCancel keeps the request when Run's context is cancelled.
@@ -57,15 +61,19 @@ type Config struct {
 	// Callbacks are called on leadership changes. OnStartedLeading is required.
 	Callbacks Callbacks
 
-	// MaxCommitLag is no longer used. A release waits for the FencedClient
-	// writes in flight to end before it withdraws the request (the next
-	// holder is granted at once); if one ended without an answer, it used to
-	// wait this long more, but the API server may admit such a write again
-	// later than that. It now keeps the request and lets the tenure expire
-	// (Writes.Quiesce). A negative value is still refused.
-	//
-	// Deprecated: a release no longer waits the commit lag.
+	// MaxCommitLag is how long the API server may take to commit a write it
+	// admitted. With ClockSkew it sets the least SafetyMargin. The operator
+	// publishes its own (--max-commit-lag) in each grant's status, and the
+	// Elector counts with the larger of the two; 0: the published one, or
+	// timing.DefaultCommitLag for a lease that publishes none. (A release no
+	// longer waits it out: after a write without an answer it keeps the
+	// request and lets the tenure expire, Writes.Quiesce.) Negative: refused.
 	MaxCommitLag time.Duration
+
+	// ClockSkew bounds the offset between this process's wall clock and the
+	// fencing webhook's (the operator's --webhook-clock-skew). Published and
+	// defaulted as MaxCommitLag (timing.DefaultSkew).
+	ClockSkew time.Duration
 
 	// Metrics, if set, records whether this Elector leads, its token, its
 	// renewals and the stale refusals of its FencedClient (NewMetrics). Opt-in:
@@ -84,9 +92,6 @@ type Config struct {
 	// Creating grants nothing; racing creators queue on the one lease.
 	CreateIfMissing bool
 }
-
-// DefaultMaxCommitLag is the operator's default --max-commit-lag.
-const DefaultMaxCommitLag = time.Second
 
 // Callbacks are called by Run. Only OnStartedLeading runs in a goroutine of
 // its own; the other two run on Run's goroutine, so they must return quickly:
@@ -111,7 +116,7 @@ func (c *Config) validate() error {
 	if c.Callbacks.OnStartedLeading == nil {
 		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))
 	}
-	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin, "MaxCommitLag": c.MaxCommitLag} {
+	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin, "MaxCommitLag": c.MaxCommitLag, "ClockSkew": c.ClockSkew} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s is %v: expected a positive duration, or 0 for the default", name, d))
 		}
@@ -119,18 +124,35 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// published returns c with the skew and commit lag a tenure counts with
+// (timing.Bound): for each, the larger of what the operator published in
+// the lease's status st (nil: none) and what c configures, and the default
+// when neither is set.
+func (c Config) published(st *coordv1alpha1.FencedLeaseStatus) Config {
+	var lag, skew int64
+	if st != nil {
+		lag, skew = st.MaxCommitLagMilliseconds, st.ClockSkewMilliseconds
+	}
+	c.MaxCommitLag = timing.Bound(c.MaxCommitLag, lag, timing.DefaultCommitLag)
+	c.ClockSkew = timing.Bound(c.ClockSkew, skew, timing.DefaultSkew)
+	return c
+}
+
 // timings returns the renewal timings for a lease of duration l, checking
-// that they leave the holder time to renew.
+// that they leave the holder time to renew and keep its deadline before the
+// fencing webhook's cut-off (timing.Margin), with c's skew and commit lag
+// (published).
 func (c *Config) timings(l time.Duration) (renew, retry, margin time.Duration, err error) {
-	renew, retry, margin = c.RenewInterval, c.RetryInterval, c.SafetyMargin
+	renew, retry = c.RenewInterval, c.RetryInterval
 	if renew == 0 {
 		renew = l / 3
 	}
 	if retry == 0 {
 		retry = renew / 4
 	}
-	if margin == 0 {
-		margin = l / 10
+	p := c.published(nil)
+	if margin, err = timing.Margin(l, c.SafetyMargin, p.ClockSkew, p.MaxCommitLag); err != nil {
+		return 0, 0, 0, err
 	}
 	if renew+margin >= l {
 		return 0, 0, 0, fmt.Errorf("RenewInterval %v plus SafetyMargin %v must be shorter than the lease duration %v", renew, margin, l)
@@ -140,13 +162,15 @@ func (c *Config) timings(l time.Duration) (renew, retry, margin time.Duration, e
 
 // Deadline is the local deadline of a tenure of lease duration l whose latest
 // successful renewal (the acknowledging one first) was sent at sent, on the
-// holder's monotonic clock: sent + l - SafetyMargin. The Elector's Token is
-// valid before it and its leadership context is cancelled at it; the
-// controller cannot expire the tenure before sent + l (I3).
+// holder's monotonic clock: sent + l - SafetyMargin (timing.Deadline), with
+// c's skew and commit lag (the Elector counts with the lease's published
+// ones too). The Elector's Token is valid before it and its leadership
+// context is cancelled at it; the controller cannot expire the tenure before
+// sent + l, nor the fencing webhook refuse its token (I3).
 func (c *Config) Deadline(sent time.Time, l time.Duration) (time.Time, error) {
 	_, _, margin, err := c.timings(l)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return sent.Add(l - margin), nil
+	return timing.Deadline(sent, l, margin), nil
 }

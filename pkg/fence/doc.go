@@ -16,7 +16,9 @@
 //     clock from the moment it sent its last successful renewal; the controller
 //     counts the lease duration (plus a drift allowance) from the moment it
 //     observed that renewal, which is later. So an honest holder stops before
-//     anyone else can start, whatever the network delay.
+//     anyone else can start, whatever the network delay; and, with clocks
+//     within the operator's skew, before the fencing webhook stops accepting
+//     its token (pkg/fence/timing).
 //   - A renewal is one API write (a JSON patch of the holder's own request), and it
 //     never changes the token.
 //   - OnStoppedLeading runs whenever OnStartedLeading ran, on every exit path.

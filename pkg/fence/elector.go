@@ -363,7 +363,8 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 	lease = acked
 	e.retry.reset()
 	l := time.Duration(lease.Status.LeaseDurationSeconds) * time.Second
-	renewEvery, retryEvery, _, err := e.cfg.timings(l)
+	cfg := e.cfg.published(&lease.Status) // the operator's skew and commit lag
+	renewEvery, retryEvery, _, err := cfg.timings(l)
 	if err != nil {
 		log.Error(err, "Cannot hold lease with this configuration")
 		_ = e.withdraw(ctx)
@@ -371,7 +372,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		return
 	}
 	// timings accepted l, and so does Deadline.
-	until := func(sent time.Time) time.Time { d, _ := e.cfg.Deadline(sent, l); return d }
+	until := func(sent time.Time) time.Time { d, _ := cfg.Deadline(sent, l); return d }
 	e.setLeading(true, token, until(sent))
 	leadCtx, cancel := context.WithCancel(ctx)
 	renewed := make(chan struct{}, 1)

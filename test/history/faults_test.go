@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // Fault kinds.
@@ -482,7 +482,7 @@ func (in *injector) plan(kind string) func() {
 // lag the run's leases are fenced for is their commit-lag budget B: the
 // cut-off margin min(S + C, L/10) less the clock offset S (C for long leases,
 // 100 ms for the 2 s leases here), of which the webhook keeps half for its
-// lease read and decision (fencing.AnswerBy) and leaves half to what follows
+// lease read and decision (timing.AnswerBy) and leaves half to what follows
 // its answer, where this fault acts. Within the lag it delays by a quarter to
 // a half of B; within-lag by a quarter to a half of C; beyond it, by 1.5 to
 // 3 C, past the wait after a revocation too.
@@ -493,7 +493,7 @@ func (in *injector) commitDelayRange() (lo, hi time.Duration) {
 	case commitDelayWithinLag:
 		return in.commitLag / 4, in.commitLag / 2
 	}
-	budget := commitBudget(in.lease, fencing.DefaultSkew, in.commitLag)
+	budget := commitBudget(in.lease, timing.DefaultSkew, in.commitLag)
 	return budget / 4, budget / 2
 }
 
@@ -508,7 +508,7 @@ func describeCommitDelay(setting string) string {
 	return "within the leases' commit-lag budget"
 }
 
-// commitBudget is fencing.CommitBudget, computed here so that a scratch copy
+// commitBudget is timing.CommitBudget, computed here so that a scratch copy
 // with the commit-lag terms removed (docs/reliability.md, "Commit order")
 // still delays commits by what the design allows
 // (TestCommitBudgetIsTheDesigns).
@@ -516,12 +516,12 @@ func commitBudget(lease, skew, commitLag time.Duration) time.Duration {
 	return max(min(skew+commitLag, lease/10)-skew, 0)
 }
 
-// TestCommitBudgetIsTheDesigns: commitBudget is fencing.CommitBudget.
+// TestCommitBudgetIsTheDesigns: commitBudget is timing.CommitBudget.
 func TestCommitBudgetIsTheDesigns(t *testing.T) {
 	for _, lease := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute} {
 		for _, c := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second} {
-			if got, want := commitBudget(lease, fencing.DefaultSkew, c), fencing.CommitBudget(lease, fencing.DefaultSkew, c); got != want {
-				t.Errorf("commitBudget(%v, %v, %v) = %v, fencing.CommitBudget says %v", lease, fencing.DefaultSkew, c, got, want)
+			if got, want := commitBudget(lease, timing.DefaultSkew, c), timing.CommitBudget(lease, timing.DefaultSkew, c); got != want {
+				t.Errorf("commitBudget(%v, %v, %v) = %v, timing.CommitBudget says %v", lease, timing.DefaultSkew, c, got, want)
 			}
 		}
 	}

@@ -40,7 +40,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/history/checker"
 )
 
@@ -257,7 +257,7 @@ func runHistory(t *testing.T, prof profile) {
 	defer faultLog.Close()
 	inj := &injector{
 		kinds: kindsFor(cl), rnd: newRand(prof.seed), cluster: cl, workers: ws, leases: leases, lease: time.Duration(prof.leaseSeconds) * time.Second,
-		commitLag: fencing.DefaultCommitLag, commitDelay: prof.commitDelay,
+		commitLag: timing.DefaultCommitLag, commitDelay: prof.commitDelay,
 		minGap: prof.minGap, maxGap: prof.maxGap, log: faultLog, start: start, errs: make(chan error, 16),
 		busy: map[string]bool{}, counts: map[string]int{}, healing: map[string]int{},
 	}

@@ -13,10 +13,11 @@
 // the lease reader, the handler) are beside them, and test/tenure has the
 // scenarios.
 //
-// It imports only the API (api/v1alpha1), controllers/metrics, client-go,
-// apimachinery and controller-runtime. It must not import the reconciler
+// It imports only the API (api/v1alpha1), the clock contract
+// (pkg/fence/timing), controllers/metrics, client-go, apimachinery and
+// controller-runtime. It must not import the reconciler
 // (controllers/fencedlease), the FencedLease webhook, the assembly
-// (controllers/operator), pkg/fence, or any test or hack package.
+// (controllers/operator), the rest of pkg/fence, or any test or hack package.
 package fencing
 
 import (
@@ -30,6 +31,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // Object is what the decision needs of one version of a guarded object.
@@ -147,11 +149,12 @@ type Input struct {
 	// tenure end committed before the request reached the webhook). Never a
 	// cache: a cache can show a tenure that has ended (docs/design.md).
 	Lease func(name string) (LeaseState, error)
-	// Now is the webhook's clock. A token stops being accepted at
-	//   expireTime - min(Skew + CommitLag, leaseDuration/10)
-	// Skew covers the offset between this clock and the controller's; CommitLag
-	// bounds how long an admitted write may take to commit after the decision
-	// (the controller never grants the next tenure before expireTime).
+	// Now is the webhook's clock. A token stops being accepted at its
+	// timing.CutOff, and a decision that admits it must answer by its
+	// timing.AnswerBy. Skew covers the offset between this clock and the
+	// controller's; CommitLag bounds how long an admitted write may take to
+	// commit after the decision (the controller never grants the next tenure
+	// before the tenure's expiry).
 	Now       time.Time
 	Skew      time.Duration
 	CommitLag time.Duration
@@ -413,101 +416,27 @@ func current(in Input, lease string, st LeaseState, token int64) Verdict {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
 			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", coordv1alpha1.StaleMarker, token, scope, st.Holder)
 	}
-	expire := Expiry(st, in.Skew)
-	if cut := CutOff(expire, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
+	expire := timing.WebhookExpiry(st.ExpireTime, st.RenewStamp, st.LeaseDuration, in.Skew)
+	if cut := timing.CutOff(expire, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
 		return refuse(409, ReasonExpired, scope, token, st.Token,
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
 			coordv1alpha1.StaleMarker, token, scope, st.Holder, expire.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
 	v := allow(scope, token, st.Token)
-	v.AnswerBy = AnswerBy(expire, st.LeaseDuration, in.Skew, in.CommitLag)
+	v.AnswerBy = timing.AnswerBy(expire, st.LeaseDuration, in.Skew, in.CommitLag)
 	return v
 }
 
-// Expiry is the webhook's lower bound of the controller's expiry of the
-// current tenure: the acknowledged status.expireTime, or the holder's latest
-// renewTime minus skew plus the lease duration, whichever is later. The
-// controller never expires before either (it takes the same maximum, with its
-// allowance on top), and a renewTime is never later than the renewal's
-// admission plus skew.
-func Expiry(st LeaseState, skew time.Duration) time.Time {
-	expire := st.ExpireTime
-	if !st.RenewStamp.IsZero() && st.LeaseDuration > 0 {
-		if e := st.RenewStamp.Add(st.LeaseDuration - skew); e.After(expire) {
-			expire = e
-		}
-	}
-	return expire
-}
-
-// CutOff is the instant from which the webhook refuses the token of a tenure
-// that expires at expire:
-//
-//	expire - min(skew + commitLag, leaseDuration/10)
-//
-// The controller never grants the next tenure before expire, so a write
-// admitted before the cut-off commits before that grant as long as it commits
-// within the margin of its admission, less the clock offset (CommitBudget).
-// The cap keeps the cut-off after the client helper's own deadline
-// (sent + L - L/10, before expire - L/10): an honest holder is never refused
-// before it stops itself. So for leases shorter than FullMarginLease the
-// commit-lag bound shrinks to L/10 - skew.
-func CutOff(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
-	return expire.Add(-cutOffMargin(leaseDuration, skew, commitLag))
-}
-
-func cutOffMargin(leaseDuration, skew, commitLag time.Duration) time.Duration {
-	margin := skew + commitLag
-	if leaseDuration > 0 && leaseDuration/10 < margin {
-		margin = leaseDuration / 10
-	}
-	return margin
-}
-
-// FullMarginLease is the shortest lease whose cut-off margin is the whole
-// skew + commitLag: 10 (skew + commitLag), 11 s by default. A shorter lease's
-// margin is L/10, and its commit-lag budget less than commitLag.
-func FullMarginLease(skew, commitLag time.Duration) time.Duration {
-	return 10 * (skew + commitLag)
-}
-
-// CommitBudget is the commit-lag budget of a tenure: how long a write whose
-// fencing decision started just before the cut-off may take from then to its
-// commit and still commit before the controller may expire the tenure. It is
-// the cut-off margin less the clock offset: commitLag for leases of
-// FullMarginLease and longer, leaseDuration/10 - skew for shorter ones, and
-// none once leaseDuration/10 <= skew.
-func CommitBudget(leaseDuration, skew, commitLag time.Duration) time.Duration {
-	return max(cutOffMargin(leaseDuration, skew, commitLag)-skew, 0)
-}
-
-// AnswerBy is the latest instant, on the webhook's clock, at which the
-// webhook may answer a write admitted in a tenure that expires at expire:
-//
-//	expire - skew - CommitBudget/2
-//
-// expire - skew is the earliest the controller's clock may show expire, seen
-// on the webhook's clock. The webhook keeps half of the commit-lag budget
-// (its lease read and decision) and leaves the other half (the answer's way
-// back, the API server's other admission, the commit) to the stated
-// assumption. For leases of FullMarginLease and longer a decision that
-// started before the cut-off and took at most commitLag/2 always answers by
-// then; for shorter ones a decision that started near the cut-off must be
-// quicker than that (docs/design.md, "The webhook keeps its half").
-func AnswerBy(expire time.Time, leaseDuration, skew, commitLag time.Duration) time.Time {
-	return expire.Add(-skew - CommitBudget(leaseDuration, skew, commitLag)/2)
-}
-
 // ShortLeaseWarning is the warning for a lease of duration leaseDuration
-// shorter than FullMarginLease(skew, commitLag), "" for others: its cut-off
-// margin is L/10, so the time an admitted write may take to commit before
-// the next grant shrinks from commitLag to CommitBudget.
+// shorter than timing.FullMarginLease(skew, commitLag), "" for others: its
+// cut-off margin is L/10, so the time an admitted write may take to commit
+// before the next grant shrinks from commitLag to timing.CommitBudget.
 func ShortLeaseWarning(leaseDuration, skew, commitLag time.Duration) string {
-	full := FullMarginLease(skew, commitLag)
+	full := timing.FullMarginLease(skew, commitLag)
 	if leaseDuration <= 0 || leaseDuration >= full {
 		return ""
 	}
-	budget := CommitBudget(leaseDuration, skew, commitLag)
+	budget := timing.CommitBudget(leaseDuration, skew, commitLag)
 	left := budget.String()
 	if budget == 0 {
 		left = "nothing (L/10 is not more than the skew)"

@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -198,7 +199,7 @@ func TestShortLeaseWarning(t *testing.T) {
 		{2 * time.Second, "shrinks to L/10 = 200ms, clock skew included: the fencing webhook stops accepting the holder's token only 200ms before its expiry, which leaves 100ms, not 1s,"},
 		{time.Second, "leaves nothing (L/10 is not more than the skew), not 1s,"},
 	} {
-		got := ShortLeaseWarning(c.l, DefaultSkew, DefaultCommitLag)
+		got := ShortLeaseWarning(c.l, timing.DefaultSkew, timing.DefaultCommitLag)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("ShortLeaseWarning(%v) = %q, want %q", c.l, got, c.want)
 		}

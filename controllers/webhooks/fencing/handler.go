@@ -47,19 +47,6 @@ const (
 	PathScale    = "/fence-scale"
 )
 
-// DefaultSkew is part of the margin before a tenure's expiry from which the
-// webhook refuses its token: it covers the difference between the webhook's
-// clock and the controller's (pods on different nodes).
-const DefaultSkew = 100 * time.Millisecond
-
-// DefaultCommitLag bounds the time from the webhook's decision to the commit
-// of the write it admitted (the response's way back, the API server's other
-// admission, the etcd transaction). The webhook stops accepting a tenure's
-// token this long (plus DefaultSkew) before its expiry, and the controller
-// waits this long after a tenure it revoked, or after a lease name's earlier
-// incarnation, before it grants the next one.
-const DefaultCommitLag = time.Second
-
 // Handler is one generic admission.Handler over arbitrary kinds.
 type Handler struct {
 	Mode Mode

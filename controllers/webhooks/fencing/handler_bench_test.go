@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 func widgetJSON(token, writer string) []byte {
@@ -36,7 +37,7 @@ func benchHandler(b testing.TB) (*Handler, admission.Request, []byte) {
 		Status:     coordv1alpha1.FencedLeaseStatus{HolderIdentity: "a", FencingToken: 42, ExpireTime: &exp},
 	}
 	cl := cacheLike{lease: lease}
-	h := &Handler{Mode: ModeGuarded, Leases: &LeaseReader{Reader: cl}, Clock: clock.RealClock{}, Skew: DefaultSkew, CommitLag: DefaultCommitLag}
+	h := &Handler{Mode: ModeGuarded, Leases: &LeaseReader{Reader: cl}, Clock: clock.RealClock{}, Skew: timing.DefaultSkew, CommitLag: timing.DefaultCommitLag}
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -108,7 +109,7 @@ func TestDecisionThatEndsPastTheCutOffIsRefused(t *testing.T) {
 			exp := metav1.NewMicroTime(e)
 			lease.Status.ExpireTime = &exp
 			fake := clocktesting.NewFakePassiveClock(e.Add(-c.before))
-			h.Clock, h.CommitLag, h.Skew = fake, time.Second, DefaultSkew
+			h.Clock, h.CommitLag, h.Skew = fake, time.Second, timing.DefaultSkew
 			// The webhook's clock moves on by took while the lease is read.
 			h.Leases = &LeaseReader{Reader: readerAfter{cacheLike{lease}, func() { fake.SetTime(fake.Now().Add(c.took)) }}}
 			resp := h.Handle(context.Background(), req)

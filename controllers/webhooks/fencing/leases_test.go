@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // gatedReader serves a lease whose token is the number of reads started so
@@ -127,7 +128,7 @@ func TestLeaseReaderEndsATenureTheTenureTableNoLongerNames(t *testing.T) {
 				t.Errorf("holder %q, want %q", st.Holder, c.wantHolder)
 			}
 			if c.wantHolder == "" {
-				in := Input{Namespace: "ns", Now: time.Now(), Skew: DefaultSkew}
+				in := Input{Namespace: "ns", Now: time.Now(), Skew: timing.DefaultSkew}
 				if v := current(in, "job", st, 5); v.Allowed {
 					t.Errorf("token 5 accepted after the table moved on: %+v", v)
 				}
@@ -185,7 +186,7 @@ func TestReadLeaseEndsATenureItsRequestNoLongerCarries(t *testing.T) {
 				t.Fatalf("holder %q, user %q (token %d); want user %q", st.Holder, st.HolderUser, st.Token, c.wantUser)
 			}
 			if c.wantUser == "" {
-				in := Input{Namespace: "ns", Now: time.Now(), Skew: DefaultSkew}
+				in := Input{Namespace: "ns", Now: time.Now(), Skew: timing.DefaultSkew}
 				if v := current(in, "job", st, 42); v.Allowed {
 					t.Errorf("token 42 accepted after its tenure ended in the API server: %+v", v)
 				}
@@ -250,8 +251,8 @@ func TestForgedLeaseNamesDoNotStarveOtherNamespaces(t *testing.T) {
 	if err != nil || st.Holder != "bob" {
 		t.Fatalf("read of jobs/job after 2,000 forged names in namespace tenant: %+v, %v", st, err)
 	}
-	if took > DefaultCommitLag/2 {
-		t.Fatalf("read of jobs/job took %v behind 2,000 forged names in namespace tenant, more than half the commit lag (%v): every guarded write in namespace jobs would be refused as slow", took, DefaultCommitLag/2)
+	if took > timing.DefaultCommitLag/2 {
+		t.Fatalf("read of jobs/job took %v behind 2,000 forged names in namespace tenant, more than half the commit lag (%v): every guarded write in namespace jobs would be refused as slow", took, timing.DefaultCommitLag/2)
 	}
 }
 
@@ -271,8 +272,8 @@ func TestForgedLeaseNamesDoNotStarveAKnownLeaseOfTheirNamespace(t *testing.T) {
 	if err != nil || st.Holder != "bob" {
 		t.Fatalf("read of tenant/job after 2,000 forged names in namespace tenant: %+v, %v", st, err)
 	}
-	if took > DefaultCommitLag/2 {
-		t.Fatalf("read of tenant/job, a lease known to exist, took %v behind 2,000 forged names in its namespace, more than half the commit lag (%v)", took, DefaultCommitLag/2)
+	if took > timing.DefaultCommitLag/2 {
+		t.Fatalf("read of tenant/job, a lease known to exist, took %v behind 2,000 forged names in its namespace, more than half the commit lag (%v)", took, timing.DefaultCommitLag/2)
 	}
 }
 

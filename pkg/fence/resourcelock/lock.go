@@ -19,6 +19,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
 // ErrNotGranted is returned (wrapped) by Update while this identity's request
@@ -45,21 +46,19 @@ type Config struct {
 	User string
 
 	// SafetyMargin is subtracted from the lease duration when the Lock computes
-	// the deadline of a token. Default: a tenth of the lease duration.
+	// the deadline of a token. Default and least as fence.Config's
+	// (timing.Margin, with the skew and commit lag the lease publishes).
 	SafetyMargin time.Duration
 
 	// EventRecorder records the elector's events on the FencedLease. Optional.
 	EventRecorder rl.EventRecorder
 
-	// MaxCommitLag is no longer used. A release (Update with an empty
-	// record, client-go's ReleaseOnCancel) waits for the writes of Client in
-	// flight to end before it withdraws the request (the next holder is
-	// granted at once); if one ended without an answer, it used to wait this
-	// long more, but the API server may admit such a write again later than
-	// that. It now keeps the request and lets the tenure expire
-	// (fence.Writes.Quiesce). A negative value is still refused.
-	//
-	// Deprecated: a release no longer waits the commit lag.
+	// MaxCommitLag is how long the API server may take to commit a write it
+	// admitted; it enters the token deadline's margin (pkg/fence/timing). The
+	// lease's published commit lag counts if larger (timing.Bound); default
+	// timing.DefaultCommitLag. (A release no longer waits it out: after a
+	// write without an answer it keeps the request and lets the tenure expire,
+	// fence.Writes.Quiesce.) Negative: refused.
 	MaxCommitLag time.Duration
 
 	// Clock measures token deadlines; it must be monotonic. Default: the real
@@ -324,15 +323,14 @@ func (l *Lock) acquireOrRenew(ctx context.Context, lease *coordv1alpha1.FencedLe
 		return fmt.Errorf("%w: %s is now held by %q with token %d", fence.ErrLost, l.key, updated.Status.HolderIdentity, updated.Status.FencingToken)
 	}
 	d := time.Duration(updated.Status.LeaseDurationSeconds) * time.Second
-	margin := l.cfg.SafetyMargin
-	if margin == 0 {
-		margin = d / 10
-	}
-	if margin >= d {
-		return fmt.Errorf("SafetyMargin %v must be shorter than the lease duration %v of %s", margin, d, l.key)
+	skew := timing.Bound(0, updated.Status.ClockSkewMilliseconds, timing.DefaultSkew)
+	lag := timing.Bound(l.cfg.MaxCommitLag, updated.Status.MaxCommitLagMilliseconds, timing.DefaultCommitLag)
+	margin, err := timing.Margin(d, l.cfg.SafetyMargin, skew, lag)
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.key, err)
 	}
 	l.mu.Lock()
-	l.token, l.deadline = token, sent.Add(d-margin)
+	l.token, l.deadline = token, timing.Deadline(sent, d, margin)
 	l.mu.Unlock()
 	return nil
 }

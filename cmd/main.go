@@ -4,7 +4,6 @@ package main
 
 import (
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -49,7 +48,6 @@ func main() {
 		metricsCertPath, metricsCertName, metricsKey     string
 		webhookCertPath, webhookCertName, webhookKey     string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
-		acknowledgeStamped                               bool
 		namespace, serviceAccount                        string
 		controllerUsers, webhookConfigs, adminGroups     stringList
 		cleanupUsers                                     stringList
@@ -58,7 +56,6 @@ func main() {
 		webhookSecretName                                string
 		driftRatio                                       float64
 		minDrift, webhookSkew, maxCommitLag              time.Duration
-		singleReplica                                    bool
 		maxConcurrentReconciles                          int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
@@ -66,8 +63,6 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", true,
 		"Enable leader election for the controller manager, so that only one replica grants and expires leases.")
-	flag.BoolVar(&singleReplica, "single-replica", false,
-		"Run without leader election (with --leader-elect=false): only if this is the only replica. Two controllers deciding at once stay safe but fight over every lease.")
 	flag.DurationVar(&maxCommitLag, "max-commit-lag", fencing.DefaultCommitLag,
 		"The longest the API server may take to commit a guarded write after the fencing webhook admitted it; must be > 0. The webhook stops accepting a token this long plus --webhook-clock-skew before its tenure's expiry, "+
 			"but at most a tenth of the lease before it: for leases shorter than 10 x (skew + this) the bound shrinks to a tenth of the lease, skew included. "+
@@ -105,9 +100,6 @@ func main() {
 	flag.Var(&cleanupUsers, "fencing-cleanup-user",
 		"A user whose DELETEs of guarded objects are accepted without holding their lease (repeatable; default: the namespace controller "+
 			"and the garbage collector of kube-controller-manager, "+strings.Join(fencing.DefaultCleanupUsers, ", ")+"; \"-\" for nobody).")
-	flag.BoolVar(&acknowledgeStamped, "acknowledge-stamped-renewals", false,
-		"Acknowledge stamped renewals in status too (two API writes per renewal), for a rolling upgrade from a release before renewTime: "+
-			"its webhook replicas judge tenures from status.expireTime alone. Set it for that rollout, then roll out again without it (docs/versioning.md).")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", fencedlease.DefaultMaxConcurrentReconciles,
 		"How many leases the controller decides at once. After a mass fail-over every expired lease waits for a worker; each worker mostly waits for one API write.")
 	flag.DurationVar(&webhookSkew, "webhook-clock-skew", fencing.DefaultSkew,
@@ -119,11 +111,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 
-	if !enableLeaderElection && !singleReplica {
-		setupLog.Error(errors.New("--leader-elect=false needs --single-replica: without leader election every replica grants and expires leases"), "Invalid flags")
-		os.Exit(1)
-	}
-	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag, AcknowledgeStamped: acknowledgeStamped}
+	timing := fencedlease.Timing{DriftRatio: driftRatio, MinDrift: minDrift, CommitLag: maxCommitLag}
 	if err := timing.Validate(); err != nil {
 		setupLog.Error(err, "Invalid timing flags (--drift-ratio, --min-drift, --max-commit-lag)")
 		os.Exit(1)

@@ -273,7 +273,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "image.repository=registry.example.com/kubefence", "--set", "image.tag=v9.9.9",
 		"--set", "excludedNamespaces[0]=kube-system", "--set", "excludedNamespaces[1]=monitoring",
 		"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
-		"--set", "prometheusRule.labels.release=kube-prometheus-stack", "--set", "acknowledgeStampedRenewals=true")
+		"--set", "prometheusRule.labels.release=kube-prometheus-stack")
 	objs := normalizeRaw(t, out)
 	y := func(k string) string {
 		o, ok := objs[k]
@@ -285,8 +285,7 @@ func TestChartValues(t *testing.T) {
 	}
 	dep := y("Deployment fence-ops/kubefence-controller-manager")
 	for _, want := range []string{"replicas: 3", "priorityClassName: system-cluster-critical",
-		"image: registry.example.com/kubefence:v9.9.9", "--controller-user=alice@example.com", "--lease-admin-group=platform-admins",
-		"--acknowledge-stamped-renewals"} {
+		"image: registry.example.com/kubefence:v9.9.9", "--controller-user=alice@example.com", "--lease-admin-group=platform-admins"} {
 		if !strings.Contains(dep, want) {
 			t.Errorf("Deployment lacks %q:\n%s", want, dep)
 		}

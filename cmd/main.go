@@ -86,7 +86,7 @@ func main() {
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"If set, HTTP/2 will be enabled for the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubefence-system"),
-		"The operator's namespace: it holds the epoch store ConfigMap.")
+		"The operator's namespace: never fenced, it holds the leader-election Lease.")
 	flag.StringVar(&serviceAccount, "service-account", envOr("POD_SERVICE_ACCOUNT", "kubefence-controller-manager"),
 		"The operator's service account; its username is trusted by the FencedLease webhook as the controller.")
 	flag.Var(&adminGroups, "lease-admin-group",

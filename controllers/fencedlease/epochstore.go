@@ -23,12 +23,10 @@ import (
 
 // The shards live in every lease's namespace: creating them cannot be
 // restricted by name (RBAC sees no name on a create), reading and updating
-// them is restricted to the 64 shard names. The legacy single ConfigMap is
-// only read, in the operator's namespace.
+// them is restricted to the 64 shard names.
 //
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update,resourceNames=kubefence-epochs-00;kubefence-epochs-01;kubefence-epochs-02;kubefence-epochs-03;kubefence-epochs-04;kubefence-epochs-05;kubefence-epochs-06;kubefence-epochs-07;kubefence-epochs-08;kubefence-epochs-09;kubefence-epochs-0a;kubefence-epochs-0b;kubefence-epochs-0c;kubefence-epochs-0d;kubefence-epochs-0e;kubefence-epochs-0f;kubefence-epochs-10;kubefence-epochs-11;kubefence-epochs-12;kubefence-epochs-13;kubefence-epochs-14;kubefence-epochs-15;kubefence-epochs-16;kubefence-epochs-17;kubefence-epochs-18;kubefence-epochs-19;kubefence-epochs-1a;kubefence-epochs-1b;kubefence-epochs-1c;kubefence-epochs-1d;kubefence-epochs-1e;kubefence-epochs-1f;kubefence-epochs-20;kubefence-epochs-21;kubefence-epochs-22;kubefence-epochs-23;kubefence-epochs-24;kubefence-epochs-25;kubefence-epochs-26;kubefence-epochs-27;kubefence-epochs-28;kubefence-epochs-29;kubefence-epochs-2a;kubefence-epochs-2b;kubefence-epochs-2c;kubefence-epochs-2d;kubefence-epochs-2e;kubefence-epochs-2f;kubefence-epochs-30;kubefence-epochs-31;kubefence-epochs-32;kubefence-epochs-33;kubefence-epochs-34;kubefence-epochs-35;kubefence-epochs-36;kubefence-epochs-37;kubefence-epochs-38;kubefence-epochs-39;kubefence-epochs-3a;kubefence-epochs-3b;kubefence-epochs-3c;kubefence-epochs-3d;kubefence-epochs-3e;kubefence-epochs-3f
-// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=get,resourceNames=kubefence-epochs
 
 // EpochStore remembers, per lease name, the highest fencing token ever
 // published, so that a FencedLease deleted and created again continues above it
@@ -48,10 +46,6 @@ import (
 // its epoch shards together (docs/design.md, I1). Within a live namespace
 // entries are never removed: forgetting one would let a recreated lease
 // reissue old tokens.
-//
-// Migration: a store written by earlier versions (one ConfigMap Name in
-// Namespace, the operator's namespace, keys "<namespace>.<name>") is read
-// through: Get returns the larger of the two. It is never written.
 type EpochStore struct {
 	// Reader reads the ConfigMaps directly from the API server (not from a
 	// cache, which could be stale and would watch every ConfigMap in the
@@ -59,13 +53,9 @@ type EpochStore struct {
 	Reader client.Reader
 	// Writer creates and updates the shards.
 	Writer client.Client
-	// Namespace and Name locate the legacy single ConfigMap, read through and
-	// never written; an empty Name reads none.
-	Namespace, Name string
 }
 
-// DefaultEpochStoreName is the legacy single ConfigMap's name, and the prefix
-// of the shards' names.
+// DefaultEpochStoreName is the prefix of the shards' names.
 const DefaultEpochStoreName = "kubefence-epochs"
 
 // EpochShards is the number of shards per namespace. It can never change:
@@ -118,55 +108,22 @@ func EpochKey(leaseName string) string {
 	return "_" + hex.EncodeToString(sum[:16])
 }
 
-func legacyEpochKey(leaseNamespace, leaseName string) string {
-	return leaseNamespace + "." + leaseName
-}
-
 // Get returns the highest token recorded for the lease name, 0 if none.
 func (s *EpochStore) Get(ctx context.Context, leaseNamespace, leaseName string) (int64, error) {
 	shard := EpochShardName(leaseName)
 	var cm corev1.ConfigMap
-	var stored int64
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: shard}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
+		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("reading epoch store %s/%s: %w", leaseNamespace, shard, err)
-	default:
-		entries, err := EpochShardEntries(&cm)
-		if err != nil {
-			return 0, fmt.Errorf("epoch store %s/%s: %w", leaseNamespace, shard, err)
-		}
-		stored = entries[EpochKey(leaseName)]
 	}
-	if s.Name == "" {
-		return stored, nil
-	}
-	var legacy corev1.ConfigMap
-	err = s.Reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, &legacy)
-	if apierrors.IsNotFound(err) {
-		return stored, nil
-	}
+	entries, err := EpochShardEntries(&cm)
 	if err != nil {
-		return 0, fmt.Errorf("reading legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
+		return 0, fmt.Errorf("epoch store %s/%s: %w", leaseNamespace, shard, err)
 	}
-	old, err := parseEpoch(legacy.Data, legacyEpochKey(leaseNamespace, leaseName))
-	if err != nil {
-		return 0, fmt.Errorf("legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return max(stored, old), nil
-}
-
-func parseEpoch(data map[string]string, key string) (int64, error) {
-	v, ok := data[key]
-	if !ok {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("entry %q holds %q: expected a non-negative integer", key, v)
-	}
-	return n, nil
+	return entries[EpochKey(leaseName)], nil
 }
 
 // Record raises the stored token for the lease name to at least token. In a
@@ -324,51 +281,4 @@ func EpochShardBytes(cm *corev1.ConfigMap) int {
 		n += len(k) + len(v)
 	}
 	return n
-}
-
-// MigrateLegacy copies every entry of the legacy single ConfigMap into the
-// shards of its lease's namespace (Record semantics: an entry is only raised),
-// so that the legacy ConfigMap may then be deleted. Entries of namespaces that
-// no longer exist, or are being deleted, are skipped: their leases and
-// guarded objects are gone with them. It returns how many entries it copied.
-// It is idempotent; the operator runs it at every start of the leader.
-func (s *EpochStore) MigrateLegacy(ctx context.Context) (int, error) {
-	if s.Name == "" {
-		return 0, nil
-	}
-	var legacy corev1.ConfigMap
-	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, &legacy)
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	byNS := map[string]map[string]int64{}
-	for key := range legacy.Data {
-		ns, name, ok := strings.Cut(key, ".") // a namespace holds no dot
-		if !ok {
-			continue
-		}
-		token, err := parseEpoch(legacy.Data, key)
-		if err != nil {
-			return 0, fmt.Errorf("legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-		}
-		if byNS[ns] == nil {
-			byNS[ns] = map[string]int64{}
-		}
-		byNS[ns][name] = token
-	}
-	copied := 0
-	for ns, tokens := range byNS {
-		err := s.RecordAll(ctx, ns, tokens)
-		if apierrors.IsNotFound(err) {
-			continue // the namespace is gone
-		}
-		if err != nil {
-			return copied, err
-		}
-		copied += len(tokens)
-	}
-	return copied, nil
 }

@@ -25,7 +25,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kubefence/kubefence/controllers/fencedlease"
@@ -53,12 +52,9 @@ type Options struct {
 	// the manager's webhook server (default true).
 	Webhooks bool
 
-	// Namespace is the operator's namespace, which holds the epoch store.
-	// Required with Reconciler.
+	// Namespace is the operator's namespace: never fenced (I7), it holds the
+	// leader-election Lease. Required with Reconciler.
 	Namespace string
-	// EpochStoreName is the epoch store ConfigMap's name (default
-	// fencedlease.DefaultEpochStoreName).
-	EpochStoreName string
 	// Timing is the controller's expiry arithmetic (default
 	// fencedlease.DefaultTiming()).
 	Timing fencedlease.Timing
@@ -99,9 +95,6 @@ type Options struct {
 	// policy refuses in namespaces labelled kubefence.io/fencing=required
 	// (in webhook mode the webhook configuration lists them).
 	RequiredKinds []schema.GroupResource
-	// PolicyProbeInterval and PolicyBarrierTimeout tune the propagation
-	// barrier of policy mode (defaults 5 ms and 10 s).
-	PolicyProbeInterval, PolicyBarrierTimeout time.Duration
 	// BarrierServers is which API servers policy mode's barrier probes:
 	// BarrierServersEndpoints (the default: every kube-apiserver the
 	// kubernetes Service lists, each addressed directly, policy.Tracker) or
@@ -129,7 +122,6 @@ func DefaultOptions() Options {
 	return Options{
 		Reconciler:              true,
 		Webhooks:                true,
-		EpochStoreName:          fencedlease.DefaultEpochStoreName,
 		Timing:                  fencedlease.DefaultTiming(),
 		MaxConcurrentReconciles: fencedlease.DefaultMaxConcurrentReconciles,
 		CleanupUsers:            append([]string(nil), fencing.DefaultCleanupUsers...),
@@ -163,10 +155,7 @@ func (o Options) Validate() error {
 	}
 	if o.Reconciler {
 		if o.Namespace == "" {
-			errs = append(errs, errors.New("Namespace is empty: the reconciler keeps its epoch store in the operator's namespace"))
-		}
-		if o.EpochStoreName == "" {
-			errs = append(errs, errors.New("EpochStoreName is empty (fencedlease.DefaultEpochStoreName is the default)"))
+			errs = append(errs, errors.New("Namespace is empty: the operator's namespace is never fenced and holds its leader-election Lease"))
 		}
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
@@ -232,8 +221,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	var err error
 	if o.Reconciler {
-		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: o.Namespace, Name: o.EpochStoreName}
+		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()}
 		r := &fencedlease.FencedLeaseReconciler{
 			Client:   mgr.GetClient(),
 			Clock:    o.Clock,
@@ -251,23 +239,6 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the FencedLease reconciler: %w", err)
-		}
-		// The leader copies an epoch store of earlier versions (one ConfigMap in
-		// the operator's namespace) into the per-namespace shards; Get reads it
-		// through meanwhile.
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			n, err := epochs.MigrateLegacy(ctx)
-			log := ctrl.Log.WithName("epoch-store")
-			if err != nil {
-				log.Error(err, "Migrating the legacy epoch store failed; it is still read through, retried at the next start")
-				return nil
-			}
-			if n > 0 {
-				log.Info("Migrated legacy epoch store", "entries", n, "configMap", o.Namespace+"/"+o.EpochStoreName)
-			}
-			return nil
-		})); err != nil {
-			return fmt.Errorf("adding the epoch store migration: %w", err)
 		}
 	}
 	if !o.Webhooks {
@@ -355,10 +326,9 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
 	}
 	return &policy.Tenures{
-		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
-		Leases: mgr.GetAPIReader(),
-		Barrier: &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{},
-			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
+		Table:     &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		Leases:    mgr.GetAPIReader(),
+		Barrier:   &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{}},
 		Excluded:  settings.ExcludedNamespaces,
 		CommitLag: o.Timing.CommitLag,
 		Recorder:  mgr.GetEventRecorder(RecorderName),

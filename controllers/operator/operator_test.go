@@ -21,7 +21,7 @@ func TestDefaultOptions(t *testing.T) {
 	o := DefaultOptions()
 	if !o.Reconciler || !o.Webhooks || o.Timing != fencedlease.DefaultTiming() || o.WebhookSkew != fencing.DefaultSkew ||
 		o.MaxConcurrentReconciles != fencedlease.DefaultMaxConcurrentReconciles ||
-		o.EpochStoreName != fencedlease.DefaultEpochStoreName || o.Clock == nil ||
+		o.Clock == nil ||
 		strings.Join(o.CleanupUsers, ",") != strings.Join(fencing.DefaultCleanupUsers, ",") {
 		t.Fatalf("DefaultOptions() = %+v", o)
 	}
@@ -48,7 +48,6 @@ func TestValidate(t *testing.T) {
 		{"nothing enabled", func(o *Options) { o.Reconciler, o.Webhooks = false, false }, "nothing to set up"},
 		{"zero Options", func(o *Options) { *o = Options{} }, "nothing to set up"},
 		{"no namespace", func(o *Options) { o.Namespace = "" }, "Namespace is empty"},
-		{"no epoch store name", func(o *Options) { o.EpochStoreName = "" }, "EpochStoreName is empty"},
 		{"bad timing", func(o *Options) { o.Timing.DriftRatio = 1 }, "Timing: drift ratio 1 is out of range"},
 		{"no controller users", func(o *Options) { o.ControllerUsers = nil }, "ControllerUsers is empty"},
 		{"empty controller user", func(o *Options) { o.ControllerUsers = append(o.ControllerUsers, "") }, "ControllerUsers[1] is empty"},

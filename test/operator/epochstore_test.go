@@ -36,16 +36,15 @@ func shards(ns string) []corev1.ConfigMap {
 	return list.Items
 }
 
-// storeFor is an epoch store reading the legacy ConfigMap of operatorNS.
-func storeFor(operatorNS string) *fencedlease.EpochStore {
-	return &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
-		Namespace: operatorNS, Name: fencedlease.DefaultEpochStoreName}
+// newStore is an epoch store written by the test's client.
+func newStore() *fencedlease.EpochStore {
+	return &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient}
 }
 
 var _ = Describe("Epoch store", func() {
 	It("holds 100,000 lease names of one namespace with every object under 512 KiB", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		// 63 characters: the longest key stored as the name itself, so the
 		// worst case for size (longer names are hashed to 33 characters).
 		name := func(i int) string { return fmt.Sprintf("%s-%06d", strings.Repeat("x", 56), i) }
@@ -81,7 +80,7 @@ var _ = Describe("Epoch store", func() {
 
 	It("raises and never lowers an entry with Record alone, under concurrent writers to one shard", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		Expect(store.Get(suiteCtx, ns, "a")).To(Equal(int64(0)))
 		Expect(store.Record(suiteCtx, ns, "a", 5)).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "a", 3)).To(Succeed())
@@ -114,7 +113,7 @@ var _ = Describe("Epoch store", func() {
 
 	It("stores a long name under a hash, and refuses a non-integer entry", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		long := strings.Repeat("l", 253)
 		Expect(fencedlease.EpochKey(long)).To(HaveLen(33))
 		Expect(store.Record(suiteCtx, ns, long, 77)).To(Succeed())
@@ -133,7 +132,7 @@ var _ = Describe("Epoch store", func() {
 
 	It("refuses to take a shard past its budget", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		// Fill one shard to its budget with hand-written filler entries.
 		shard := fencedlease.EpochShardName("victim")
 		var filler strings.Builder
@@ -163,41 +162,6 @@ var _ = Describe("Epoch store", func() {
 		Expect(store.Get(suiteCtx, ns, "victim")).To(Equal(int64(2)))
 	})
 
-	It("reads the legacy single ConfigMap through, and survives a reinstalled operator namespace", func() {
-		ns := newNamespace()
-		legacyNS := newNamespace()
-		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName},
-			Data:       map[string]string{ns + ".old": "40", ns + ".both": "7"},
-		})).To(Succeed())
-		store := storeFor(legacyNS)
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(40)), "an entry only in the legacy store still counts")
-		Expect(store.Record(suiteCtx, ns, "old", 10)).To(Succeed())
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(40)))
-		Expect(store.Record(suiteCtx, ns, "old", 50)).To(Succeed())
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
-		Expect(store.Record(suiteCtx, ns, "both", 8)).To(Succeed())
-		var legacy corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName}, &legacy)).To(Succeed())
-		Expect(legacy.Data).To(Equal(map[string]string{ns + ".old": "40", ns + ".both": "7"}), "the legacy store is never written")
-
-		// An operator reinstalled into a fresh namespace (no legacy store)
-		// still finds the history, which sits in the lease's namespace.
-		reinstalled := storeFor("kubefence-reinstalled")
-		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
-		Expect(reinstalled.Get(suiteCtx, ns, "both")).To(Equal(int64(8)))
-
-		// Migration copies what only the legacy store knows into the shards,
-		// and skips namespaces that no longer exist.
-		legacy.Data = map[string]string{ns + ".only-legacy": "33", ns + ".old": "40", "no-such-namespace.x": "5"}
-		Expect(k8sClient.Update(suiteCtx, &legacy)).To(Succeed())
-		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(0)))
-		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2))
-		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(33)))
-		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)), "migration never lowers an entry")
-		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2), "idempotent")
-	})
-
 	It("lets a namespace's deletion finish, and prunes its history with it", func() {
 		ctrlProc := startController(false)
 		DeferCleanup(ctrlProc.stop)
@@ -220,7 +184,7 @@ var _ = Describe("Epoch store", func() {
 				return controllerutil.ContainsFinalizer(getLease(ns, n), coordv1alpha1.EpochFinalizer)
 			}).Should(BeTrue())
 		}
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		Expect(k8sClient.Delete(suiteCtx, getLease(ns, first))).To(Succeed())
 		Eventually(func() (int64, error) { return store.Get(suiteCtx, ns, first) }).Should(Equal(int64(42)))
 		Eventually(func() bool {
@@ -299,7 +263,7 @@ var _ = Describe("Epoch store RBAC", func() {
 
 		ns := newNamespace()
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-data"}})).To(Succeed())
-		store := &fencedlease.EpochStore{Reader: op, Writer: op} // no legacy store
+		store := &fencedlease.EpochStore{Reader: op, Writer: op}
 		Eventually(func() error { return store.Record(suiteCtx, ns, "rbac", 11) }).Should(Succeed())
 		Expect(store.Record(suiteCtx, ns, "rbac", 12)).To(Succeed())
 		Expect(store.Get(suiteCtx, ns, "rbac")).To(Equal(int64(12)))

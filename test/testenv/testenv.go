@@ -123,9 +123,8 @@ func ControllerManagerOptions(scheme *runtime.Scheme, namespace string) ctrl.Opt
 }
 
 // Operator are the options of the operator the suites run: the deployed
-// operator's defaults (operator.DefaultOptions), with the epoch store in
-// operatorNamespace and controllerUsers (the envtest admin) trusted as the
-// controller.
+// operator's defaults (operator.DefaultOptions), in operatorNamespace, with
+// controllerUsers (the envtest admin) trusted as the controller.
 func Operator(operatorNamespace string, controllerUsers ...string) operator.Options {
 	o := operator.DefaultOptions()
 	o.Namespace = operatorNamespace
@@ -150,7 +149,7 @@ func webhooksOnly(controllerUsers []string) operator.Options {
 }
 
 // SetupReconciler sets up the FencedLease reconciler on mgr (operator.Setup
-// without the webhooks), with the epoch store in operatorNamespace, as
+// without the webhooks), in operatorNamespace, as
 // cmd/main.go does.
 func SetupReconciler(mgr ctrl.Manager, operatorNamespace string) error {
 	o := Operator(operatorNamespace)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
 // The shards live in every lease's namespace: creating them cannot be
@@ -32,7 +33,8 @@ import (
 // published, so that a FencedLease deleted and created again continues above it
 // (I1).
 //
-// Layout: in the lease's OWN namespace, EpochShards ConfigMaps named
+// Layout (its names are in api/v1alpha1/names.go): in the lease's OWN
+// namespace, EpochShards ConfigMaps named
 // "kubefence-epochs-00" to "kubefence-epochs-3f", created when first written.
 // A lease name lives in shard fnv32a(name) mod EpochShards, as the line
 // "<EpochKey(name)> <token>" of the shard's one data key EpochDataKey (the key
@@ -55,13 +57,6 @@ type EpochStore struct {
 	Writer client.Client
 }
 
-// DefaultEpochStoreName is the prefix of the shards' names.
-const DefaultEpochStoreName = "kubefence-epochs"
-
-// EpochShards is the number of shards per namespace. It can never change:
-// a lease name's shard is derived from it.
-const EpochShards = 64
-
 // EpochShardBudget is the most data a shard holds; with the object's metadata
 // (a few hundred bytes, managedFields included) every shard stays under 512 KiB.
 const EpochShardBudget = 448 << 10
@@ -69,31 +64,9 @@ const EpochShardBudget = 448 << 10
 // maxPlainKey is the longest lease name stored under its own name.
 const maxPlainKey = 63
 
-// EpochStoreLabel marks the shards (value "shard").
-const EpochStoreLabel = "coordination.kubefence.io/epoch-store"
-
 // ErrEpochShardFull is returned when recording a new name would take its
 // shard past EpochShardBudget.
 var ErrEpochShardFull = errors.New("epoch store shard is full")
-
-// EpochShardName is the name of the ConfigMap, in the lease's namespace, that
-// holds leaseName's epoch.
-func EpochShardName(leaseName string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(leaseName))
-	return shardName(h.Sum32() % EpochShards)
-}
-
-func shardName(i uint32) string { return fmt.Sprintf("%s-%02x", DefaultEpochStoreName, i) }
-
-// EpochShardNames are the names of all EpochShards shards.
-func EpochShardNames() []string {
-	names := make([]string, EpochShards)
-	for i := range names {
-		names[i] = shardName(uint32(i))
-	}
-	return names
-}
 
 // EpochKey is leaseName's key in its shard: the name when it has at most 63
 // characters, otherwise "_" and 32 hex digits of its SHA-256 (lease names
@@ -110,7 +83,7 @@ func EpochKey(leaseName string) string {
 
 // Get returns the highest token recorded for the lease name, 0 if none.
 func (s *EpochStore) Get(ctx context.Context, leaseNamespace, leaseName string) (int64, error) {
-	shard := EpochShardName(leaseName)
+	shard := coordv1alpha1.EpochShardName(leaseName)
 	var cm corev1.ConfigMap
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: shard}, &cm)
 	switch {
@@ -131,7 +104,7 @@ func (s *EpochStore) Get(ctx context.Context, leaseNamespace, leaseName string) 
 // nothing and succeeds: the namespace's shards, leases and guarded objects
 // are all going, and the lease's deletion must not block the namespace's.
 func (s *EpochStore) Record(ctx context.Context, leaseNamespace, leaseName string, token int64) error {
-	return s.recordShard(ctx, leaseNamespace, EpochShardName(leaseName), map[string]int64{EpochKey(leaseName): token})
+	return s.recordShard(ctx, leaseNamespace, coordv1alpha1.EpochShardName(leaseName), map[string]int64{EpochKey(leaseName): token})
 }
 
 // RecordAll records many names of one namespace at once: one read and at
@@ -139,7 +112,7 @@ func (s *EpochStore) Record(ctx context.Context, leaseNamespace, leaseName strin
 func (s *EpochStore) RecordAll(ctx context.Context, leaseNamespace string, tokens map[string]int64) error {
 	byShard := map[string]map[string]int64{}
 	for name, token := range tokens {
-		shard := EpochShardName(name)
+		shard := coordv1alpha1.EpochShardName(name)
 		if byShard[shard] == nil {
 			byShard[shard] = map[string]int64{}
 		}
@@ -176,7 +149,7 @@ func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries 
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard,
 					Labels: map[string]string{
 						"app.kubernetes.io/managed-by": "kubefence",
-						EpochStoreLabel:                "shard",
+						coordv1alpha1.EpochStoreLabel:  "shard",
 					}},
 			}
 			if _, err := merge(&cm, map[string]int64{}, entries); err != nil {
@@ -229,15 +202,14 @@ func merge(cm *corev1.ConfigMap, current, entries map[string]int64) (bool, error
 	if len(blob) > EpochShardBudget {
 		return false, fmt.Errorf("%w: %d entries would take it to %d bytes, past %d", ErrEpochShardFull, len(current), len(blob), EpochShardBudget)
 	}
-	cm.Data = map[string]string{EpochDataKey: blob}
+	cm.Data = map[string]string{coordv1alpha1.EpochDataKey: blob}
 	return true, nil
 }
 
-// EpochDataKey is the one data key of a shard. Its value holds one line per
-// lease name, "<key> <token>", sorted by key. One key (rather than one per
-// name) keeps the object's managedFields small: they list every data key, and
-// would otherwise double the object's size.
-const EpochDataKey = "epochs"
+// A shard's one data key, coordv1alpha1.EpochDataKey, holds one line per lease name,
+// "<key> <token>", sorted by key. One key (rather than one per name) keeps
+// the object's managedFields small: they list every data key, and would
+// otherwise double the object's size.
 
 func encodeEpochs(entries map[string]int64) string {
 	keys := make([]string, 0, len(entries))
@@ -258,7 +230,7 @@ func encodeEpochs(entries map[string]int64) string {
 // EpochShardEntries parses a shard: key (EpochKey) to token.
 func EpochShardEntries(cm *corev1.ConfigMap) (map[string]int64, error) {
 	out := map[string]int64{}
-	for line := range strings.Lines(cm.Data[EpochDataKey]) {
+	for line := range strings.Lines(cm.Data[coordv1alpha1.EpochDataKey]) {
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
 			continue

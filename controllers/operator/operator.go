@@ -9,8 +9,8 @@
 // It owns the wiring only, never a rule: the fencing rule is in
 // controllers/webhooks/fencing, the lease rules in controllers/fencedlease and
 // controllers/webhooks/fencedlease. It must not import test or hack packages, nor
-// anything that builds the manager (flags, certificates, metrics and probe
-// servers stay in cmd/main.go).
+// anything that builds the manager (certificates, metrics and probe servers
+// stay in cmd/main.go); its own flags are Options.BindFlags.
 package operator
 
 import (
@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/metrics"
 	"github.com/kubefence/kubefence/controllers/policy"
@@ -37,56 +38,21 @@ import (
 // RecorderName is the name the reconciler's events are recorded under.
 const RecorderName = "kubefence-controller"
 
-// LeaderElectionID is the name of the operator's leader-election Lease
-// (coordination.k8s.io, in its namespace; cmd/main.go): the fencing webhook
-// samples its renewals for the clock-offset gauge (fencing.ClockSampler).
-const LeaderElectionID = "controller.coordination.kubefence.io"
-
-// Options configures Setup. Start from DefaultOptions: in WebhookSkew,
-// CleanupUsers and Timing's drift fields the zero value means "none", not
-// "the default", and a zero Timing.CommitLag is refused (fencedlease.Timing).
+// Options configures Setup: the operator's one configuration. Start from
+// DefaultOptions; BindFlags makes the deployer's choices and the timing
+// group flags of a command; Validate, which Setup calls, is the one check.
+// In WebhookSkew, CleanupUsers and Timing's drift fields the zero value
+// means "none", not "the default".
 type Options struct {
-	// Reconciler sets up the FencedLease reconciler (default true).
-	Reconciler bool
-	// Webhooks sets up the FencedLease validator and the fencing handlers on
-	// the manager's webhook server (default true).
-	Webhooks bool
+	// The deployer's choices.
 
 	// Namespace is the operator's namespace: never fenced (I7), it holds the
 	// leader-election Lease. Required with Reconciler.
 	Namespace string
-	// Timing is the controller's expiry arithmetic (default
-	// fencedlease.DefaultTiming()).
-	Timing fencedlease.Timing
-	// MaxConcurrentReconciles is how many leases the reconciler decides at
-	// once (0: fencedlease.DefaultMaxConcurrentReconciles).
-	MaxConcurrentReconciles int
-
-	// ControllerUsers are the usernames the FencedLease validator trusts as the
-	// controller: the identity the reconciler runs as must be one of them, or
-	// its writes are refused. Required with Webhooks.
-	ControllerUsers []string
-	// AdminGroups may change the settings of existing FencedLeases (empty:
-	// system:masters).
-	AdminGroups []string
-	// CleanupUsers may DELETE guarded objects without holding their lease
-	// (default fencing.DefaultCleanupUsers; empty: nobody).
-	CleanupUsers []string
-	// WebhookSkew is the clock offset allowed between the fencing webhook and
-	// the controller: with Timing.CommitLag, the margin before a tenure's
-	// expiry from which the webhook refuses its token (default
-	// fencing.DefaultSkew; see fencing.CutOff).
-	WebhookSkew time.Duration
-	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
-	// every decision (default: a client of its own for the manager's config,
-	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
-	// reads through it.
-	LeaseReader client.Reader
-
-	// Clock is the reconciler's and the fencing webhook's clock (default: the
-	// real clock).
-	Clock clock.Clock
-
+	// ServiceAccount is the operator's own service account in Namespace: its
+	// user, system:serviceaccount:<Namespace>:<ServiceAccount>, is trusted as
+	// the controller besides ControllerUsers (empty: none).
+	ServiceAccount string
 	// Enforcement is where fencing is judged: EnforcementWebhook (the
 	// default) or EnforcementPolicy (a ValidatingAdmissionPolicy inside the
 	// API server; the fencing webhook then serves /scale and evictions only).
@@ -102,6 +68,47 @@ type Options struct {
 	// with: one API server, or a control plane whose servers cannot be
 	// addressed one by one; docs/design.md states the weaker guarantee).
 	BarrierServers string
+	// AdminGroups may change the settings of existing FencedLeases (empty:
+	// system:masters).
+	AdminGroups []string
+	// ControllerUsers are the usernames the FencedLease validator trusts as
+	// the controller besides ServiceAccount's: the identity the reconciler
+	// runs as must be one of them, or its writes are refused. With Webhooks,
+	// ServiceAccount or ControllerUsers is required.
+	ControllerUsers []string
+	// CleanupUsers may DELETE guarded objects without holding their lease
+	// (default fencing.DefaultCleanupUsers; empty: nobody).
+	CleanupUsers []string
+	// MaxConcurrentReconciles is how many leases the reconciler decides at
+	// once (default fencedlease.DefaultMaxConcurrentReconciles).
+	MaxConcurrentReconciles int
+
+	// Timing, for experts (docs/operations.md, "Tuning").
+
+	// Timing is the controller's expiry arithmetic and the commit lag
+	// (default fencedlease.DefaultTiming()); Setup sets ClampStamps itself.
+	Timing fencedlease.Timing
+	// WebhookSkew is the clock offset allowed between the fencing webhook and
+	// the controller: with Timing.CommitLag, the margin before a tenure's
+	// expiry from which the webhook refuses its token (default
+	// fencing.DefaultSkew; see fencing.CutOff).
+	WebhookSkew time.Duration
+
+	// Test hooks: no flags.
+
+	// Reconciler sets up the FencedLease reconciler (default true).
+	Reconciler bool
+	// Webhooks sets up the FencedLease validator and the fencing handlers on
+	// the manager's webhook server (default true).
+	Webhooks bool
+	// Clock is the reconciler's and the fencing webhook's clock (default: the
+	// real clock).
+	Clock clock.Clock
+	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
+	// every decision (default: a client of its own for the manager's config,
+	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
+	// reads through it.
+	LeaseReader client.Reader
 }
 
 // Barrier server choices.
@@ -116,8 +123,9 @@ const (
 	EnforcementPolicy  = "policy"
 )
 
-// DefaultOptions are the options of the deployed operator, but for Namespace
-// and ControllerUsers, which have no default.
+// DefaultOptions are the options of the deployed operator, but for
+// Namespace, ServiceAccount and ControllerUsers, which have no default here
+// (BindFlags gives the first two theirs).
 func DefaultOptions() Options {
 	return Options{
 		Reconciler:              true,
@@ -141,9 +149,18 @@ func (o Options) excluded() []string {
 	return excluded
 }
 
+// controllerUsers are the users trusted as the controller: ServiceAccount's
+// and ControllerUsers.
+func (o Options) controllerUsers() []string {
+	if o.ServiceAccount == "" {
+		return o.ControllerUsers
+	}
+	return append([]string{"system:serviceaccount:" + o.Namespace + ":" + o.ServiceAccount}, o.ControllerUsers...)
+}
+
 // PolicySettings are the settings of policy mode's generated policies.
 func (o Options) PolicySettings() policy.Settings {
-	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
+	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.controllerUsers(), AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, RequiredKinds: o.RequiredKinds}
 }
 
@@ -160,13 +177,16 @@ func (o Options) Validate() error {
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
 		}
-		if o.MaxConcurrentReconciles < 0 {
-			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles %d is negative: expected >= 1, or 0 for the default", o.MaxConcurrentReconciles))
+		if o.MaxConcurrentReconciles < 1 {
+			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles (--max-concurrent-reconciles) is %d: expected at least 1", o.MaxConcurrentReconciles))
 		}
 	}
 	if o.Webhooks {
-		if len(o.ControllerUsers) == 0 {
-			errs = append(errs, errors.New("ControllerUsers is empty: the FencedLease validator would refuse the controller's own writes"))
+		if len(o.controllerUsers()) == 0 {
+			errs = append(errs, errors.New("ServiceAccount and ControllerUsers are empty: the FencedLease validator would refuse the controller's own writes"))
+		}
+		if o.ServiceAccount != "" && o.Namespace == "" {
+			errs = append(errs, fmt.Errorf("ServiceAccount %q without Namespace: expected the operator's namespace to name its user", o.ServiceAccount))
 		}
 		for i, u := range o.ControllerUsers {
 			if u == "" {
@@ -244,7 +264,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if !o.Webhooks {
 		return nil
 	}
-	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
+	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.controllerUsers(), AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.excluded(), Clock: o.Clock, StampSkew: o.WebhookSkew}
 	if o.Enforcement == EnforcementWebhook {
 		// A lease shorter than 10 (skew + commit lag) has a cut-off margin
@@ -284,7 +304,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Namespace != "" {
 		// kubefence_webhook_clock_offset_seconds, from the renewals of the
 		// controller's leader-election Lease.
-		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: LeaderElectionID}, o.Clock)
+		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: coordv1alpha1.LeaderElectionID}, o.Clock)
 		if err != nil {
 			return err
 		}

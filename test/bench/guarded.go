@@ -23,7 +23,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -329,7 +328,7 @@ func (b *bench) switchToPolicy(ctx context.Context, ns, name string) error {
 // trimTable leaves only lease's entry in the namespace's tenure table.
 func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
 	var cm corev1.ConfigMap
-	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	cm.Data = map[string]string{lease: cm.Data[lease], policy.IncarnationKey: cm.Data[policy.IncarnationKey]}
@@ -341,7 +340,7 @@ func (b *bench) trimTable(ctx context.Context, ns, lease string) error {
 // and a token.
 func (b *bench) fillTable(ctx context.Context, ns string) error {
 	var cm corev1.ConfigMap
-	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	for i := 1; i < b.opts.policyTableLeases; i++ {
@@ -453,7 +452,7 @@ func (b *bench) guardedPass(ctx context.Context, ws *webhookServer, n int, guard
 		return p, err
 	}
 	p.checks = after.checks.sub(before.checks)
-	p.server = after.server.sub(before.server)[fencing.PathGuarded]
+	p.server = after.server.sub(before.server)[coordv1alpha1.FencingGuardedPath]
 	p.liveReads = ws.leases.liveReads()[live0:]
 	p.fallbacks = ws.fallback.gets.Load() - fb0
 	p.cacheReads = ws.leases.cacheGets.Load() - cache0

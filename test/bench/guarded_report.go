@@ -5,8 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
 // Printing the guarded-writes phase.
@@ -154,7 +153,7 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 		"decision time, p50 (histogram, interpolated)",
 		"decision time, p99 (histogram, interpolated)",
 		"decision time, mean (sum / count)",
-		"serving time of " + fencing.PathGuarded + ", mean (" + serverMetric + ")",
+		"serving time of " + coordv1alpha1.FencingGuardedPath + ", mean (" + serverMetric + ")",
 		"live lease read round trip, p50 / p99",
 	}
 	c1 := checkCol(g.cached)
@@ -186,7 +185,7 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 			fmt.Fprintf(w, "Hand-over after a voluntary release, same phase, one API server: webhook-mode controller p50 %s, p99 %s (%d); policy-mode controller (table + barrier + status) p50 %s, p99 %s (%d).\n",
 				q(g.handoverWebhook, 0.5), q(g.handoverWebhook, 0.99), len(g.handoverWebhook), q(g.handoverPolicy, 0.5), q(g.handoverPolicy, 0.99), len(g.handoverPolicy))
 		}
-		fmt.Fprintf(w, "Policy mode: the tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, policy.TableName, b.opts.policyTableLeases, b.policyTableBytes)
+		fmt.Fprintf(w, "Policy mode: the tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, coordv1alpha1.TenureTableName, b.opts.policyTableLeases, b.policyTableBytes)
 	}
 	fmt.Fprintln(w, "Overhead = guarded - unguarded at the same quantile; ratio = guarded p50 / unguarded p50. Quantiles of the patch latencies are nearest-rank.")
 	fmt.Fprintln(w, "Decision time is the handler's own time (kubefence_fencing_check_seconds), without TLS, HTTP and AdmissionReview decoding; its quantiles are interpolated in exponential buckets (x2 from 50 us).")

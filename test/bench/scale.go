@@ -1084,7 +1084,7 @@ func (b *bench) scaleEpochStore(ctx context.Context, s *scaleRun, all []string) 
 		}
 	}
 	var list corev1.ConfigMapList
-	if err := b.admin.List(ctx, &list, client.MatchingLabels{fencedlease.EpochStoreLabel: "shard"}); err != nil {
+	if err := b.admin.List(ctx, &list, client.MatchingLabels{coordv1alpha1.EpochStoreLabel: "shard"}); err != nil {
 		return err
 	}
 	s.rep.epochPerNS = map[string]int{}

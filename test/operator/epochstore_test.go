@@ -32,7 +32,7 @@ import (
 func shards(ns string) []corev1.ConfigMap {
 	var list corev1.ConfigMapList
 	Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns),
-		client.MatchingLabels{fencedlease.EpochStoreLabel: "shard"})).To(Succeed())
+		client.MatchingLabels{coordv1alpha1.EpochStoreLabel: "shard"})).To(Succeed())
 	return list.Items
 }
 
@@ -58,7 +58,7 @@ var _ = Describe("Epoch store", func() {
 		GinkgoWriter.Printf("recorded %d names in %s\n", n, time.Since(start))
 
 		items := shards(ns)
-		Expect(items).To(HaveLen(fencedlease.EpochShards))
+		Expect(items).To(HaveLen(coordv1alpha1.EpochShards))
 		entries, largest := 0, 0
 		for i := range items {
 			raw, err := json.Marshal(&items[i])
@@ -92,7 +92,7 @@ var _ = Describe("Epoch store", func() {
 		// optimistic-locked update, so none is lost.
 		var same []string
 		for i := 0; len(same) < 16; i++ {
-			if n := fmt.Sprintf("n%d", i); fencedlease.EpochShardName(n) == fencedlease.EpochShardName("a") {
+			if n := fmt.Sprintf("n%d", i); coordv1alpha1.EpochShardName(n) == coordv1alpha1.EpochShardName("a") {
 				same = append(same, n)
 			}
 		}
@@ -121,9 +121,9 @@ var _ = Describe("Epoch store", func() {
 		Expect(store.Get(suiteCtx, ns, long[:252])).To(Equal(int64(0)))
 
 		var cm corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: fencedlease.EpochShardName(long)}, &cm)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName(long)}, &cm)).To(Succeed())
 		Expect(fencedlease.EpochShardEntries(&cm)).To(HaveKeyWithValue(fencedlease.EpochKey(long), int64(77)))
-		cm.Data[fencedlease.EpochDataKey] = fencedlease.EpochKey(long) + " seventy\n"
+		cm.Data[coordv1alpha1.EpochDataKey] = fencedlease.EpochKey(long) + " seventy\n"
 		Expect(k8sClient.Update(suiteCtx, &cm)).To(Succeed())
 		_, err := store.Get(suiteCtx, ns, long)
 		Expect(err).To(MatchError(ContainSubstring("non-negative integer")))
@@ -134,7 +134,7 @@ var _ = Describe("Epoch store", func() {
 		ns := newNamespace()
 		store := newStore()
 		// Fill one shard to its budget with hand-written filler entries.
-		shard := fencedlease.EpochShardName("victim")
+		shard := coordv1alpha1.EpochShardName("victim")
 		var filler strings.Builder
 		// Filler lines are 55 bytes: at most 70 bytes of room stay, enough for
 		// "victim 1" but not for a line of a 61-character name.
@@ -142,13 +142,13 @@ var _ = Describe("Epoch store", func() {
 			fmt.Fprintf(&filler, "filler-%06d-%s 1\n", i, strings.Repeat("f", 40))
 		}
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{fencedlease.EpochStoreLabel: "shard"}},
-			Data:       map[string]string{fencedlease.EpochDataKey: filler.String()},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{coordv1alpha1.EpochStoreLabel: "shard"}},
+			Data:       map[string]string{coordv1alpha1.EpochDataKey: filler.String()},
 		})).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "victim", 1)).To(Succeed(), "room for one more entry")
 		var big string
 		for i := 0; ; i++ {
-			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); fencedlease.EpochShardName(n) == shard {
+			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); coordv1alpha1.EpochShardName(n) == shard {
 				big = n
 				break
 			}
@@ -170,7 +170,7 @@ var _ = Describe("Epoch store", func() {
 		// lives, one whose shard would have to be created while it terminates.
 		first, second := "phoenix", ""
 		for i := 0; second == ""; i++ {
-			if n := fmt.Sprintf("late-%d", i); fencedlease.EpochShardName(n) != fencedlease.EpochShardName(first) {
+			if n := fmt.Sprintf("late-%d", i); coordv1alpha1.EpochShardName(n) != coordv1alpha1.EpochShardName(first) {
 				second = n
 			}
 		}
@@ -244,9 +244,9 @@ var _ = Describe("Epoch store RBAC", func() {
 		}
 		want := map[string]bool{}
 		for i := range 100_000 {
-			want[fencedlease.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
+			want[coordv1alpha1.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
 		}
-		Expect(want).To(HaveLen(fencedlease.EpochShards))
+		Expect(want).To(HaveLen(coordv1alpha1.EpochShards))
 		Expect(named).To(ConsistOf(slices.Collect(maps.Keys(want))))
 
 		role.ObjectMeta = metav1.ObjectMeta{Name: "epoch-store-manager-role"}

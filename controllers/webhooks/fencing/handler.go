@@ -40,13 +40,6 @@ const (
 	ModeScale Mode = "scale"
 )
 
-// Paths of the fencing webhooks.
-const (
-	PathGuarded  = "/fence-guarded"
-	PathRequired = "/fence-required"
-	PathScale    = "/fence-scale"
-)
-
 // DefaultSkew is part of the margin before a tenure's expiry from which the
 // webhook refuses its token: it covers the difference between the webhook's
 // clock and the controller's (pods on different nodes).
@@ -84,7 +77,7 @@ type Handler struct {
 
 // Register adds the three fencing handlers to the webhook server.
 func Register(srv webhook.Server, base Handler) {
-	for mode, path := range map[Mode]string{ModeGuarded: PathGuarded, ModeRequired: PathRequired, ModeScale: PathScale} {
+	for mode, path := range map[Mode]string{ModeGuarded: coordv1alpha1.FencingGuardedPath, ModeRequired: coordv1alpha1.FencingRequiredPath, ModeScale: coordv1alpha1.FencingScalePath} {
 		h := base
 		h.Mode = mode
 		srv.Register(path, &webhook.Admission{Handler: &h})

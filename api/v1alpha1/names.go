@@ -95,3 +95,40 @@ func EpochShardNames() []string {
 }
 
 func epochShard(i uint32) string { return fmt.Sprintf("%s-%02x", EpochShardPrefix, i) }
+
+// RefusalReason says why an admission webhook refused a write: the message
+// of a CauseFieldReason cause (fencing webhook), and the reason label of
+// kubefence_guarded_writes_refused_total and
+// kubefence_lease_writes_refused_total. New values may be added.
+type RefusalReason string
+
+// Why the fencing webhook refuses a guarded write.
+const (
+	RefusalStale       RefusalReason = "stale"       // lower than accepted or current
+	RefusalNoHolder    RefusalReason = "no-holder"   // lease released or expired
+	RefusalExpired     RefusalReason = "expired"     // tenure past its expiry
+	RefusalNotIssued   RefusalReason = "not-issued"  // higher than any issued token
+	RefusalMalformed   RefusalReason = "malformed"   // missing, non-numeric, negative, overflowing
+	RefusalNoLease     RefusalReason = "no-lease"    // the named lease does not exist
+	RefusalNotHolder   RefusalReason = "not-holder"  // tokenless write from someone other than the holder
+	RefusalUnguarded   RefusalReason = "unguarded"   // fencing is required but the object is not guarded
+	RefusalLeaseError  RefusalReason = "lease-error" // the lease could not be read (fail closed)
+	RefusalSlow        RefusalReason = "slow"        // the decision took longer than half the commit lag, or ended too near the tenure's expiry
+	RefusalUncheckable RefusalReason = "uncheckable" // a cluster-scoped object carries the guard: no FencedLease can check it
+)
+
+// Why the FencedLease webhook refuses a FencedLease write.
+const (
+	LeaseRefusalNamespace      RefusalReason = "namespace"       // a lease in the operator's namespace or kube-system
+	LeaseRefusalStatus         RefusalReason = "status"          // status is the controller's
+	LeaseRefusalRenewTime      RefusalReason = "renew-time"      // a request's renewTime ahead of the webhook's clock, or removed
+	LeaseRefusalOwner          RefusalReason = "owner"           // ownerReferences changed by other than admins, controller, clean-up
+	LeaseRefusalAnnotation     RefusalReason = "annotation"      // the expired or revoked annotation written by the wrong user
+	LeaseRefusalForeignRequest RefusalReason = "foreign-request" // another user's request added, changed or removed
+	LeaseRefusalSubresource    RefusalReason = "subresource"     // a subresource other than status
+	LeaseRefusalFinalizer      RefusalReason = "finalizer"       // the epoch finalizer removed by other than the controller
+	LeaseRefusalRequeuedHolder RefusalReason = "requeued-holder" // the holder's identity queued again before its tenure ended
+	LeaseRefusalRevocation     RefusalReason = "revocation"      // the holder's request removed without the revoked annotation
+	LeaseRefusalSettings       RefusalReason = "settings"        // a lease's settings changed by other than a lease admin
+	LeaseRefusalDelete         RefusalReason = "delete"          // a held lease deleted by other than admins, controller, clean-up
+)

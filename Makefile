@@ -173,7 +173,7 @@ deploy: manifests kustomize ## Deploy the operator to the cluster of the current
 	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) apply -f -
 
 .PHONY: undeploy
-undeploy: kustomize ## Undeploy the operator, keeping the CRD, the namespace and the epoch store (token history) unless KEEP_HISTORY=false. ignore-not-found=true ignores missing resources.
+undeploy: kustomize ## Undeploy the operator, keeping the CRD (token history) unless KEEP_HISTORY=false. ignore-not-found=true ignores missing resources.
 	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) --wait=$(UNDEPLOY_WAIT) $(UNDEPLOY_SELECTOR) -f -
 
 ##@ Dependencies
@@ -264,8 +264,8 @@ docker-buildx: ## Build and push the manager image for PLATFORMS (docker buildx;
 # config/default (self-signed webhook certificates) or config/cert-manager.
 DEPLOY_CONFIG ?= config/default
 # KEEP_HISTORY=true (the default) makes undeploy keep every object labelled
-# kubefence.io/token-history=true: the FencedLease CRD (and so every lease),
-# the operator namespace and the epoch store ConfigMap kubefence-epochs.
+# kubefence.io/token-history=true: the FencedLease CRD (and so every lease;
+# the epoch store's shards live in the leases' namespaces).
 # Deleting them makes a reinstalled operator issue tokens from 1 again
 # (docs/operations.md#upgrading).
 KEEP_HISTORY ?= true

@@ -305,14 +305,13 @@ func expiry(old *coordv1alpha1.FencedLeaseStatus, req *coordv1alpha1.LeaseReques
 // acknowledge records a running tenure's latest observed renewal in status
 // (renewSequence, renewTime, expireTime = renewTime + L + allowance) for a
 // holder whose fencing webhook bound is that expireTime: a renewal without a
-// renewTime stamp (an older helper), or any renewal with AcknowledgeStamped
-// (an older webhook, which reads only expireTime, may still serve). A stamped
+// renewTime stamp (a client that does not stamp). A stamped
 // renewal needs no status write: one API write per renewal, the holder's
 // (I2). Status never moves back: an expireTime already later (another
 // controller's) stays, with its renewTime, or two controllers would rewrite
 // each other's renewTime forever.
 func acknowledge(st, old *coordv1alpha1.FencedLeaseStatus, obs *observation, stamped bool, timing Timing) {
-	if stamped && !timing.AcknowledgeStamped {
+	if stamped {
 		return
 	}
 	l := time.Duration(old.LeaseDurationSeconds) * time.Second

@@ -94,13 +94,6 @@ func TestDecide(t *testing.T) {
 		setup: func(s *sim) { renewedAfterASecond(s, s.renewStamped) },
 		want:  outcome{renewed: true, requeue: total},
 	}, {
-		name: "acknowledge: with AcknowledgeStamped a stamped renewal is written to status",
-		setup: func(s *sim) {
-			s.timing.AcknowledgeStamped = true
-			renewedAfterASecond(s, s.renewStamped)
-		},
-		want: outcome{write: "status", holder: "a", token: 2, reason: coordv1alpha1.ReasonGranted, renewed: true},
-	}, {
 		name: "currentTenure: nothing to do for a held lease inside its duration",
 		setup: func(s *sim) {
 			held(s)

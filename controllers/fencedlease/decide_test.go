@@ -627,33 +627,6 @@ func TestStampedRenewalsNeedNoStatusWrite(t *testing.T) {
 	}
 }
 
-// During a rolling upgrade from a release whose fencing webhook judges a
-// tenure from status.expireTime alone (docs/versioning.md), the controller
-// acknowledges stamped renewals in status too: every renewal moves
-// expireTime, so an old webhook replica never refuses a live holder.
-func TestAcknowledgeStampedRenewalsWritesStatus(t *testing.T) {
-	s := newSim(t, 10, 0)
-	s.timing.AcknowledgeStamped = true
-	s.join("a")
-	s.reconcile()
-	for range 6 {
-		s.clock.Step(3 * time.Second)
-		writes := s.statusWrites
-		s.renewStamped("a")
-		s.reconcile()
-		if s.statusWrites != writes+1 {
-			t.Fatalf("%d status writes for a stamped renewal with AcknowledgeStamped, want 1", s.statusWrites-writes)
-		}
-		want := s.clock.Now().Add(10*time.Second + s.timing.Allowance(10*time.Second))
-		if got := s.lease.Status.ExpireTime.Time; !got.Equal(want) {
-			t.Fatalf("status.expireTime %v after a stamped renewal, want %v (observed + L + allowance)", got, want)
-		}
-	}
-	if h, _ := s.holder(); h != "a" {
-		t.Fatalf("holder %q after 6 renewals, want a", h)
-	}
-}
-
 // A controller that never observed the latest stamped renewal (a new leader,
 // or a second controller) still never expires before renewTime + L +
 // allowance: the fencing webhook counts the tenure from that stamp.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,22 +18,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
 // The shards live in every lease's namespace: creating them cannot be
 // restricted by name (RBAC sees no name on a create), reading and updating
-// them is restricted to the 64 shard names. The legacy single ConfigMap is
-// only read, in the operator's namespace.
+// them is restricted to the 64 shard names.
 //
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update,resourceNames=kubefence-epochs-00;kubefence-epochs-01;kubefence-epochs-02;kubefence-epochs-03;kubefence-epochs-04;kubefence-epochs-05;kubefence-epochs-06;kubefence-epochs-07;kubefence-epochs-08;kubefence-epochs-09;kubefence-epochs-0a;kubefence-epochs-0b;kubefence-epochs-0c;kubefence-epochs-0d;kubefence-epochs-0e;kubefence-epochs-0f;kubefence-epochs-10;kubefence-epochs-11;kubefence-epochs-12;kubefence-epochs-13;kubefence-epochs-14;kubefence-epochs-15;kubefence-epochs-16;kubefence-epochs-17;kubefence-epochs-18;kubefence-epochs-19;kubefence-epochs-1a;kubefence-epochs-1b;kubefence-epochs-1c;kubefence-epochs-1d;kubefence-epochs-1e;kubefence-epochs-1f;kubefence-epochs-20;kubefence-epochs-21;kubefence-epochs-22;kubefence-epochs-23;kubefence-epochs-24;kubefence-epochs-25;kubefence-epochs-26;kubefence-epochs-27;kubefence-epochs-28;kubefence-epochs-29;kubefence-epochs-2a;kubefence-epochs-2b;kubefence-epochs-2c;kubefence-epochs-2d;kubefence-epochs-2e;kubefence-epochs-2f;kubefence-epochs-30;kubefence-epochs-31;kubefence-epochs-32;kubefence-epochs-33;kubefence-epochs-34;kubefence-epochs-35;kubefence-epochs-36;kubefence-epochs-37;kubefence-epochs-38;kubefence-epochs-39;kubefence-epochs-3a;kubefence-epochs-3b;kubefence-epochs-3c;kubefence-epochs-3d;kubefence-epochs-3e;kubefence-epochs-3f
-// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=get,resourceNames=kubefence-epochs
 
 // EpochStore remembers, per lease name, the highest fencing token ever
 // published, so that a FencedLease deleted and created again continues above it
 // (I1).
 //
-// Layout: in the lease's OWN namespace, EpochShards ConfigMaps named
+// Layout (its names are in api/v1alpha1/names.go): in the lease's OWN
+// namespace, EpochShards ConfigMaps named
 // "kubefence-epochs-00" to "kubefence-epochs-3f", created when first written.
 // A lease name lives in shard fnv32a(name) mod EpochShards, as the line
 // "<EpochKey(name)> <token>" of the shard's one data key EpochDataKey (the key
@@ -48,10 +48,6 @@ import (
 // its epoch shards together (docs/design.md, I1). Within a live namespace
 // entries are never removed: forgetting one would let a recreated lease
 // reissue old tokens.
-//
-// Migration: a store written by earlier versions (one ConfigMap Name in
-// Namespace, the operator's namespace, keys "<namespace>.<name>") is read
-// through: Get returns the larger of the two. It is never written.
 type EpochStore struct {
 	// Reader reads the ConfigMaps directly from the API server (not from a
 	// cache, which could be stale and would watch every ConfigMap in the
@@ -59,18 +55,7 @@ type EpochStore struct {
 	Reader client.Reader
 	// Writer creates and updates the shards.
 	Writer client.Client
-	// Namespace and Name locate the legacy single ConfigMap, read through and
-	// never written; an empty Name reads none.
-	Namespace, Name string
 }
-
-// DefaultEpochStoreName is the legacy single ConfigMap's name, and the prefix
-// of the shards' names.
-const DefaultEpochStoreName = "kubefence-epochs"
-
-// EpochShards is the number of shards per namespace. It can never change:
-// a lease name's shard is derived from it.
-const EpochShards = 64
 
 // EpochShardBudget is the most data a shard holds; with the object's metadata
 // (a few hundred bytes, managedFields included) every shard stays under 512 KiB.
@@ -79,31 +64,9 @@ const EpochShardBudget = 448 << 10
 // maxPlainKey is the longest lease name stored under its own name.
 const maxPlainKey = 63
 
-// EpochStoreLabel marks the shards (value "shard").
-const EpochStoreLabel = "coordination.kubefence.io/epoch-store"
-
 // ErrEpochShardFull is returned when recording a new name would take its
 // shard past EpochShardBudget.
 var ErrEpochShardFull = errors.New("epoch store shard is full")
-
-// EpochShardName is the name of the ConfigMap, in the lease's namespace, that
-// holds leaseName's epoch.
-func EpochShardName(leaseName string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(leaseName))
-	return shardName(h.Sum32() % EpochShards)
-}
-
-func shardName(i uint32) string { return fmt.Sprintf("%s-%02x", DefaultEpochStoreName, i) }
-
-// EpochShardNames are the names of all EpochShards shards.
-func EpochShardNames() []string {
-	names := make([]string, EpochShards)
-	for i := range names {
-		names[i] = shardName(uint32(i))
-	}
-	return names
-}
 
 // EpochKey is leaseName's key in its shard: the name when it has at most 63
 // characters, otherwise "_" and 32 hex digits of its SHA-256 (lease names
@@ -118,55 +81,22 @@ func EpochKey(leaseName string) string {
 	return "_" + hex.EncodeToString(sum[:16])
 }
 
-func legacyEpochKey(leaseNamespace, leaseName string) string {
-	return leaseNamespace + "." + leaseName
-}
-
 // Get returns the highest token recorded for the lease name, 0 if none.
 func (s *EpochStore) Get(ctx context.Context, leaseNamespace, leaseName string) (int64, error) {
-	shard := EpochShardName(leaseName)
+	shard := coordv1alpha1.EpochShardName(leaseName)
 	var cm corev1.ConfigMap
-	var stored int64
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: leaseNamespace, Name: shard}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
+		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("reading epoch store %s/%s: %w", leaseNamespace, shard, err)
-	default:
-		entries, err := EpochShardEntries(&cm)
-		if err != nil {
-			return 0, fmt.Errorf("epoch store %s/%s: %w", leaseNamespace, shard, err)
-		}
-		stored = entries[EpochKey(leaseName)]
 	}
-	if s.Name == "" {
-		return stored, nil
-	}
-	var legacy corev1.ConfigMap
-	err = s.Reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, &legacy)
-	if apierrors.IsNotFound(err) {
-		return stored, nil
-	}
+	entries, err := EpochShardEntries(&cm)
 	if err != nil {
-		return 0, fmt.Errorf("reading legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
+		return 0, fmt.Errorf("epoch store %s/%s: %w", leaseNamespace, shard, err)
 	}
-	old, err := parseEpoch(legacy.Data, legacyEpochKey(leaseNamespace, leaseName))
-	if err != nil {
-		return 0, fmt.Errorf("legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return max(stored, old), nil
-}
-
-func parseEpoch(data map[string]string, key string) (int64, error) {
-	v, ok := data[key]
-	if !ok {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("entry %q holds %q: expected a non-negative integer", key, v)
-	}
-	return n, nil
+	return entries[EpochKey(leaseName)], nil
 }
 
 // Record raises the stored token for the lease name to at least token. In a
@@ -174,7 +104,7 @@ func parseEpoch(data map[string]string, key string) (int64, error) {
 // nothing and succeeds: the namespace's shards, leases and guarded objects
 // are all going, and the lease's deletion must not block the namespace's.
 func (s *EpochStore) Record(ctx context.Context, leaseNamespace, leaseName string, token int64) error {
-	return s.recordShard(ctx, leaseNamespace, EpochShardName(leaseName), map[string]int64{EpochKey(leaseName): token})
+	return s.recordShard(ctx, leaseNamespace, coordv1alpha1.EpochShardName(leaseName), map[string]int64{EpochKey(leaseName): token})
 }
 
 // RecordAll records many names of one namespace at once: one read and at
@@ -182,7 +112,7 @@ func (s *EpochStore) Record(ctx context.Context, leaseNamespace, leaseName strin
 func (s *EpochStore) RecordAll(ctx context.Context, leaseNamespace string, tokens map[string]int64) error {
 	byShard := map[string]map[string]int64{}
 	for name, token := range tokens {
-		shard := EpochShardName(name)
+		shard := coordv1alpha1.EpochShardName(name)
 		if byShard[shard] == nil {
 			byShard[shard] = map[string]int64{}
 		}
@@ -219,7 +149,7 @@ func (s *EpochStore) recordShard(ctx context.Context, ns, shard string, entries 
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard,
 					Labels: map[string]string{
 						"app.kubernetes.io/managed-by": "kubefence",
-						EpochStoreLabel:                "shard",
+						coordv1alpha1.EpochStoreLabel:  "shard",
 					}},
 			}
 			if _, err := merge(&cm, map[string]int64{}, entries); err != nil {
@@ -272,15 +202,14 @@ func merge(cm *corev1.ConfigMap, current, entries map[string]int64) (bool, error
 	if len(blob) > EpochShardBudget {
 		return false, fmt.Errorf("%w: %d entries would take it to %d bytes, past %d", ErrEpochShardFull, len(current), len(blob), EpochShardBudget)
 	}
-	cm.Data = map[string]string{EpochDataKey: blob}
+	cm.Data = map[string]string{coordv1alpha1.EpochDataKey: blob}
 	return true, nil
 }
 
-// EpochDataKey is the one data key of a shard. Its value holds one line per
-// lease name, "<key> <token>", sorted by key. One key (rather than one per
-// name) keeps the object's managedFields small: they list every data key, and
-// would otherwise double the object's size.
-const EpochDataKey = "epochs"
+// A shard's one data key, coordv1alpha1.EpochDataKey, holds one line per lease name,
+// "<key> <token>", sorted by key. One key (rather than one per name) keeps
+// the object's managedFields small: they list every data key, and would
+// otherwise double the object's size.
 
 func encodeEpochs(entries map[string]int64) string {
 	keys := make([]string, 0, len(entries))
@@ -301,7 +230,7 @@ func encodeEpochs(entries map[string]int64) string {
 // EpochShardEntries parses a shard: key (EpochKey) to token.
 func EpochShardEntries(cm *corev1.ConfigMap) (map[string]int64, error) {
 	out := map[string]int64{}
-	for line := range strings.Lines(cm.Data[EpochDataKey]) {
+	for line := range strings.Lines(cm.Data[coordv1alpha1.EpochDataKey]) {
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
 			continue
@@ -324,51 +253,4 @@ func EpochShardBytes(cm *corev1.ConfigMap) int {
 		n += len(k) + len(v)
 	}
 	return n
-}
-
-// MigrateLegacy copies every entry of the legacy single ConfigMap into the
-// shards of its lease's namespace (Record semantics: an entry is only raised),
-// so that the legacy ConfigMap may then be deleted. Entries of namespaces that
-// no longer exist, or are being deleted, are skipped: their leases and
-// guarded objects are gone with them. It returns how many entries it copied.
-// It is idempotent; the operator runs it at every start of the leader.
-func (s *EpochStore) MigrateLegacy(ctx context.Context) (int, error) {
-	if s.Name == "" {
-		return 0, nil
-	}
-	var legacy corev1.ConfigMap
-	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, &legacy)
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	byNS := map[string]map[string]int64{}
-	for key := range legacy.Data {
-		ns, name, ok := strings.Cut(key, ".") // a namespace holds no dot
-		if !ok {
-			continue
-		}
-		token, err := parseEpoch(legacy.Data, key)
-		if err != nil {
-			return 0, fmt.Errorf("legacy epoch store %s/%s: %w", s.Namespace, s.Name, err)
-		}
-		if byNS[ns] == nil {
-			byNS[ns] = map[string]int64{}
-		}
-		byNS[ns][name] = token
-	}
-	copied := 0
-	for ns, tokens := range byNS {
-		err := s.RecordAll(ctx, ns, tokens)
-		if apierrors.IsNotFound(err) {
-			continue // the namespace is gone
-		}
-		if err != nil {
-			return copied, err
-		}
-		copied += len(tokens)
-	}
-	return copied, nil
 }

@@ -277,9 +277,6 @@ func (r *FencedLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	if err := r.Timing.Validate(); err != nil {
-		return err
-	}
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}

@@ -36,14 +36,6 @@ type Timing struct {
 	// (status.clockSkewMilliseconds, status.maxCommitLagMilliseconds), from
 	// which clients compute their deadline (timing.Margin).
 	Skew time.Duration
-	// AcknowledgeStamped makes the controller acknowledge stamped renewals in
-	// status as it does unstamped ones (status.renewTime, expireTime), at a
-	// second API write per renewal. It is for a rolling upgrade from a release
-	// whose fencing webhook judges a tenure from status.expireTime alone: an
-	// old replica still serving webhook calls would otherwise refuse a live
-	// holder's writes once the expireTime of its grant passed
-	// (docs/versioning.md, test/upgrade).
-	AcknowledgeStamped bool
 	// ClampStamps (policy mode) trusts a request's renewTime only up to this
 	// controller's first observation of that renewal: no admission check
 	// bounds renewTime by a clock there, and nothing but this controller

@@ -9,8 +9,8 @@
 // It owns the wiring only, never a rule: the fencing rule is in
 // controllers/webhooks/fencing, the lease rules in controllers/fencedlease and
 // controllers/webhooks/fencedlease. It must not import test or hack packages, nor
-// anything that builds the manager (flags, certificates, metrics and probe
-// servers stay in cmd/main.go).
+// anything that builds the manager (certificates, metrics and probe servers
+// stay in cmd/main.go); its own flags are Options.BindFlags.
 package operator
 
 import (
@@ -25,9 +25,9 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/metrics"
 	"github.com/kubefence/kubefence/controllers/policy"
@@ -39,59 +39,21 @@ import (
 // RecorderName is the name the reconciler's events are recorded under.
 const RecorderName = "kubefence-controller"
 
-// LeaderElectionID is the name of the operator's leader-election Lease
-// (coordination.k8s.io, in its namespace; cmd/main.go): the fencing webhook
-// samples its renewals for the clock-offset gauge (fencing.ClockSampler).
-const LeaderElectionID = "controller.coordination.kubefence.io"
-
-// Options configures Setup. Start from DefaultOptions: in WebhookSkew,
-// CleanupUsers and Timing's drift fields the zero value means "none", not
-// "the default", and a zero Timing.CommitLag is refused (fencedlease.Timing).
+// Options configures Setup: the operator's one configuration. Start from
+// DefaultOptions; BindFlags makes the deployer's choices and the timing
+// group flags of a command; Validate, which Setup calls, is the one check.
+// In WebhookSkew, CleanupUsers and Timing's drift fields the zero value
+// means "none", not "the default".
 type Options struct {
-	// Reconciler sets up the FencedLease reconciler (default true).
-	Reconciler bool
-	// Webhooks sets up the FencedLease validator and the fencing handlers on
-	// the manager's webhook server (default true).
-	Webhooks bool
+	// The deployer's choices.
 
-	// Namespace is the operator's namespace, which holds the epoch store.
-	// Required with Reconciler.
+	// Namespace is the operator's namespace: never fenced (I7), it holds the
+	// leader-election Lease. Required with Reconciler.
 	Namespace string
-	// EpochStoreName is the epoch store ConfigMap's name (default
-	// fencedlease.DefaultEpochStoreName).
-	EpochStoreName string
-	// Timing is the controller's expiry arithmetic (default
-	// fencedlease.DefaultTiming()).
-	Timing fencedlease.Timing
-	// MaxConcurrentReconciles is how many leases the reconciler decides at
-	// once (0: fencedlease.DefaultMaxConcurrentReconciles).
-	MaxConcurrentReconciles int
-
-	// ControllerUsers are the usernames the FencedLease validator trusts as the
-	// controller: the identity the reconciler runs as must be one of them, or
-	// its writes are refused. Required with Webhooks.
-	ControllerUsers []string
-	// AdminGroups may change the settings of existing FencedLeases (empty:
-	// system:masters).
-	AdminGroups []string
-	// CleanupUsers may DELETE guarded objects without holding their lease
-	// (default fencing.DefaultCleanupUsers; empty: nobody).
-	CleanupUsers []string
-	// WebhookSkew is the clock offset allowed between the fencing webhook and
-	// the controller: with Timing.CommitLag, the margin before a tenure's
-	// expiry from which the webhook refuses its token (default
-	// timing.DefaultSkew; see timing.CutOff).
-	WebhookSkew time.Duration
-	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
-	// every decision (default: a client of its own for the manager's config,
-	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
-	// reads through it.
-	LeaseReader client.Reader
-
-	// Clock is the reconciler's and the fencing webhook's clock (default: the
-	// real clock).
-	Clock clock.Clock
-
+	// ServiceAccount is the operator's own service account in Namespace: its
+	// user, system:serviceaccount:<Namespace>:<ServiceAccount>, is trusted as
+	// the controller besides ControllerUsers (empty: none).
+	ServiceAccount string
 	// Enforcement is where fencing is judged: EnforcementWebhook (the
 	// default) or EnforcementPolicy (a ValidatingAdmissionPolicy inside the
 	// API server; the fencing webhook then serves /scale and evictions only).
@@ -100,9 +62,6 @@ type Options struct {
 	// policy refuses in namespaces labelled kubefence.io/fencing=required
 	// (in webhook mode the webhook configuration lists them).
 	RequiredKinds []schema.GroupResource
-	// PolicyProbeInterval and PolicyBarrierTimeout tune the propagation
-	// barrier of policy mode (defaults 5 ms and 10 s).
-	PolicyProbeInterval, PolicyBarrierTimeout time.Duration
 	// BarrierServers is which API servers policy mode's barrier probes:
 	// BarrierServersEndpoints (the default: every kube-apiserver the
 	// kubernetes Service lists, each addressed directly, policy.Tracker) or
@@ -116,6 +75,47 @@ type Options struct {
 	// collector delete them. Empty: nothing owns them (they stay after an
 	// uninstall).
 	OwnerClusterRole string
+	// AdminGroups may change the settings of existing FencedLeases (empty:
+	// system:masters).
+	AdminGroups []string
+	// ControllerUsers are the usernames the FencedLease validator trusts as
+	// the controller besides ServiceAccount's: the identity the reconciler
+	// runs as must be one of them, or its writes are refused. With Webhooks,
+	// ServiceAccount or ControllerUsers is required.
+	ControllerUsers []string
+	// CleanupUsers may DELETE guarded objects without holding their lease
+	// (default fencing.DefaultCleanupUsers; empty: nobody).
+	CleanupUsers []string
+	// MaxConcurrentReconciles is how many leases the reconciler decides at
+	// once (default fencedlease.DefaultMaxConcurrentReconciles).
+	MaxConcurrentReconciles int
+
+	// Timing, for experts (docs/operations.md, "Tuning").
+
+	// Timing is the controller's expiry arithmetic and the commit lag
+	// (default fencedlease.DefaultTiming()); Setup sets ClampStamps itself.
+	Timing fencedlease.Timing
+	// WebhookSkew is the clock offset allowed between the fencing webhook and
+	// the controller: with Timing.CommitLag, the margin before a tenure's
+	// expiry from which the webhook refuses its token (default
+	// timing.DefaultSkew; see timing.CutOff).
+	WebhookSkew time.Duration
+
+	// Test hooks: no flags.
+
+	// Reconciler sets up the FencedLease reconciler (default true).
+	Reconciler bool
+	// Webhooks sets up the FencedLease validator and the fencing handlers on
+	// the manager's webhook server (default true).
+	Webhooks bool
+	// Clock is the reconciler's and the fencing webhook's clock (default: the
+	// real clock).
+	Clock clock.Clock
+	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
+	// every decision (default: a client of its own for the manager's config,
+	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
+	// reads through it.
+	LeaseReader client.Reader
 }
 
 // Barrier server choices.
@@ -130,13 +130,13 @@ const (
 	EnforcementPolicy  = "policy"
 )
 
-// DefaultOptions are the options of the deployed operator, but for Namespace
-// and ControllerUsers, which have no default.
+// DefaultOptions are the options of the deployed operator, but for
+// Namespace, ServiceAccount and ControllerUsers, which have no default here
+// (BindFlags gives the first two theirs).
 func DefaultOptions() Options {
 	return Options{
 		Reconciler:              true,
 		Webhooks:                true,
-		EpochStoreName:          fencedlease.DefaultEpochStoreName,
 		Timing:                  fencedlease.DefaultTiming(),
 		MaxConcurrentReconciles: fencedlease.DefaultMaxConcurrentReconciles,
 		CleanupUsers:            append([]string(nil), fencing.DefaultCleanupUsers...),
@@ -156,9 +156,18 @@ func (o Options) excluded() []string {
 	return excluded
 }
 
+// controllerUsers are the users trusted as the controller: ServiceAccount's
+// and ControllerUsers.
+func (o Options) controllerUsers() []string {
+	if o.ServiceAccount == "" {
+		return o.ControllerUsers
+	}
+	return append([]string{"system:serviceaccount:" + o.Namespace + ":" + o.ServiceAccount}, o.ControllerUsers...)
+}
+
 // PolicySettings are the settings of policy mode's generated policies.
 func (o Options) PolicySettings() policy.Settings {
-	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
+	return policy.Settings{ExcludedNamespaces: o.excluded(), ControllerUsers: o.controllerUsers(), AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, RequiredKinds: o.RequiredKinds}
 }
 
@@ -170,21 +179,21 @@ func (o Options) Validate() error {
 	}
 	if o.Reconciler {
 		if o.Namespace == "" {
-			errs = append(errs, errors.New("Namespace is empty: the reconciler keeps its epoch store in the operator's namespace"))
-		}
-		if o.EpochStoreName == "" {
-			errs = append(errs, errors.New("EpochStoreName is empty (fencedlease.DefaultEpochStoreName is the default)"))
+			errs = append(errs, errors.New("Namespace is empty: the operator's namespace is never fenced and holds its leader-election Lease"))
 		}
 		if err := o.Timing.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Timing: %w", err))
 		}
-		if o.MaxConcurrentReconciles < 0 {
-			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles %d is negative: expected >= 1, or 0 for the default", o.MaxConcurrentReconciles))
+		if o.MaxConcurrentReconciles < 1 {
+			errs = append(errs, fmt.Errorf("MaxConcurrentReconciles (--max-concurrent-reconciles) is %d: expected at least 1", o.MaxConcurrentReconciles))
 		}
 	}
 	if o.Webhooks {
-		if len(o.ControllerUsers) == 0 {
-			errs = append(errs, errors.New("ControllerUsers is empty: the FencedLease validator would refuse the controller's own writes"))
+		if len(o.controllerUsers()) == 0 {
+			errs = append(errs, errors.New("ServiceAccount and ControllerUsers are empty: the FencedLease validator would refuse the controller's own writes"))
+		}
+		if o.ServiceAccount != "" && o.Namespace == "" {
+			errs = append(errs, fmt.Errorf("ServiceAccount %q without Namespace: expected the operator's namespace to name its user", o.ServiceAccount))
 		}
 		for i, u := range o.ControllerUsers {
 			if u == "" {
@@ -239,8 +248,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	var err error
 	if o.Reconciler {
-		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Namespace: o.Namespace, Name: o.EpochStoreName}
+		epochs := &fencedlease.EpochStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()}
 		r := &fencedlease.FencedLeaseReconciler{
 			Client:   mgr.GetClient(),
 			Clock:    o.Clock,
@@ -260,28 +268,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the FencedLease reconciler: %w", err)
 		}
-		// The leader copies an epoch store of earlier versions (one ConfigMap in
-		// the operator's namespace) into the per-namespace shards; Get reads it
-		// through meanwhile.
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			n, err := epochs.MigrateLegacy(ctx)
-			log := ctrl.Log.WithName("epoch-store")
-			if err != nil {
-				log.Error(err, "Migrating the legacy epoch store failed; it is still read through, retried at the next start")
-				return nil
-			}
-			if n > 0 {
-				log.Info("Migrated legacy epoch store", "entries", n, "configMap", o.Namespace+"/"+o.EpochStoreName)
-			}
-			return nil
-		})); err != nil {
-			return fmt.Errorf("adding the epoch store migration: %w", err)
-		}
 	}
 	if !o.Webhooks {
 		return nil
 	}
-	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
+	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.controllerUsers(), AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.excluded(), Clock: o.Clock, StampSkew: o.WebhookSkew}
 	if o.Enforcement == EnforcementWebhook {
 		// A lease shorter than 10 (skew + commit lag) has a cut-off margin
@@ -321,7 +312,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Namespace != "" {
 		// kubefence_webhook_clock_offset_seconds, from the renewals of the
 		// controller's leader-election Lease.
-		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: LeaderElectionID}, o.Clock)
+		sampler, err := fencing.NewClockSampler(mgr.GetConfig(), types.NamespacedName{Namespace: o.Namespace, Name: coordv1alpha1.LeaderElectionID}, o.Clock)
 		if err != nil {
 			return err
 		}
@@ -364,10 +355,9 @@ func setupPolicy(mgr ctrl.Manager, o Options) (*policy.Tenures, error) {
 		return nil, fmt.Errorf("adding the terminating namespace marker: %w", err)
 	}
 	return &policy.Tenures{
-		Table:  &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Owner: owner},
-		Leases: mgr.GetAPIReader(),
-		Barrier: &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{},
-			Interval: o.PolicyProbeInterval, Timeout: o.PolicyBarrierTimeout},
+		Table:     &policy.Table{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Owner: owner},
+		Leases:    mgr.GetAPIReader(),
+		Barrier:   &policy.Barrier{Servers: servers, Prober: &policy.DryRunProber{}},
 		Excluded:  settings.ExcludedNamespaces,
 		CommitLag: o.Timing.CommitLag,
 		Recorder:  mgr.GetEventRecorder(RecorderName),

@@ -110,7 +110,7 @@ func toBob(l *coordv1alpha1.FencedLease) *coordv1alpha1.FencedLeaseStatus {
 func (g *grantEnv) entry(t *testing.T, name string) string {
 	t.Helper()
 	var cm corev1.ConfigMap
-	if err := g.c.Get(t.Context(), client.ObjectKey{Namespace: g.ns, Name: policy.TableName}, &cm); err != nil {
+	if err := g.c.Get(t.Context(), client.ObjectKey{Namespace: g.ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		t.Fatal(err)
 	}
 	return cm.Data[name]

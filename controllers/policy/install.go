@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
 // Objects are the policies and bindings of s, in the order they are applied.
@@ -147,7 +149,7 @@ func (i *Installer) Start(ctx context.Context) error {
 			applied, err = s.apply(ctx, i.Client)
 		}
 		if err == nil {
-			log.Info("Fencing policies applied", "policy", FencingPolicyName, "table", TableName)
+			log.Info("Fencing policies applied", "policy", FencingPolicyName, "table", coordv1alpha1.TenureTableName)
 			break
 		}
 		if errors.Is(err, ErrOwnerGone) {

@@ -7,9 +7,9 @@
 // the propagation barrier that proves every API server enforces a grant
 // before its holder can learn of it (docs/design.md, "Policy mode").
 //
-// It imports api/ and controllers/fencedlease (the epoch store's shard names,
-// which its policies protect) among kubefence packages; it must not import
-// the webhooks, the operator assembly (controllers/operator wires it),
+// It imports only api/ among kubefence packages (the epoch store's shard
+// names, which its policies protect, are there); it must not import
+// controllers/fencedlease, the webhooks, the operator assembly (controllers/operator wires it),
 // pkg/fence, or any test or hack package. controllers/fencedlease must not
 // import it: the reconciler reaches policy mode through its TenureTable hook.
 package policy
@@ -28,7 +28,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 // Names of the objects policy mode installs.
@@ -101,7 +100,7 @@ type Settings struct {
 // Validate reports settings the policies cannot be generated from.
 func (s Settings) Validate() error {
 	if len(s.ControllerUsers) == 0 {
-		return fmt.Errorf("no controller users: nobody could write the tenure tables %q", TableName)
+		return fmt.Errorf("no controller users: nobody could write the tenure tables %q", coordv1alpha1.TenureTableName)
 	}
 	for _, u := range append(append([]string(nil), s.ControllerUsers...), s.CleanupUsers...) {
 		if u == "" {
@@ -233,7 +232,7 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 (variables.required && variables.metadataWrite && variables.guardedOld && !variables.guardedNew) ?
     'fencing is required for this kind in namespace ' + request.namespace + ': the guard label `+guardLabel+` cannot be removed' :
 !variables.tableCurrent ?
-    'the tenure table `+TableName+` of namespace ' + request.namespace + ' was not written for the installed fencing policy (it is left from an earlier installation of policy mode, or the policy was reinstalled): no guarded write is accepted until the kubefence controller has rewritten it from the leases' :
+    'the tenure table `+coordv1alpha1.TenureTableName+` of namespace ' + request.namespace + ' was not written for the installed fencing policy (it is left from an earlier installation of policy mode, or the policy was reinstalled): no guarded write is accepted until the kubefence controller has rewritten it from the leases' :
 (variables.guardedOld && (!variables.metadataWrite || !variables.guardedNew || variables.newLease != variables.oldLease)) ?
     ((variables.holderOld != '' || !variables.metadataWrite || !variables.guardedNew) ? variables.holderOld : variables.tokenNew) :
 (variables.guardedOld && variables.hasOldTok && variables.hasNewTok && variables.oldTok == variables.newTok) ?
@@ -287,7 +286,7 @@ func (s Settings) cleanupVariable() admissionregistrationv1.Variable {
 func holderCheck(entry, scope string) string {
 	return strings.NewReplacer("ENTRY", entry, "SCOPE", scope).Replace(`variables.nodeFinishes ? '' :
 ENTRY[0] == '' ?
-    'lease ' + SCOPE + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
+    'lease ' + SCOPE + ' has no entry in the tenure table ` + coordv1alpha1.TenureTableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
 (variables.hasOldTok && variables.oldTokOK && int(variables.oldTok) > int(ENTRY[0])) ?
     '` + coordv1alpha1.StaleMarker + `: the object already accepted token ' + variables.oldTok + ', above the current token ' + ENTRY[0] + ' of lease ' + SCOPE + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + SCOPE + ')' :
 size(ENTRY) < 4 ?
@@ -310,7 +309,7 @@ func tokenCheck(accepted bool) string {
 !variables.newTokOK ?
     'invalid fencing token for lease ' + variables.newScope + ': annotation ` + tokenAnn + `="' + variables.newTok + '" is not a non-negative decimal integer written canonically (no sign, no leading zeros, at most 9223372036854775807)' :
 ` + acceptedCheck + `variables.newEntry[0] == '' ?
-    'lease ' + variables.newScope + ' has no entry in the tenure table ` + TableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
+    'lease ' + variables.newScope + ' has no entry in the tenure table ` + coordv1alpha1.TenureTableName + ` (it does not exist, or has never been granted): the ` + guardLabel + ` label must name a FencedLease in the object\'s namespace' :
 (int(variables.newTok) < int(variables.newEntry[0])) ?
     '` + coordv1alpha1.StaleMarker + ` ' + variables.newTok + ' for lease ' + variables.newScope + ': current token is ' + variables.newEntry[0] + ' (the writer ` + coordv1alpha1.NotHolderMarker + ` ' + variables.newScope + ')' :
 (int(variables.newTok) > int(variables.newEntry[0])) ?
@@ -438,7 +437,7 @@ func (s Settings) binding(name string, match *admissionregistrationv1.MatchResou
 			PolicyName: FencingPolicyName,
 			// The lease namespace's tenure table, by its fixed name, in the
 			// object's own namespace (namespace unset); none: refused.
-			ParamRef: &admissionregistrationv1.ParamRef{Name: TableName,
+			ParamRef: &admissionregistrationv1.ParamRef{Name: coordv1alpha1.TenureTableName,
 				ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)},
 			MatchResources:    match,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
@@ -498,7 +497,7 @@ func (s Settings) RequiredBinding() *admissionregistrationv1.ValidatingAdmission
 // OperatorConfigMaps are the names of the ConfigMaps the operator writes in
 // lease namespaces: the tenure table and the epoch store's shards.
 func OperatorConfigMaps() []string {
-	return append([]string{TableName}, fencedlease.EpochShardNames()...)
+	return append([]string{coordv1alpha1.TenureTableName}, coordv1alpha1.EpochShardNames()...)
 }
 
 // newPolicy is the fail-closed ValidatingAdmissionPolicy name with spec.
@@ -530,7 +529,7 @@ func (s Settings) TablePolicy() *admissionregistrationv1.ValidatingAdmissionPoli
 				celList(s.ControllerUsers), celList(s.CleanupUsers)),
 			MessageExpression: fmt.Sprintf("(request.name == %q ? 'the tenure table %s holds the current fencing token of every lease in namespace ' + request.namespace : "+
 				"'the epoch store shard ' + request.name + ' holds the highest fencing tokens of deleted leases in namespace ' + request.namespace) + "+
-				"' and is written only by the kubefence controller, not by ' + request.userInfo.username", TableName, TableName),
+				"' and is written only by the kubefence controller, not by ' + request.userInfo.username", coordv1alpha1.TenureTableName, coordv1alpha1.TenureTableName),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})

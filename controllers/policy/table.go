@@ -16,11 +16,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// TableName is the tenure table of a lease namespace: one ConfigMap whose
-// data maps each lease name to its current tenure. The fencing policy's
-// bindings name it (paramRef.name, in the object's own namespace).
-const TableName = "kubefence-tenures"
-
 // Entry is one lease's line in the tenure table.
 type Entry struct {
 	// Token is the current token while Held, the last one otherwise.
@@ -135,11 +130,11 @@ func (t *Table) Resets() int64 { return t.resets.Load() }
 // with the table's resourceVersion.
 func (t *Table) Get(ctx context.Context, ns, name string) (e Entry, found bool, err error) {
 	var cm corev1.ConfigMap
-	if err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm); err != nil {
+	if err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return Entry{}, false, nil
 		}
-		return Entry{}, false, fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)
+		return Entry{}, false, fmt.Errorf("reading the tenure table %s/%s: %w", ns, coordv1alpha1.TenureTableName, err)
 	}
 	return lookup(&cm, name)
 }
@@ -169,10 +164,10 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wrote = false
 		var cm corev1.ConfigMap
-		err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: TableName}, &cm)
+		err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm)
 		create := apierrors.IsNotFound(err)
 		if err != nil && !create {
-			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, TableName, err)
+			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, coordv1alpha1.TenureTableName, err)
 		}
 		reset := !create && cm.Data[IncarnationKey] != inc
 		if reset {
@@ -194,13 +189,13 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		cm.Data[IncarnationKey] = inc
 		cm.Data[name] = next.encode()
 		if create {
-			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: TableName,
+			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}
 		}
 		if !t.Owner.owned(&cm) {
 			ref, err := t.Owner.Ref(ctx)
 			if err != nil {
-				return fmt.Errorf("owning the tenure table %s/%s: %w", ns, TableName, err)
+				return fmt.Errorf("owning the tenure table %s/%s: %w", ns, coordv1alpha1.TenureTableName, err)
 			}
 			cm.OwnerReferences = append(cm.OwnerReferences, *ref)
 		}
@@ -208,7 +203,7 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 			err = t.Writer.Create(ctx, &cm)
 			switch {
 			case apierrors.IsAlreadyExists(err):
-				return apierrors.NewConflict(corev1.Resource("configmaps"), TableName, err)
+				return apierrors.NewConflict(corev1.Resource("configmaps"), coordv1alpha1.TenureTableName, err)
 			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 				// The namespace is being deleted and its table is gone
 				// (the namespace controller deleted it): nothing can be
@@ -232,7 +227,7 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		return nil
 	})
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("writing lease %s's entry in the tenure table %s/%s: %w", name, ns, TableName, err)
+		return Entry{}, false, fmt.Errorf("writing lease %s's entry in the tenure table %s/%s: %w", name, ns, coordv1alpha1.TenureTableName, err)
 	}
 	return out, wrote, nil
 }

@@ -157,7 +157,7 @@ func (t *Tenures) Grant(ctx context.Context, lease *coordv1alpha1.FencedLease, n
 		if err := t.Sync(ctx, lease); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, TableName, ahead.Token, lease.Name, want.Token)
+		return nil, fmt.Errorf("the tenure table %s/%s names token %d for lease %s, above the grant's %d: deciding again", lease.Namespace, coordv1alpha1.TenureTableName, ahead.Token, lease.Name, want.Token)
 	}
 	if prev == nil && lease.Status.FencingToken > 0 {
 		// No entry before (a table emptied as another incarnation's, or

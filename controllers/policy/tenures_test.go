@@ -51,7 +51,7 @@ func TestGrantWaitsTheCommitLagAfterTheBarrier(t *testing.T) {
 		t.Fatal(err)
 	}
 	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
-	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: TableName},
+	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: coordv1alpha1.TenureTableName},
 		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(installed, table).Build()
 
@@ -101,7 +101,7 @@ func TestSyncDoesNotPassTheTenureToARequestMadeAgainByAnotherUser(t *testing.T) 
 		t.Fatal(err)
 	}
 	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
-	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: TableName},
+	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: coordv1alpha1.TenureTableName},
 		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 42, Held: true, User: "alice", Attempt: "1"}.encode()}}
 	lease := &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job", UID: "u1"},

@@ -264,7 +264,7 @@ func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name s
 // and a token.
 func (b *bench) fillTable(ctx context.Context, ns string) error {
 	var cm corev1.ConfigMap
-	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+	if err := b.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	for i := 1; i < b.opts.policyTableLeases; i++ {
@@ -384,7 +384,7 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	}
 	fmt.Fprintf(w, "Lease %s/%s granted with token %d, %s.\n", guardedNamespace, guardedLease, g.token, holding)
 	if b.opts.policyWrites > 0 {
-		fmt.Fprintf(w, "The tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, policy.TableName, b.opts.policyTableLeases, b.policyTableBytes)
+		fmt.Fprintf(w, "The tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, coordv1alpha1.TenureTableName, b.opts.policyTableLeases, b.policyTableBytes)
 	}
 	fmt.Fprintln(w, "Overhead = guarded - unguarded at the same quantile; ratio = guarded p50 / unguarded p50; quantiles are nearest-rank.")
 }

@@ -104,7 +104,7 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 		g.Expect(fa.Create(ctx, widget(ns, name))).To(Succeed())
 		g.Expect(fa.Create(ctx, configMap(ns, name))).To(Succeed())
 	}
-	g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: policy.TableName}, &corev1.ConfigMap{})).To(Succeed())
+	g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &corev1.ConfigMap{})).To(Succeed())
 
 	start := time.Now()
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}

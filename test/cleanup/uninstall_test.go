@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
@@ -167,7 +166,7 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).Should(BeTrue(), "alice does not lead")
 			stopEl()
 			<-elDone
-			table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy.TableName}}
+			table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName}}
 			g.Expect(pc.Admin.Get(ctx, client.ObjectKeyFromObject(table), table)).To(Succeed())
 
 			c.uninstall(t, kubeconfig)
@@ -190,13 +189,12 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			g.Consistently(leftovers).WithTimeout(3*time.Second).WithPolling(200*time.Millisecond).Should(BeEmpty(), "written again after the uninstall")
 			stopOperator()
 
-			// Kept: token history.
+			// Kept: token history (the CRD, the FencedLease with its finalizer;
+			// the epoch shards live in the lease namespaces).
 			g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Name: "fencedleases.coordination.kubefence.io"}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed(), "the CRD")
 			var lease coordv1alpha1.FencedLease
 			g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &lease)).To(Succeed(), "the FencedLease")
 			g.Expect(lease.Finalizers).To(ContainElement(coordv1alpha1.EpochFinalizer))
-			g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Name: operatorNamespace}, &corev1.Namespace{})).To(Succeed(), "the operator namespace")
-			g.Expect(pc.Admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: fencedlease.DefaultEpochStoreName}, &corev1.ConfigMap{})).To(Succeed(), "the epoch store")
 			var vaps admissionv1.ValidatingAdmissionPolicyList
 			g.Expect(pc.Admin.List(ctx, &vaps)).To(Succeed())
 			g.Expect(vaps.Items).To(BeEmpty())

@@ -71,7 +71,7 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 
 	// The table goes first (the namespace controller may delete ConfigMaps
 	// before anything else).
-	err := nsc.Delete(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy.TableName}})
+	err := nsc.Delete(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName}})
 	if h.mode == operator.EnforcementPolicy {
 		check(t, h, "namespace deletion: the namespace controller deletes the tenure table", err, accepted)
 	} else if !apierrors.IsNotFound(err) {

@@ -74,7 +74,7 @@ func runPolicyOnly(t *testing.T, h *harness) {
 
 	t.Run("the tenure table is written by the controller only", func(t *testing.T) {
 		var cm corev1.ConfigMap
-		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: s.ns, Name: policy.TableName}, &cm))
+		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: s.ns, Name: coordv1alpha1.TenureTableName}, &cm))
 		if got := cm.Data["job"]; !strings.HasPrefix(got, tok(s.current)+" ") || !strings.HasSuffix(got, " bob") {
 			t.Errorf("table entry of job = %q, want bob's tenure with token %d", got, s.current)
 		}
@@ -90,7 +90,7 @@ func runPolicyOnly(t *testing.T, h *harness) {
 			}
 		}
 		other := h.namespace(t, nil)
-		err := h.users["alice"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: policy.TableName},
+		err := h.users["alice"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: coordv1alpha1.TenureTableName},
 			Data: map[string]string{"job": "1 0 - alice"}})
 		if err == nil || !strings.Contains(err.Error(), "is written only by the kubefence controller") {
 			t.Errorf("alice created a tenure table: %v", err)

@@ -12,9 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 
@@ -53,7 +51,7 @@ func TestPolicyModeRequiredConfigMapsStillGrant(t *testing.T) {
 	check(t, h, "required configmaps: the controller user's unguarded ConfigMap of another name",
 		h.admin.Create(h.ctx, unguarded("free")), plainRefusal("fencing is required for this kind"))
 	other := h.namespace(t, required)
-	for _, name := range []string{policy.TableName, fencedlease.EpochShardName("job")} {
+	for _, name := range []string{coordv1alpha1.TenureTableName, coordv1alpha1.EpochShardName("job")} {
 		err := h.users["alice"].Create(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: name}})
 		if err == nil || !apierrors.IsForbidden(err) {
 			t.Errorf("alice's unguarded ConfigMap %s in a required namespace: %v, want refused", name, err)
@@ -69,5 +67,5 @@ func TestPolicyModeRequiredConfigMapsStillGrant(t *testing.T) {
 		}
 		return errors.New("still there")
 	})
-	must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: fencedlease.EpochShardName("job")}, &corev1.ConfigMap{}))
+	must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.EpochShardName("job")}, &corev1.ConfigMap{}))
 }

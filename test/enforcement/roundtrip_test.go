@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
@@ -125,7 +126,7 @@ func (h *harness) policyJudges(ns string) bool {
 // holder with token, for the installed policy's incarnation.
 func (h *harness) tableNames(ns, lease string, token int64, user string) error {
 	var cm corev1.ConfigMap
-	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	if got := cm.Data[lease]; !strings.HasPrefix(got, tok(token)+" ") || !strings.HasSuffix(got, " "+user) {

@@ -23,7 +23,6 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/ruletable"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -358,7 +357,7 @@ func (s *rowSituation) leaseIs(ok func(*coordv1alpha1.FencedLease) bool, entry s
 		return nil
 	}
 	var cm corev1.ConfigMap
-	if err := s.h.admin.Get(s.h.ctx, client.ObjectKey{Namespace: s.ns, Name: policy.TableName}, &cm); err != nil {
+	if err := s.h.admin.Get(s.h.ctx, client.ObjectKey{Namespace: s.ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	if got := cm.Data["job"]; (entry == "" && strings.Contains(got, " ")) || (entry != "" && got != entry) {

@@ -118,7 +118,7 @@ func TestBarrierTwoAPIServers(t *testing.T) {
 // tableNames tells whether the tenure table of ns names holder for lease job.
 func tableNames(h *harness, ns, holder string) error {
 	var cm corev1.ConfigMap
-	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: policy.TableName}, &cm); err != nil {
+	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
 	if e := cm.Data["job"]; !strings.HasSuffix(e, " "+holder) {

@@ -530,7 +530,7 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 		return isNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
 	}, 10*time.Second, 20*time.Millisecond).Should(BeTrue(), "the epoch finalizer is removed once the token is recorded")
 	var epochs corev1.ConfigMap
-	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: fencedlease.EpochShardName("phoenix")}, &epochs)).To(Succeed())
+	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName("phoenix")}, &epochs)).To(Succeed())
 	g.Expect(fencedlease.EpochShardEntries(&epochs)).To(HaveKeyWithValue(fencedlease.EpochKey("phoenix"), highest))
 	// Alice's tenure ends with the lease that granted it.
 	g.Eventually(func() time.Time { return j.Snapshot()[0].Stop }, l, 10*time.Millisecond).ShouldNot(BeZero())

@@ -421,7 +421,7 @@ func (a *Admission) state(ctx context.Context, w World) (*state, error) {
 		slices.Sort(namespaces)
 		for _, ns := range slices.Compact(namespaces) {
 			var cm corev1.ConfigMap
-			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: policy.TableName}, &cm)
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm)
 			if err != nil {
 				return nil, err
 			}
@@ -469,12 +469,12 @@ func (a *Admission) state(ctx context.Context, w World) (*state, error) {
 		base.Parents = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, parents...)
 	}
 	st.handlers = map[string]http.Handler{}
-	for mode, path := range map[fencing.Mode]string{fencing.ModeGuarded: fencing.PathGuarded, fencing.ModeRequired: fencing.PathRequired, fencing.ModeScale: fencing.PathScale} {
+	for mode, path := range map[fencing.Mode]string{fencing.ModeGuarded: coordv1alpha1.FencingGuardedPath, fencing.ModeRequired: coordv1alpha1.FencingRequiredPath, fencing.ModeScale: coordv1alpha1.FencingScalePath} {
 		h := base
 		h.Mode = mode
 		st.handlers[path] = &crwebhook.Admission{Handler: &h}
 	}
-	st.handlers[fencing.PathPodScope] = &crwebhook.Admission{Handler: fencing.PodScopeHandler{}}
+	st.handlers[coordv1alpha1.FencingPodScopePath] = &crwebhook.Admission{Handler: fencing.PodScopeHandler{}}
 	// As operator.Setup sets the FencedLease validator up.
 	v := &leasewebhook.FencedLeaseValidator{ControllerUsers: o.ControllerUsers, AdminGroups: o.AdminGroups,
 		CleanupUsers: o.CleanupUsers, ExcludedNamespaces: o.PolicySettings().ExcludedNamespaces, Clock: clk, StampSkew: o.WebhookSkew}

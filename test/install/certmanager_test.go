@@ -193,7 +193,6 @@ func TestPackagedManifestsApplyWithServerSideDryRun(t *testing.T) {
 			"clusterrole.rbac.authorization.k8s.io/kubefence-policy-role serverside-applied (server dry run)",
 		}},
 		{"chart, default values", helmTemplate(t), []string{
-			"configmap/kubefence-epochs serverside-applied (server dry run)",
 			"secret/kubefence-webhook-server-cert serverside-applied (server dry run)",
 		}},
 		{"chart, cert-manager", helmTemplate(t, "--set", "certificates.mode=cert-manager"), []string{
@@ -215,8 +214,8 @@ var dryRunCore = []string{
 }
 
 // TestUndeployKeepsTokenHistory installs config/default for real, then runs
-// `make undeploy`: the CRD, the namespace and the epoch store stay; with
-// KEEP_HISTORY=false they go too.
+// `make undeploy`: the CRD stays, the rest goes; with KEEP_HISTORY=false the
+// CRD goes too.
 func TestUndeployKeepsTokenHistory(t *testing.T) {
 	a := startAPIServer(t)
 	c, kubectl := a.c, a.kubectl
@@ -247,17 +246,13 @@ func TestUndeployKeepsTokenHistory(t *testing.T) {
 	}
 	crd := client.ObjectKey{Name: "fencedleases.coordination.kubefence.io"}
 	ns := client.ObjectKey{Name: "kubefence-system"}
-	epochs := client.ObjectKey{Namespace: "kubefence-system", Name: "kubefence-epochs"}
 
 	undeploy()
 	if !exists(&apiextensionsv1.CustomResourceDefinition{}, crd) {
 		t.Error("make undeploy deleted the FencedLease CRD (every lease and its token)")
 	}
-	if !exists(&corev1.Namespace{}, ns) {
-		t.Error("make undeploy deleted the operator namespace (and with it the epoch store)")
-	}
-	if !exists(&corev1.ConfigMap{}, epochs) {
-		t.Error("make undeploy deleted the epoch store kubefence-epochs")
+	if exists(&corev1.Namespace{}, ns) {
+		t.Error("make undeploy left the operator namespace (it holds no token history)")
 	}
 	if exists(&appsv1.Deployment{}, client.ObjectKey{Namespace: "kubefence-system", Name: "kubefence-controller-manager"}) {
 		t.Error("make undeploy left the Deployment")
@@ -273,8 +268,5 @@ func TestUndeployKeepsTokenHistory(t *testing.T) {
 	}
 	if exists(&apiextensionsv1.CustomResourceDefinition{}, crd) {
 		t.Error("make undeploy KEEP_HISTORY=false left the CRD")
-	}
-	if exists(&corev1.Namespace{}, ns) {
-		t.Error("make undeploy KEEP_HISTORY=false left the namespace")
 	}
 }

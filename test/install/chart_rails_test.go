@@ -354,9 +354,21 @@ func TestLeaseRefusalReasonsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	names, err := os.ReadFile(filepath.Join(root, "api", "v1alpha1", "names.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := map[string]string{} // LeaseRefusal... constant -> reason
+	for _, m := range regexp.MustCompile(`(?m)^\s+(LeaseRefusal\w+)\s+RefusalReason = "([a-z-]+)"`).FindAllStringSubmatch(string(names), -1) {
+		value[m[1]] = m[2]
+	}
 	code := map[string]bool{}
-	for _, m := range regexp.MustCompile(`v\.refuse\(lease, "([a-z-]+)"`).FindAllStringSubmatch(string(src), -1) {
-		code[m[1]] = true
+	for _, m := range regexp.MustCompile(`v\.refuse\(lease, coordv1alpha1\.(LeaseRefusal\w+)`).FindAllStringSubmatch(string(src), -1) {
+		r, ok := value[m[1]]
+		if !ok {
+			t.Errorf("the FencedLease webhook refuses with %s, which api/v1alpha1/names.go does not declare", m[1])
+		}
+		code[r] = true
 	}
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "metrics.md"))
 	if err != nil {

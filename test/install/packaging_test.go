@@ -83,8 +83,8 @@ var intendedDifferences = []struct{ what, why string }{
 		"Helm's standard labels; kustomize marks its objects managed-by: kustomize instead"},
 	{"the chart adds app.kubernetes.io/* and helm.sh/chart labels to objects config/ leaves unlabelled (generated ClusterRole and Role manager-role, the webhook configurations)",
 		"every object of a release carries the release's labels"},
-	{"annotation helm.sh/resource-policy: keep on the CRD and the ConfigMap kubefence-epochs",
-		"helm upgrade and uninstall must never delete token history; kubectl has no such annotation (make undeploy keeps them by label instead)"},
+	{"annotation helm.sh/resource-policy: keep on the CRD",
+		"helm upgrade and uninstall must never delete token history; kubectl has no such annotation (make undeploy keeps it by label instead)"},
 	{"no Namespace object in the chart",
 		"Helm installs into the release namespace (helm install -n kubefence-system --create-namespace); label it pod-security.kubernetes.io/enforce=restricted yourself"},
 	{"the objects of `helm test` (annotation helm.sh/hook: test: the check Pod, its ServiceAccount and RBAC)",
@@ -240,7 +240,6 @@ func TestChartKeepsTokenHistory(t *testing.T) {
 	objs := normalizeRaw(t, helmTemplate(t))
 	for _, k := range []string{
 		"CustomResourceDefinition <nil>/fencedleases.coordination.kubefence.io",
-		"ConfigMap kubefence-system/kubefence-epochs",
 	} {
 		o, ok := objs[k]
 		if !ok {
@@ -255,9 +254,6 @@ func TestChartKeepsTokenHistory(t *testing.T) {
 		labels, _ := md["labels"].(map[string]any)
 		if labels["kubefence.io/token-history"] != "true" {
 			t.Errorf("%s lacks the label kubefence.io/token-history=true (labels %v)", k, labels)
-		}
-		if k == "ConfigMap kubefence-system/kubefence-epochs" && o["data"] != nil {
-			t.Errorf("the chart writes data %v into the epoch store: an upgrade could overwrite recorded tokens", o["data"])
 		}
 	}
 }
@@ -280,7 +276,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "image.repository=registry.example.com/kubefence", "--set", "image.tag=v9.9.9",
 		"--set", "excludedNamespaces[0]=kube-system", "--set", "excludedNamespaces[1]=monitoring",
 		"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
-		"--set", "prometheusRule.labels.release=kube-prometheus-stack", "--set", "acknowledgeStampedRenewals=true")
+		"--set", "prometheusRule.labels.release=kube-prometheus-stack")
 	objs := normalizeRaw(t, out)
 	y := func(k string) string {
 		o, ok := objs[k]
@@ -292,8 +288,7 @@ func TestChartValues(t *testing.T) {
 	}
 	dep := y("Deployment fence-ops/kubefence-controller-manager")
 	for _, want := range []string{"replicas: 3", "priorityClassName: system-cluster-critical",
-		"image: registry.example.com/kubefence:v9.9.9", "--controller-user=alice@example.com", "--lease-admin-group=platform-admins",
-		"--acknowledge-stamped-renewals"} {
+		"image: registry.example.com/kubefence:v9.9.9", "--controller-user=alice@example.com", "--lease-admin-group=platform-admins"} {
 		if !strings.Contains(dep, want) {
 			t.Errorf("Deployment lacks %q:\n%s", want, dep)
 		}

@@ -448,7 +448,7 @@ func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
 	var operator []*dto.MetricFamily
 	eventually(t, "leader_election_master_status says the manager leads", func() bool {
 		operator, err = crmetrics.Registry.Gather()
-		v, ok := sample(operator, "leader_election_master_status", map[string]string{"name": testenv.LeaderElectionID})
+		v, ok := sample(operator, "leader_election_master_status", map[string]string{"name": coordv1alpha1.LeaderElectionID})
 		return err == nil && ok && v == 1
 	})
 	clientFams, err := clientReg.Gather()

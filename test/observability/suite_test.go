@@ -18,6 +18,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -41,7 +42,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	_, err := cluster.ServeOperator(suiteCtx, testenv.Operator(operatorNamespace, cluster.AdminUser), func(_ *rest.Config, opts *ctrl.Options) {
 		opts.LeaderElection = true
-		opts.LeaderElectionID = testenv.LeaderElectionID
+		opts.LeaderElectionID = coordv1alpha1.LeaderElectionID
 		opts.LeaderElectionNamespace = operatorNamespace
 		opts.LeaderElectionReleaseOnCancel = true
 	})

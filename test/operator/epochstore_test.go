@@ -32,20 +32,19 @@ import (
 func shards(ns string) []corev1.ConfigMap {
 	var list corev1.ConfigMapList
 	Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns),
-		client.MatchingLabels{fencedlease.EpochStoreLabel: "shard"})).To(Succeed())
+		client.MatchingLabels{coordv1alpha1.EpochStoreLabel: "shard"})).To(Succeed())
 	return list.Items
 }
 
-// storeFor is an epoch store reading the legacy ConfigMap of operatorNS.
-func storeFor(operatorNS string) *fencedlease.EpochStore {
-	return &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
-		Namespace: operatorNS, Name: fencedlease.DefaultEpochStoreName}
+// newStore is an epoch store written by the test's client.
+func newStore() *fencedlease.EpochStore {
+	return &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient}
 }
 
 var _ = Describe("Epoch store", func() {
 	It("holds 100,000 lease names of one namespace with every object under 512 KiB", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		// 63 characters: the longest key stored as the name itself, so the
 		// worst case for size (longer names are hashed to 33 characters).
 		name := func(i int) string { return fmt.Sprintf("%s-%06d", strings.Repeat("x", 56), i) }
@@ -59,7 +58,7 @@ var _ = Describe("Epoch store", func() {
 		GinkgoWriter.Printf("recorded %d names in %s\n", n, time.Since(start))
 
 		items := shards(ns)
-		Expect(items).To(HaveLen(fencedlease.EpochShards))
+		Expect(items).To(HaveLen(coordv1alpha1.EpochShards))
 		entries, largest := 0, 0
 		for i := range items {
 			raw, err := json.Marshal(&items[i])
@@ -81,7 +80,7 @@ var _ = Describe("Epoch store", func() {
 
 	It("raises and never lowers an entry with Record alone, under concurrent writers to one shard", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		Expect(store.Get(suiteCtx, ns, "a")).To(Equal(int64(0)))
 		Expect(store.Record(suiteCtx, ns, "a", 5)).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "a", 3)).To(Succeed())
@@ -93,7 +92,7 @@ var _ = Describe("Epoch store", func() {
 		// optimistic-locked update, so none is lost.
 		var same []string
 		for i := 0; len(same) < 16; i++ {
-			if n := fmt.Sprintf("n%d", i); fencedlease.EpochShardName(n) == fencedlease.EpochShardName("a") {
+			if n := fmt.Sprintf("n%d", i); coordv1alpha1.EpochShardName(n) == coordv1alpha1.EpochShardName("a") {
 				same = append(same, n)
 			}
 		}
@@ -114,7 +113,7 @@ var _ = Describe("Epoch store", func() {
 
 	It("stores a long name under a hash, and refuses a non-integer entry", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		long := strings.Repeat("l", 253)
 		Expect(fencedlease.EpochKey(long)).To(HaveLen(33))
 		Expect(store.Record(suiteCtx, ns, long, 77)).To(Succeed())
@@ -122,9 +121,9 @@ var _ = Describe("Epoch store", func() {
 		Expect(store.Get(suiteCtx, ns, long[:252])).To(Equal(int64(0)))
 
 		var cm corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: fencedlease.EpochShardName(long)}, &cm)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName(long)}, &cm)).To(Succeed())
 		Expect(fencedlease.EpochShardEntries(&cm)).To(HaveKeyWithValue(fencedlease.EpochKey(long), int64(77)))
-		cm.Data[fencedlease.EpochDataKey] = fencedlease.EpochKey(long) + " seventy\n"
+		cm.Data[coordv1alpha1.EpochDataKey] = fencedlease.EpochKey(long) + " seventy\n"
 		Expect(k8sClient.Update(suiteCtx, &cm)).To(Succeed())
 		_, err := store.Get(suiteCtx, ns, long)
 		Expect(err).To(MatchError(ContainSubstring("non-negative integer")))
@@ -133,9 +132,9 @@ var _ = Describe("Epoch store", func() {
 
 	It("refuses to take a shard past its budget", func() {
 		ns := newNamespace()
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		// Fill one shard to its budget with hand-written filler entries.
-		shard := fencedlease.EpochShardName("victim")
+		shard := coordv1alpha1.EpochShardName("victim")
 		var filler strings.Builder
 		// Filler lines are 55 bytes: at most 70 bytes of room stay, enough for
 		// "victim 1" but not for a line of a 61-character name.
@@ -143,13 +142,13 @@ var _ = Describe("Epoch store", func() {
 			fmt.Fprintf(&filler, "filler-%06d-%s 1\n", i, strings.Repeat("f", 40))
 		}
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{fencedlease.EpochStoreLabel: "shard"}},
-			Data:       map[string]string{fencedlease.EpochDataKey: filler.String()},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: shard, Labels: map[string]string{coordv1alpha1.EpochStoreLabel: "shard"}},
+			Data:       map[string]string{coordv1alpha1.EpochDataKey: filler.String()},
 		})).To(Succeed())
 		Expect(store.Record(suiteCtx, ns, "victim", 1)).To(Succeed(), "room for one more entry")
 		var big string
 		for i := 0; ; i++ {
-			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); fencedlease.EpochShardName(n) == shard {
+			if n := fmt.Sprintf("%s-%05d", strings.Repeat("b", 55), i); coordv1alpha1.EpochShardName(n) == shard {
 				big = n
 				break
 			}
@@ -163,41 +162,6 @@ var _ = Describe("Epoch store", func() {
 		Expect(store.Get(suiteCtx, ns, "victim")).To(Equal(int64(2)))
 	})
 
-	It("reads the legacy single ConfigMap through, and survives a reinstalled operator namespace", func() {
-		ns := newNamespace()
-		legacyNS := newNamespace()
-		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName},
-			Data:       map[string]string{ns + ".old": "40", ns + ".both": "7"},
-		})).To(Succeed())
-		store := storeFor(legacyNS)
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(40)), "an entry only in the legacy store still counts")
-		Expect(store.Record(suiteCtx, ns, "old", 10)).To(Succeed())
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(40)))
-		Expect(store.Record(suiteCtx, ns, "old", 50)).To(Succeed())
-		Expect(store.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
-		Expect(store.Record(suiteCtx, ns, "both", 8)).To(Succeed())
-		var legacy corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: legacyNS, Name: fencedlease.DefaultEpochStoreName}, &legacy)).To(Succeed())
-		Expect(legacy.Data).To(Equal(map[string]string{ns + ".old": "40", ns + ".both": "7"}), "the legacy store is never written")
-
-		// An operator reinstalled into a fresh namespace (no legacy store)
-		// still finds the history, which sits in the lease's namespace.
-		reinstalled := storeFor("kubefence-reinstalled")
-		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)))
-		Expect(reinstalled.Get(suiteCtx, ns, "both")).To(Equal(int64(8)))
-
-		// Migration copies what only the legacy store knows into the shards,
-		// and skips namespaces that no longer exist.
-		legacy.Data = map[string]string{ns + ".only-legacy": "33", ns + ".old": "40", "no-such-namespace.x": "5"}
-		Expect(k8sClient.Update(suiteCtx, &legacy)).To(Succeed())
-		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(0)))
-		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2))
-		Expect(reinstalled.Get(suiteCtx, ns, "only-legacy")).To(Equal(int64(33)))
-		Expect(reinstalled.Get(suiteCtx, ns, "old")).To(Equal(int64(50)), "migration never lowers an entry")
-		Expect(store.MigrateLegacy(suiteCtx)).To(Equal(2), "idempotent")
-	})
-
 	It("lets a namespace's deletion finish, and prunes its history with it", func() {
 		ctrlProc := startController(false)
 		DeferCleanup(ctrlProc.stop)
@@ -206,7 +170,7 @@ var _ = Describe("Epoch store", func() {
 		// lives, one whose shard would have to be created while it terminates.
 		first, second := "phoenix", ""
 		for i := 0; second == ""; i++ {
-			if n := fmt.Sprintf("late-%d", i); fencedlease.EpochShardName(n) != fencedlease.EpochShardName(first) {
+			if n := fmt.Sprintf("late-%d", i); coordv1alpha1.EpochShardName(n) != coordv1alpha1.EpochShardName(first) {
 				second = n
 			}
 		}
@@ -220,7 +184,7 @@ var _ = Describe("Epoch store", func() {
 				return controllerutil.ContainsFinalizer(getLease(ns, n), coordv1alpha1.EpochFinalizer)
 			}).Should(BeTrue())
 		}
-		store := storeFor(operatorNamespace)
+		store := newStore()
 		Expect(k8sClient.Delete(suiteCtx, getLease(ns, first))).To(Succeed())
 		Eventually(func() (int64, error) { return store.Get(suiteCtx, ns, first) }).Should(Equal(int64(42)))
 		Eventually(func() bool {
@@ -280,9 +244,9 @@ var _ = Describe("Epoch store RBAC", func() {
 		}
 		want := map[string]bool{}
 		for i := range 100_000 {
-			want[fencedlease.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
+			want[coordv1alpha1.EpochShardName(fmt.Sprintf("lease-%d", i))] = true
 		}
-		Expect(want).To(HaveLen(fencedlease.EpochShards))
+		Expect(want).To(HaveLen(coordv1alpha1.EpochShards))
 		Expect(named).To(ConsistOf(slices.Collect(maps.Keys(want))))
 
 		role.ObjectMeta = metav1.ObjectMeta{Name: "epoch-store-manager-role"}
@@ -299,7 +263,7 @@ var _ = Describe("Epoch store RBAC", func() {
 
 		ns := newNamespace()
 		Expect(k8sClient.Create(suiteCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-data"}})).To(Succeed())
-		store := &fencedlease.EpochStore{Reader: op, Writer: op} // no legacy store
+		store := &fencedlease.EpochStore{Reader: op, Writer: op}
 		Eventually(func() error { return store.Record(suiteCtx, ns, "rbac", 11) }).Should(Succeed())
 		Expect(store.Record(suiteCtx, ns, "rbac", 12)).To(Succeed())
 		Expect(store.Get(suiteCtx, ns, "rbac")).To(Equal(int64(12)))

@@ -441,9 +441,8 @@ var _ = Describe("FencedLease controller with a cache that lags", func() {
 			APIReader: k8sClient,
 			Clock:     clock.RealClock{},
 			Recorder:  events.NewFakeRecorder(100),
-			Epochs: &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient,
-				Namespace: operatorNamespace, Name: fencedlease.DefaultEpochStoreName},
-			Timing: fencedlease.DefaultTiming(),
+			Epochs:    &fencedlease.EpochStore{Reader: k8sClient, Writer: k8sClient},
+			Timing:    fencedlease.DefaultTiming(),
 		}
 		// The stale copy has no bob: the grant written from it conflicts. One
 		// reconcile must still grant alice, with bob waiting (read afresh).

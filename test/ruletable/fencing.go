@@ -190,15 +190,15 @@ func refused(r fencing.Reason, msg string) Want { return Refused(r, msg) }
 func differs(w Want) *Want                      { return &w }
 
 var (
-	stale       = fencing.ReasonStale
-	noHolder    = fencing.ReasonNoHolder
-	expired     = fencing.ReasonExpired
-	notIssued   = fencing.ReasonNotIssued
-	malformed   = fencing.ReasonMalformed
-	noLease     = fencing.ReasonNoLease
-	notHolder   = fencing.ReasonNotHolder
-	unguarded   = fencing.ReasonUnguarded
-	uncheckable = fencing.ReasonUncheckable
+	stale       = coordv1alpha1.RefusalStale
+	noHolder    = coordv1alpha1.RefusalNoHolder
+	expired     = coordv1alpha1.RefusalExpired
+	notIssued   = coordv1alpha1.RefusalNotIssued
+	malformed   = coordv1alpha1.RefusalMalformed
+	noLease     = coordv1alpha1.RefusalNoLease
+	notHolder   = coordv1alpha1.RefusalNotHolder
+	unguarded   = coordv1alpha1.RefusalUnguarded
+	uncheckable = coordv1alpha1.RefusalUncheckable
 )
 
 func create(k Kind, in Where, o *Object, as User) Write {

@@ -108,21 +108,21 @@ func webhookReason(code int32, causes map[string]string, msg string) fencing.Rea
 		return fencing.Reason(r)
 	}
 	if code == http.StatusForbidden && strings.Contains(msg, uncheckableMarker) {
-		return fencing.ReasonUncheckable
+		return coordv1alpha1.RefusalUncheckable
 	}
 	switch code {
 	case http.StatusBadRequest:
-		return fencing.ReasonMalformed
+		return coordv1alpha1.RefusalMalformed
 	case http.StatusNotFound:
-		return fencing.ReasonNoLease
+		return coordv1alpha1.RefusalNoLease
 	case http.StatusForbidden:
-		return fencing.ReasonUnguarded
+		return coordv1alpha1.RefusalUnguarded
 	case http.StatusConflict:
-		return fencing.ReasonNotIssued
+		return coordv1alpha1.RefusalNotIssued
 	case http.StatusInternalServerError:
-		return fencing.ReasonLeaseLookup
+		return coordv1alpha1.RefusalLeaseError
 	case http.StatusServiceUnavailable:
-		return fencing.ReasonSlow
+		return coordv1alpha1.RefusalSlow
 	}
 	return ReasonOther
 }
@@ -130,15 +130,15 @@ func webhookReason(code int32, causes map[string]string, msg string) fencing.Rea
 // WebhookCode is the HTTP code of the fencing webhook's refusals of class r.
 func WebhookCode(r fencing.Reason) int32 {
 	switch r {
-	case fencing.ReasonMalformed:
+	case coordv1alpha1.RefusalMalformed:
 		return http.StatusBadRequest
-	case fencing.ReasonNoLease:
+	case coordv1alpha1.RefusalNoLease:
 		return http.StatusNotFound
-	case fencing.ReasonNotHolder, fencing.ReasonUnguarded, fencing.ReasonUncheckable:
+	case coordv1alpha1.RefusalNotHolder, coordv1alpha1.RefusalUnguarded, coordv1alpha1.RefusalUncheckable:
 		return http.StatusForbidden
-	case fencing.ReasonLeaseLookup:
+	case coordv1alpha1.RefusalLeaseError:
 		return http.StatusInternalServerError
-	case fencing.ReasonSlow:
+	case coordv1alpha1.RefusalSlow:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusConflict
@@ -159,7 +159,7 @@ func policyCode(r fencing.Reason) int32 {
 // recognises in both modes.
 func StaleClass(r fencing.Reason) bool {
 	switch r {
-	case fencing.ReasonStale, fencing.ReasonExpired, fencing.ReasonNoHolder, fencing.ReasonNotHolder:
+	case coordv1alpha1.RefusalStale, coordv1alpha1.RefusalExpired, coordv1alpha1.RefusalNoHolder, coordv1alpha1.RefusalNotHolder:
 		return true
 	}
 	return false
@@ -174,25 +174,25 @@ func PolicyReason(msg string) fencing.Reason {
 	case strings.HasPrefix(msg, "namespace ") && (strings.Contains(msg, " is being deleted: ") || strings.Contains(msg, " but is not being deleted")):
 		return ReasonTerminating
 	case strings.HasPrefix(msg, uncheckableMarker):
-		return fencing.ReasonUncheckable
+		return coordv1alpha1.RefusalUncheckable
 	case strings.Contains(msg, "was not written for the installed fencing policy"):
 		return ReasonTable
 	case strings.Contains(msg, "no params found"):
 		return ReasonNoTable
 	case strings.HasPrefix(msg, "fencing is required for this kind"):
-		return fencing.ReasonUnguarded
+		return coordv1alpha1.RefusalUnguarded
 	case strings.Contains(msg, "has no entry in the tenure table"):
-		return fencing.ReasonNoLease
+		return coordv1alpha1.RefusalNoLease
 	case strings.Contains(msg, "has no holder"):
-		return fencing.ReasonNoHolder
+		return coordv1alpha1.RefusalNoHolder
 	case strings.HasPrefix(msg, "missing fencing token"), strings.HasPrefix(msg, "invalid fencing token"):
-		return fencing.ReasonMalformed
+		return coordv1alpha1.RefusalMalformed
 	case strings.Contains(msg, "was never issued"):
-		return fencing.ReasonNotIssued
+		return coordv1alpha1.RefusalNotIssued
 	case strings.HasPrefix(msg, coordv1alpha1.StaleMarker):
-		return fencing.ReasonStale
+		return coordv1alpha1.RefusalStale
 	case strings.Contains(msg, coordv1alpha1.NotHolderMarker):
-		return fencing.ReasonNotHolder
+		return coordv1alpha1.RefusalNotHolder
 	}
 	return ReasonOther
 }

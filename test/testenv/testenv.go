@@ -48,6 +48,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
@@ -105,27 +106,22 @@ func WebhookManagerOptions(env *envtest.Environment, scheme *runtime.Scheme) ctr
 	return o
 }
 
-// LeaderElectionID is the deployed operator's leader-election Lease
-// (cmd/main.go's LeaderElectionID).
-const LeaderElectionID = operator.LeaderElectionID
-
 // ControllerManagerOptions are the options of a manager that runs the
 // operator's controller in a test: no metrics or probe servers, controller
 // names that may repeat across the managers of one process, and, should the
 // caller turn leader election on, the deployed operator's Lease
-// (LeaderElectionID in namespace). Callers may change fields afterwards.
+// (coordv1alpha1.LeaderElectionID in namespace). Callers may change fields afterwards.
 func ControllerManagerOptions(scheme *runtime.Scheme, namespace string) ctrl.Options {
 	o := managerOptions(scheme)
 	o.HealthProbeBindAddress = "0"
-	o.LeaderElectionID = LeaderElectionID
+	o.LeaderElectionID = coordv1alpha1.LeaderElectionID
 	o.LeaderElectionNamespace = namespace
 	return o
 }
 
 // Operator are the options of the operator the suites run: the deployed
-// operator's defaults (operator.DefaultOptions), with the epoch store in
-// operatorNamespace and controllerUsers (the envtest admin) trusted as the
-// controller.
+// operator's defaults (operator.DefaultOptions), in operatorNamespace, with
+// controllerUsers (the envtest admin) trusted as the controller.
 func Operator(operatorNamespace string, controllerUsers ...string) operator.Options {
 	o := operator.DefaultOptions()
 	o.Namespace = operatorNamespace
@@ -150,7 +146,7 @@ func webhooksOnly(controllerUsers []string) operator.Options {
 }
 
 // SetupReconciler sets up the FencedLease reconciler on mgr (operator.Setup
-// without the webhooks), with the epoch store in operatorNamespace, as
+// without the webhooks), in operatorNamespace, as
 // cmd/main.go does.
 func SetupReconciler(mgr ctrl.Manager, operatorNamespace string) error {
 	o := Operator(operatorNamespace)

@@ -118,7 +118,7 @@ var _ admission.Validator[*coordv1alpha1.FencedLease] = &FencedLeaseValidator{}
 // ValidateCreate lets a client create a lease with no requests or with its own.
 func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv1alpha1.FencedLease) (admission.Warnings, error) {
 	if slices.Contains(v.ExcludedNamespaces, lease.Namespace) {
-		return nil, v.refuse(lease, "namespace", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalNamespace, fmt.Sprintf(
 			"FencedLeases cannot be created in namespace %s: the fencing webhooks never look at it (excluded: %s), so objects guarded there would not be fenced; create the lease in the namespace of the objects it guards",
 			lease.Namespace, strings.Join(v.ExcludedNamespaces, ", ")))
 	}
@@ -127,21 +127,21 @@ func (v *FencedLeaseValidator) ValidateCreate(ctx context.Context, lease *coordv
 		return nil, err
 	}
 	if sub != "" {
-		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller")
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalStatus, "status is written only by the kubefence controller")
 	}
 	if err := v.checkRenewTimes(nil, lease); err != nil {
-		return nil, v.refuse(lease, "renew-time", err.Error())
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalRenewTime, err.Error())
 	}
 	if len(lease.OwnerReferences) > 0 && !v.isAdmin(user) {
-		return nil, v.refuse(lease, "owner", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalOwner, fmt.Sprintf(
 			"only the kubefence controller and members of %v may set ownerReferences on a FencedLease: the garbage collector deletes a lease whose owner is gone, which would depose its holder", v.adminGroups()))
 	}
 	if _, ok := lease.Annotations[coordv1alpha1.ExpiredAnnotation]; ok {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalAnnotation, fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	for i, r := range lease.Spec.Requests {
 		if err := checkOwnRequest(lease, i, r, user); err != nil {
-			return nil, v.refuse(lease, "foreign-request", err.Error())
+			return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalForeignRequest, err.Error())
 		}
 	}
 	return v.durationWarnings(ctx, lease), nil
@@ -154,60 +154,60 @@ func (v *FencedLeaseValidator) ValidateUpdate(ctx context.Context, oldLease, lea
 		return nil, err
 	}
 	if sub == "status" {
-		return nil, v.refuse(lease, "status", "status is written only by the kubefence controller: a client cannot grant, renew, expire or change the fencing token through status")
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalStatus, "status is written only by the kubefence controller: a client cannot grant, renew, expire or change the fencing token through status")
 	}
 	if sub != "" {
-		return nil, v.refuse(lease, "subresource", fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalSubresource, fmt.Sprintf("subresource %q of a FencedLease cannot be written", sub))
 	}
 	if err := v.checkRenewTimes(oldLease, lease); err != nil {
-		return nil, v.refuse(lease, "renew-time", err.Error())
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalRenewTime, err.Error())
 	}
 	if slices.Contains(oldLease.Finalizers, coordv1alpha1.EpochFinalizer) && !slices.Contains(lease.Finalizers, coordv1alpha1.EpochFinalizer) {
-		return nil, v.refuse(lease, "finalizer", fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", coordv1alpha1.EpochFinalizer))
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalFinalizer, fmt.Sprintf("finalizer %s is removed only by the kubefence controller, after it has recorded the lease's highest token", coordv1alpha1.EpochFinalizer))
 	}
 	privileged := v.isAdmin(user) || slices.Contains(v.CleanupUsers, user.Username)
 	if !privileged && !equality.Semantic.DeepEqual(oldLease.OwnerReferences, lease.OwnerReferences) {
-		return nil, v.refuse(lease, "owner", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalOwner, fmt.Sprintf(
 			"only the kubefence controller, members of %v and the cluster's clean-up controllers may change the ownerReferences of a FencedLease: the garbage collector deletes a lease whose owner is gone, which would depose its holder", v.adminGroups()))
 	}
 	if !privileged && !slices.Equal(oldLease.Finalizers, lease.Finalizers) {
-		return nil, v.refuse(lease, "finalizer", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalFinalizer, fmt.Sprintf(
 			"only the kubefence controller, members of %v and the cluster's clean-up controllers may change the finalizers of a FencedLease: a foreign finalizer would keep a deleted lease terminating forever", v.adminGroups()))
 	}
 	if privileged && !v.isAdmin(user) {
 		// A clean-up controller finishing a cascade: nothing but metadata.
 		if !equality.Semantic.DeepEqual(oldLease.Spec, lease.Spec) || !equality.Semantic.DeepEqual(oldLease.Annotations, lease.Annotations) {
-			return nil, v.refuse(lease, "foreign-request", fmt.Sprintf("%s may change only the ownerReferences and finalizers of a FencedLease", user.Username))
+			return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalForeignRequest, fmt.Sprintf("%s may change only the ownerReferences and finalizers of a FencedLease", user.Username))
 		}
 		return nil, nil
 	}
 	oldAnn, hadAnn := oldLease.Annotations[coordv1alpha1.ExpiredAnnotation]
 	newAnn, hasAnn := lease.Annotations[coordv1alpha1.ExpiredAnnotation]
 	if hadAnn != hasAnn || oldAnn != newAnn {
-		return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalAnnotation, fmt.Sprintf("annotation %s is written only by the kubefence controller", coordv1alpha1.ExpiredAnnotation))
 	}
 	if err := checkHolderRequeued(oldLease, lease); err != nil {
-		return nil, v.refuse(lease, "requeued-holder", err.Error())
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalRequeuedHolder, err.Error())
 	}
 	if v.isAdmin(user) {
 		// An operator action: it may remove and reorder others' requests, but
 		// removing the holder's must say so, so that the controller waits for
 		// the revoked holder's admitted writes before the next grant.
 		if err := checkRevocation(oldLease, lease, user); err != nil {
-			return nil, v.refuse(lease, "revocation", err.Error())
+			return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalRevocation, err.Error())
 		}
 	} else {
 		oldRev, hadRev := oldLease.Annotations[coordv1alpha1.RevokedAnnotation]
 		newRev, hasRev := lease.Annotations[coordv1alpha1.RevokedAnnotation]
 		if hadRev != hasRev || oldRev != newRev {
-			return nil, v.refuse(lease, "annotation", fmt.Sprintf("annotation %s is written only by operators (members of %v) revoking a tenure", coordv1alpha1.RevokedAnnotation, v.adminGroups()))
+			return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalAnnotation, fmt.Sprintf("annotation %s is written only by operators (members of %v) revoking a tenure", coordv1alpha1.RevokedAnnotation, v.adminGroups()))
 		}
 		if err := checkRequestChanges(oldLease, lease, user); err != nil {
-			return nil, v.refuse(lease, "foreign-request", err.Error())
+			return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalForeignRequest, err.Error())
 		}
 	}
 	if settingsChanged(oldLease, lease) && !v.isAdmin(user) {
-		return nil, v.refuse(lease, "settings", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalSettings, fmt.Sprintf(
 			"only the kubefence controller and members of %v may change leaseDurationSeconds, lockDelaySeconds or minFencingToken of an existing lease; %q may only queue, renew and withdraw its own requests",
 			v.adminGroups(), user.Username))
 	}
@@ -249,7 +249,7 @@ func (v *FencedLeaseValidator) ValidateDelete(ctx context.Context, lease *coordv
 		return nil, err
 	}
 	if lease.Status.HolderIdentity != "" {
-		return nil, v.refuse(lease, "delete", fmt.Sprintf(
+		return nil, v.refuse(lease, coordv1alpha1.LeaseRefusalDelete, fmt.Sprintf(
 			"fencedlease %s/%s is held by %s (token %d): only the kubefence controller, members of %v and the cluster's clean-up controllers may delete a held lease; release it first (kubectl fence release)",
 			lease.Namespace, lease.Name, lease.Status.HolderIdentity, lease.Status.FencingToken, v.adminGroups()))
 	}
@@ -285,8 +285,8 @@ func (v *FencedLeaseValidator) isController(user authenticationv1.UserInfo) bool
 	return slices.Contains(v.ControllerUsers, user.Username)
 }
 
-func (v *FencedLeaseValidator) refuse(lease *coordv1alpha1.FencedLease, reason, msg string) error {
-	metrics.LeaseWriteRefused(reason)
+func (v *FencedLeaseValidator) refuse(lease *coordv1alpha1.FencedLease, reason coordv1alpha1.RefusalReason, msg string) error {
+	metrics.LeaseWriteRefused(string(reason))
 	return apierrors.NewForbidden(coordv1alpha1.GroupVersion.WithResource("fencedleases").GroupResource(), lease.Name, fmt.Errorf("%s", msg))
 }
 

@@ -41,7 +41,7 @@ const samplerRetry = 5 * time.Second
 // status.renewTime moves only at grants, so a sample taken later is minus
 // the tenure's age, not the offset (review 2026-12-01, finding 12).
 //
-// Without leader election (one replica, --single-replica) the Lease does
+// Without leader election (--leader-elect=false) the Lease does
 // not exist: the controller and the webhook share one process and one
 // clock, and the gauge stays 0.
 type ClockSampler struct {

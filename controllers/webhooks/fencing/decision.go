@@ -160,23 +160,9 @@ type Input struct {
 	CommitLag time.Duration
 }
 
-// Reason classifies a refusal (a bounded metric label).
-type Reason string
-
-// Refusal reasons.
-const (
-	ReasonStale       Reason = "stale"       // lower than accepted or current
-	ReasonNoHolder    Reason = "no-holder"   // lease released or expired
-	ReasonExpired     Reason = "expired"     // tenure past its expiry
-	ReasonNotIssued   Reason = "not-issued"  // higher than any issued token
-	ReasonMalformed   Reason = "malformed"   // missing, non-numeric, negative, overflowing
-	ReasonNoLease     Reason = "no-lease"    // the named lease does not exist
-	ReasonNotHolder   Reason = "not-holder"  // tokenless write from someone other than the holder
-	ReasonUnguarded   Reason = "unguarded"   // fencing is required but the object is not guarded
-	ReasonLeaseLookup Reason = "lease-error" // the lease could not be read (fail closed)
-	ReasonSlow        Reason = "slow"        // the decision took longer than half the commit lag, or ended too near the tenure's expiry
-	ReasonUncheckable Reason = "uncheckable" // a cluster-scoped object carries the guard: no FencedLease can check it
-)
+// Reason classifies a refusal (a bounded metric label); its values are
+// declared in api/v1alpha1 (names.go).
+type Reason = coordv1alpha1.RefusalReason
 
 // Verdict is the webhook's answer.
 type Verdict struct {
@@ -234,7 +220,7 @@ func Decide(in Input) Verdict {
 
 	if !guardedOld && !guardedNew {
 		if in.Required {
-			return refuse(403, ReasonUnguarded, "", 0, 0,
+			return refuse(403, coordv1alpha1.RefusalUnguarded, "", 0, 0,
 				"fencing is required for this kind in namespace %s: label the object %s=<lease name> and annotate it %s=<token>",
 				in.Namespace, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 		}
@@ -243,7 +229,7 @@ func Decide(in Input) Verdict {
 
 	if in.Required {
 		if metadataWrite && guardedOld && !guardedNew {
-			return refuse(403, ReasonUnguarded, in.Namespace+"/"+in.Old.Lease, 0, 0,
+			return refuse(403, coordv1alpha1.RefusalUnguarded, in.Namespace+"/"+in.Old.Lease, 0, 0,
 				"fencing is required for this kind in namespace %s: the guard label %s cannot be removed", in.Namespace, coordv1alpha1.GuardLeaseLabel)
 		}
 		if in.SubResource != "scale" {
@@ -282,7 +268,7 @@ func Decide(in Input) Verdict {
 				return v
 			}
 			if t < st.Token {
-				return refuse(409, ReasonStale, scope, t, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, t, scope, st.Token)
+				return refuse(409, coordv1alpha1.RefusalStale, scope, t, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, t, scope, st.Token)
 			}
 		}
 		return checkHolder(in, in.New.Lease)
@@ -311,7 +297,7 @@ func uncheckable(in Input, guardedNew bool) Verdict {
 	if !guardedNew || in.Operation == admissionv1.Delete {
 		return allow("", 0, 0)
 	}
-	return refuse(403, ReasonUncheckable, "", 0, 0,
+	return refuse(403, coordv1alpha1.RefusalUncheckable, "", 0, 0,
 		"this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",
 		coordv1alpha1.GuardLeaseLabel, coordv1alpha1.GuardLeaseLabel, coordv1alpha1.FencingTokenAnnotation)
 }
@@ -322,15 +308,15 @@ func uncheckable(in Input, guardedNew bool) Verdict {
 func checkToken(in Input, lease string, accepted *int64) Verdict {
 	scope := in.Namespace + "/" + lease
 	if !in.New.HasToken {
-		return refuse(400, ReasonMalformed, scope, 0, 0,
+		return refuse(400, coordv1alpha1.RefusalMalformed, scope, 0, 0,
 			"missing fencing token: objects guarded by lease %s need annotation %s=<token of the current holder>", scope, coordv1alpha1.FencingTokenAnnotation)
 	}
 	token, err := parseToken(in.New.Token)
 	if err != nil {
-		return refuse(400, ReasonMalformed, scope, 0, 0, "invalid fencing token for lease %s: %v", scope, err)
+		return refuse(400, coordv1alpha1.RefusalMalformed, scope, 0, 0, "invalid fencing token for lease %s: %v", scope, err)
 	}
 	if accepted != nil && token < *accepted {
-		return refuse(409, ReasonStale, scope, token, *accepted,
+		return refuse(409, coordv1alpha1.RefusalStale, scope, token, *accepted,
 			"%s %d for lease %s: the object already accepted token %d", coordv1alpha1.StaleMarker, token, scope, *accepted)
 	}
 	st, v := lookup(in, lease, token)
@@ -339,15 +325,15 @@ func checkToken(in Input, lease string, accepted *int64) Verdict {
 	}
 	switch {
 	case token < st.Token:
-		return refuse(409, ReasonStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, token, scope, st.Token)
+		return refuse(409, coordv1alpha1.RefusalStale, scope, token, st.Token, "%s %d for lease %s: current token is %d", coordv1alpha1.StaleMarker, token, scope, st.Token)
 	case token > st.Token && token <= st.TokenBase:
 		// Issued before the lease was deleted and created again, or below a
 		// raised minFencingToken (nothing granted since): stale, not forged.
-		return refuse(409, ReasonStale, scope, token, st.Token,
+		return refuse(409, coordv1alpha1.RefusalStale, scope, token, st.Token,
 			"%s %d for lease %s: tokens up to %d were issued before the lease was deleted and created again (or are below its minFencingToken), and it has issued none since (current token is %d)",
 			coordv1alpha1.StaleMarker, token, scope, st.TokenBase, st.Token)
 	case token > st.Token:
-		return refuse(409, ReasonNotIssued, scope, token, st.Token,
+		return refuse(409, coordv1alpha1.RefusalNotIssued, scope, token, st.Token,
 			"fencing token %d for lease %s was never issued: current token is %d", token, scope, st.Token)
 	}
 	return current(in, lease, st, token)
@@ -376,13 +362,13 @@ func checkHolder(in Input, lease string) Verdict {
 		if t, err := parseToken(in.Old.Token); err == nil && t > st.Token {
 			// The lease is behind the object: it was deleted and created again,
 			// or restored from an older backup, and has not caught up.
-			return refuse(409, ReasonStale, scope, 0, st.Token,
+			return refuse(409, coordv1alpha1.RefusalStale, scope, 0, st.Token,
 				"%s: the object already accepted token %d, above the current token %d of lease %s (was the lease deleted and created again, or restored from an older backup?); it takes a write with a token of at least %d",
 				coordv1alpha1.StaleMarker, t, st.Token, scope, t)
 		}
 	}
 	if st.Holder == "" {
-		return refuse(409, ReasonNoHolder, scope, 0, st.Token,
+		return refuse(409, coordv1alpha1.RefusalNoHolder, scope, 0, st.Token,
 			"%s: lease %s has no holder (token %d was released or expired), so nobody may write this object without a token", coordv1alpha1.StaleMarker, scope, st.Token)
 	}
 	if !isHolder(in.Requester, st) {
@@ -390,7 +376,7 @@ func checkHolder(in Input, lease string) Verdict {
 		if in.Requester.PodName != "" {
 			who += " (pod " + in.Requester.PodName + ")"
 		}
-		return refuse(403, ReasonNotHolder, scope, 0, st.Token,
+		return refuse(403, coordv1alpha1.RefusalNotHolder, scope, 0, st.Token,
 			"%s is not the holder of lease %s (held by %s with token %d): %s and deletes of a guarded object, and removing or moving its guard, are accepted only from the current holder",
 			who, scope, st.Holder, st.Token, subresourceName(in))
 	}
@@ -409,16 +395,16 @@ func subresourceName(in Input) string {
 func current(in Input, lease string, st LeaseState, token int64) Verdict {
 	scope := in.Namespace + "/" + lease
 	if st.Holder == "" {
-		return refuse(409, ReasonNoHolder, scope, token, st.Token,
+		return refuse(409, coordv1alpha1.RefusalNoHolder, scope, token, st.Token,
 			"%s %d for lease %s: the lease has no holder (token %d was released or expired)", coordv1alpha1.StaleMarker, token, scope, st.Token)
 	}
 	if st.ExpireTime.IsZero() {
-		return refuse(409, ReasonExpired, scope, token, st.Token,
+		return refuse(409, coordv1alpha1.RefusalExpired, scope, token, st.Token,
 			"%s %d for lease %s: the status names holder %s but no expireTime, so its tenure cannot be shown to be live (refusing, fail closed)", coordv1alpha1.StaleMarker, token, scope, st.Holder)
 	}
 	expire := timing.WebhookExpiry(st.ExpireTime, st.RenewStamp, st.LeaseDuration, in.Skew)
 	if cut := timing.CutOff(expire, st.LeaseDuration, in.Skew, in.CommitLag); !in.Now.Before(cut) {
-		return refuse(409, ReasonExpired, scope, token, st.Token,
+		return refuse(409, coordv1alpha1.RefusalExpired, scope, token, st.Token,
 			"%s %d for lease %s: the tenure of %s expires at %s, and writes stop being accepted at %s (the commit-lag and clock-skew margin before it)",
 			coordv1alpha1.StaleMarker, token, scope, st.Holder, expire.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano))
 	}
@@ -507,10 +493,10 @@ func lookup(in Input, lease string, token int64) (LeaseState, Verdict) {
 	scope := in.Namespace + "/" + lease
 	st, err := in.Lease(lease)
 	if err != nil {
-		return st, refuse(500, ReasonLeaseLookup, scope, token, 0, "cannot read lease %s to check the fencing token (refusing, fail closed): %v", scope, err)
+		return st, refuse(500, coordv1alpha1.RefusalLeaseError, scope, token, 0, "cannot read lease %s to check the fencing token (refusing, fail closed): %v", scope, err)
 	}
 	if !st.Exists {
-		return st, refuse(404, ReasonNoLease, scope, token, 0,
+		return st, refuse(404, coordv1alpha1.RefusalNoLease, scope, token, 0,
 			"lease %s does not exist: the %s label must name a FencedLease in the object's namespace", scope, coordv1alpha1.GuardLeaseLabel)
 	}
 	return st, allow(scope, token, st.Token)

@@ -79,7 +79,7 @@ func TestCutOff(t *testing.T) {
 			if v.Allowed != c.allowed {
 				t.Fatalf("allowed = %v, want %v (%s)", v.Allowed, c.allowed, v.Message)
 			}
-			if !c.allowed && (v.Code != 409 || v.Reason != ReasonExpired || !strings.Contains(v.Message, "writes stop being accepted at")) {
+			if !c.allowed && (v.Code != 409 || v.Reason != coordv1alpha1.RefusalExpired || !strings.Contains(v.Message, "writes stop being accepted at")) {
 				t.Fatalf("refusal %d %s %q, want 409 expired at the cut-off", v.Code, v.Reason, v.Message)
 			}
 		})
@@ -91,7 +91,7 @@ func TestCutOff(t *testing.T) {
 func TestLeaseReadFailureFailsClosed(t *testing.T) {
 	in := input(admissionv1.Create, "", nil, guarded("42"), "bob", held())
 	in.Lease = func(string) (LeaseState, error) { return LeaseState{}, errors.New("boom") }
-	if v := Decide(in); v.Allowed || v.Code != 500 || v.Reason != ReasonLeaseLookup || !strings.Contains(v.Message, "fail closed") {
+	if v := Decide(in); v.Allowed || v.Code != 500 || v.Reason != coordv1alpha1.RefusalLeaseError || !strings.Contains(v.Message, "fail closed") {
 		t.Fatalf("verdict %+v, want a 500 lease-error refusal that says it fails closed", v)
 	}
 }

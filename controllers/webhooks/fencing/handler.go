@@ -40,13 +40,6 @@ const (
 	ModeScale Mode = "scale"
 )
 
-// Paths of the fencing webhooks.
-const (
-	PathGuarded  = "/fence-guarded"
-	PathRequired = "/fence-required"
-	PathScale    = "/fence-scale"
-)
-
 // Handler is one generic admission.Handler over arbitrary kinds.
 type Handler struct {
 	Mode Mode
@@ -72,12 +65,12 @@ type Handler struct {
 // Register adds the three fencing handlers and the pod-scope handler to the
 // webhook server.
 func Register(srv webhook.Server, base Handler) {
-	for mode, path := range map[Mode]string{ModeGuarded: PathGuarded, ModeRequired: PathRequired, ModeScale: PathScale} {
+	for mode, path := range map[Mode]string{ModeGuarded: coordv1alpha1.FencingGuardedPath, ModeRequired: coordv1alpha1.FencingRequiredPath, ModeScale: coordv1alpha1.FencingScalePath} {
 		h := base
 		h.Mode = mode
 		srv.Register(path, &webhook.Admission{Handler: &h})
 	}
-	srv.Register(PathPodScope, &webhook.Admission{Handler: PodScopeHandler{}})
+	srv.Register(coordv1alpha1.FencingPodScopePath, &webhook.Admission{Handler: PodScopeHandler{}})
 }
 
 // guardOnly is the part of an object the fencing rule reads: decoding only
@@ -157,7 +150,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	var v Verdict
 	if err != nil {
-		v = refuse(400, ReasonMalformed, "", 0, 0, "%v", err)
+		v = refuse(400, coordv1alpha1.RefusalMalformed, "", 0, 0, "%v", err)
 	} else {
 		v = Decide(in)
 	}
@@ -189,11 +182,11 @@ func (h *Handler) inTime(v Verdict, start, end time.Time) Verdict {
 	took := end.Sub(start)
 	switch {
 	case took > h.CommitLag/2:
-		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+		return refuse(503, coordv1alpha1.RefusalSlow, v.Lease, v.Presented, v.Current,
 			"the fencing check of lease %s took %v, more than half of the commit lag %v, so its lease read may be too old to admit the write by; refusing (fail closed): retry",
 			v.Lease, took.Round(time.Millisecond), h.CommitLag)
 	case !v.AnswerBy.IsZero() && end.After(v.AnswerBy):
-		return refuse(503, ReasonSlow, v.Lease, v.Presented, v.Current,
+		return refuse(503, coordv1alpha1.RefusalSlow, v.Lease, v.Presented, v.Current,
 			"the fencing check of lease %s took %v and ended at %s, after %s, the last instant that leaves half of the tenure's commit-lag budget before its expiry (a lease shorter than 10 x (clock skew + commit lag) has a cut-off margin of only a tenth of its duration), so the write could commit after the next grant; refusing (fail closed): retry",
 			v.Lease, took.Round(time.Millisecond), end.UTC().Format(time.RFC3339Nano), v.AnswerBy.UTC().Format(time.RFC3339Nano))
 	}
@@ -204,7 +197,7 @@ func (h *Handler) inTime(v Verdict, start, end time.Time) Verdict {
 // contract in api/v1alpha1): the lease, the presented and current tokens and
 // the reason. Other refusals carry none.
 func staleDetails(v Verdict) *metav1.StatusDetails {
-	if !v.Reason.stale() {
+	if !isStale(v.Reason) {
 		return nil
 	}
 	cause := func(field, msg string) metav1.StatusCause {
@@ -218,12 +211,12 @@ func staleDetails(v Verdict) *metav1.StatusDetails {
 	}}
 }
 
-// stale tells whether a refusal is for a token or tenure that is over (the
+// isStale tells whether a refusal is for a token or tenure that is over (the
 // writer's token is stale, expired, has no holder, or is not the holder's):
 // the refusals that carry typed causes and count as stale writes.
-func (r Reason) stale() bool {
+func isStale(r Reason) bool {
 	switch r {
-	case ReasonStale, ReasonExpired, ReasonNoHolder, ReasonNotHolder:
+	case coordv1alpha1.RefusalStale, coordv1alpha1.RefusalExpired, coordv1alpha1.RefusalNoHolder, coordv1alpha1.RefusalNotHolder:
 		return true
 	}
 	return false
@@ -247,7 +240,7 @@ func statusReason(code int32) metav1.StatusReason {
 
 func (h *Handler) report(ctx context.Context, req admission.Request, v Verdict) {
 	leaseName := strings.TrimPrefix(v.Lease, req.Namespace+"/")
-	metrics.GuardedWriteRefused(string(v.Reason), v.Reason.stale(), req.Namespace, leaseName, string(req.Operation))
+	metrics.GuardedWriteRefused(string(v.Reason), isStale(v.Reason), req.Namespace, leaseName, string(req.Operation))
 	// Never the payload: scope, tokens and who asked.
 	logf.FromContext(ctx).Info("Refused write to guarded object",
 		"lease", v.Lease, "presentedToken", v.Presented, "currentToken", v.Current, "reason", string(v.Reason),

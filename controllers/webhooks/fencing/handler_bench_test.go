@@ -72,7 +72,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rec := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, PathGuarded, bytes.NewReader(body))
+		r := httptest.NewRequest(http.MethodPost, coordv1alpha1.FencingGuardedPath, bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		wh.ServeHTTP(rec, r)
 		if rec.Code != http.StatusOK || !bytes.Contains(rec.Body.Bytes(), []byte(`"allowed":true`)) {

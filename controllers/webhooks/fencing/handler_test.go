@@ -13,8 +13,8 @@ func TestStaleDetails(t *testing.T) {
 		reason Reason
 		want   bool
 	}{
-		{ReasonStale, true}, {ReasonExpired, true}, {ReasonNoHolder, true}, {ReasonNotHolder, true},
-		{ReasonNotIssued, false}, {ReasonMalformed, false}, {ReasonNoLease, false}, {ReasonUnguarded, false}, {ReasonUncheckable, false}, {ReasonLeaseLookup, false},
+		{coordv1alpha1.RefusalStale, true}, {coordv1alpha1.RefusalExpired, true}, {coordv1alpha1.RefusalNoHolder, true}, {coordv1alpha1.RefusalNotHolder, true},
+		{coordv1alpha1.RefusalNotIssued, false}, {coordv1alpha1.RefusalMalformed, false}, {coordv1alpha1.RefusalNoLease, false}, {coordv1alpha1.RefusalUnguarded, false}, {coordv1alpha1.RefusalUncheckable, false}, {coordv1alpha1.RefusalLeaseError, false},
 	} {
 		t.Run(string(tc.reason), func(t *testing.T) {
 			d := staleDetails(Verdict{Reason: tc.reason, Lease: "jobs/job", Presented: 41, Current: 42})

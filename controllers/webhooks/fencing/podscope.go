@@ -10,10 +10,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// PathPodScope is the path of the pod-scope entry of
-// config/webhook/fencing.yaml.
-const PathPodScope = "/fence-pod-scope"
-
 // FencingEnabledValue is the value of the namespace label
 // kubefence.io/fencing that puts a namespace's pod evictions in scope without
 // making fencing mandatory there ("required" does both).

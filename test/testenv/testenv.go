@@ -36,7 +36,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -49,18 +48,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/internal/devenv"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // WebhookPaths are the admission configurations the deployed operator
-// installs (the FencedLease validator and the fencing webhooks), below root,
-// the repository's root.
-func WebhookPaths(root string) []string {
-	return []string{
-		filepath.Join(root, "config", "webhook", "manifests.yaml"),
-		filepath.Join(root, "config", "webhook", "fencing.yaml"),
-	}
-}
+// installs (devenv.WebhookPaths).
+var WebhookPaths = devenv.WebhookPaths
 
 // NewEnvironment is the Environment of the operator's suites: the
 // operator's CRDs, the test CRDs and WebhookPaths (Input{Root: root, CRDs:

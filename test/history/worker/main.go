@@ -48,7 +48,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"
-	workercore "github.com/kubefence/kubefence/test/worker"
+	workercore "github.com/kubefence/kubefence/internal/worker"
 )
 
 type options struct {

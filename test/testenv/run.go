@@ -53,7 +53,8 @@ func (in Input) Environment() *envtest.Environment {
 }
 
 // Start starts the control plane of in. It is the one place kubefence's
-// suites, demo and benchmark start kube-apiserver and etcd.
+// suites and benchmark start kube-apiserver and etcd (the demo, which may
+// not import test/, starts its own from the same internal/devenv paths).
 func Start(in Input) (*envtest.Environment, *rest.Config, error) {
 	env := in.Environment()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" && env.BinaryAssetsDirectory == "" {

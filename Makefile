@@ -85,7 +85,7 @@ tmux: ## Install tmux and bash-completion (the plugin's completion test drives b
 	@[ -f /usr/share/bash-completion/bash_completion ] || { echo "bash-completion could not be installed: install it with your package manager"; exit 1; }
 
 .PHONY: test-unit
-test-unit: kustomize helm ## Run every test that needs no API server (go test -short; seconds when cached, under a minute on 2 cores).
+test-unit: ## Run every test that needs no API server and no tool but Go (go test -short; seconds when cached, under a minute on 2 cores; test/README.md maps the tiers).
 	go test -short ./... $(TEST_ARGS)
 
 HISTORY_WRITES ?= 100000

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // operatorNamespace holds the operator's epoch store, as in a real install.
@@ -58,19 +58,24 @@ func startControlPlane(ctx context.Context, root, assets, dir string) (cp *contr
 			return nil, err
 		}
 	}
-	scheme := testenv.NewScheme()
-	env, cfg, err := testenv.Start(testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
-		env.BinaryAssetsDirectory = assets
-		env.ControlPlaneStartTimeout = 90 * time.Second
-		env.ControlPlaneStopTimeout = 20 * time.Second
-		env.ControlPlane = envtest.ControlPlane{
+	scheme := devenv.NewScheme()
+	env := &envtest.Environment{
+		Scheme:                   scheme,
+		CRDDirectoryPaths:        devenv.CRDPaths(root),
+		ErrorIfCRDPathMissing:    true,
+		WebhookInstallOptions:    envtest.WebhookInstallOptions{Paths: devenv.WebhookPaths(root), LocalServingHost: "127.0.0.1"},
+		BinaryAssetsDirectory:    assets,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  20 * time.Second,
+		ControlPlane: envtest.ControlPlane{
 			Etcd:      &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")},
 			APIServer: &envtest.APIServer{CertDir: filepath.Join(dir, "apiserver")},
-		}
-		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
-	}})
+		},
+	}
+	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("from %s: %w", assets, err)
+		_ = env.Stop() // whatever did start
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
 	cp = &controlPlane{env: env, cfg: cfg, scheme: scheme, kubectl: filepath.Join(assets, "kubectl"), kubectlCache: filepath.Join(dir, "kubectl-cache")}
 	defer func() {
@@ -109,7 +114,7 @@ func (cp *controlPlane) setUpCluster(ctx context.Context) error {
 	// A lease client reads and updates FencedLeases (its own request); status
 	// is the controller's. Full rights on the guarded kind: only fencing
 	// refuses a write.
-	if err := testenv.GrantClusterRole(ctx, cp.admin, "kubefence-demo-worker", workersGroup, testenv.ClientRules...); err != nil {
+	if err := devenv.GrantClusterRole(ctx, cp.admin, "kubefence-demo-worker", workersGroup, devenv.ClientRules...); err != nil {
 		return err
 	}
 	return nil

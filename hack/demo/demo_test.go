@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // TestStory plays the whole demo against a real kube-apiserver and etcd, with
@@ -29,7 +29,7 @@ func TestStory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out := &testenv.Buffer{}
+	out := &devenv.Buffer{}
 	res, err := run(ctx, options{leaseSeconds: 3, interval: 300 * time.Millisecond, out: out, logs: io.Discard})
 	t.Log("demo output:\n" + out.String())
 	if err != nil {

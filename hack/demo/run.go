@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // result is what the story showed, for the test.
@@ -42,7 +42,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := testenv.ModuleRoot()
+	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return nil, fmt.Errorf("%w (the demo reads config/ and test/crds): `make demo`", err)
 	}

@@ -22,7 +22,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // The cast and the stage.
@@ -192,7 +192,7 @@ func (s *story) play(ctx context.Context) error {
 // after B's first entry, nothing of A's.
 func (s *story) checkWidget(ctx context.Context) error {
 	w := &unstructured.Unstructured{}
-	w.SetGroupVersionKind(testenv.WidgetGVK)
+	w.SetGroupVersionKind(devenv.WidgetGVK)
 	if err := s.cp.admin.Get(ctx, types.NamespacedName{Namespace: storyNamespace, Name: storyObject}, w); err != nil {
 		return fmt.Errorf("reading widget %s/%s: %w", storyNamespace, storyObject, err)
 	}

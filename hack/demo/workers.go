@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // buildWorker compiles hack/demo/worker into bin.
@@ -38,7 +38,7 @@ func buildWorker(ctx context.Context, root, bin string) error {
 
 // workerProc is one running worker process.
 type workerProc struct {
-	*testenv.Proc
+	*devenv.Proc
 	stdin   io.WriteCloser
 	logPath string
 	// done is closed once the worker exited and every event it printed is in
@@ -64,7 +64,7 @@ func startWorker(bin, name, logPath string, args []string, tl *timeline, object 
 		return nil, err
 	}
 	// Its events come through a pipe of the demo's own: the one StdoutPipe
-	// makes is closed by Wait, which testenv.Proc calls as soon as the worker
+	// makes is closed by Wait, which devenv.Proc calls as soon as the worker
 	// exits, perhaps before its last events are read.
 	events, eventsOut, err := os.Pipe()
 	if err != nil {
@@ -72,7 +72,7 @@ func startWorker(bin, name, logPath string, args []string, tl *timeline, object 
 		return nil, err
 	}
 	cmd.Stdout = eventsOut
-	p, err := testenv.StartProc(name, cmd)
+	p, err := devenv.StartProc(name, cmd)
 	eventsOut.Close() // the worker has its own copy
 	if err != nil {
 		logFile.Close()

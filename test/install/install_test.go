@@ -24,6 +24,7 @@ const root = "../.."
 // render builds config/default with the project's pinned kustomize.
 func render(t *testing.T) []byte {
 	t.Helper()
+	skipWithoutPinnedTools(t, "kustomize")
 	kustomize := filepath.Join(root, "bin", "kustomize")
 	if _, err := os.Stat(kustomize); err != nil {
 		t.Fatalf("kustomize not installed at %s: run `make kustomize` (make test does)", kustomize)

@@ -25,6 +25,7 @@ const releaseNamespace = "kubefence-system"
 // buildDir renders a kustomize directory under config/ with the pinned kustomize.
 func buildDir(t *testing.T, dir string) []byte {
 	t.Helper()
+	skipWithoutPinnedTools(t, "kustomize")
 	kustomize := filepath.Join(root, "bin", "kustomize")
 	if _, err := os.Stat(kustomize); err != nil {
 		t.Fatalf("kustomize not installed at %s: run `make kustomize` (make test does)", kustomize)
@@ -40,9 +41,20 @@ func buildDir(t *testing.T, dir string) []byte {
 	return out
 }
 
+// skipWithoutPinnedTools skips t under -short: the unit tier (make
+// test-unit) needs Go alone, and tool (kustomize, helm) is a pinned binary of
+// ./bin that make test installs before it runs this package.
+func skipWithoutPinnedTools(t *testing.T, tool string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs the pinned %s (./bin/%s); skipped by -short (make test-unit needs Go alone), run by make test", tool, tool)
+	}
+}
+
 // helmBin is the pinned helm of ./bin.
 func helmBin(t *testing.T) string {
 	t.Helper()
+	skipWithoutPinnedTools(t, "helm")
 	helm := filepath.Join(root, "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("helm not installed at %s: run `make helm` (make test does)", helm)

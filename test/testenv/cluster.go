@@ -7,23 +7,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
-// NewScheme is the scheme of the suites: client-go's kinds and the
-// FencedLease API, as cmd/main.go registers them.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(coordv1alpha1.AddToScheme(s))
-	return s
-}
+// NewScheme is the scheme of the suites (devenv.NewScheme): client-go's kinds
+// and the FencedLease API, as cmd/main.go registers them.
+var NewScheme = devenv.NewScheme
 
 // Cluster is a started control plane as the operator's suites use it: the
 // environment, the admin's rest config and client (with Scheme), and the

@@ -5,13 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kubefence/kubefence/internal/devenv"
 )
 
 // Input is the control plane a suite needs. The zero Input is a bare
@@ -39,10 +40,7 @@ type Input struct {
 func (in Input) Environment() *envtest.Environment {
 	env := &envtest.Environment{Scheme: in.Scheme}
 	if in.CRDs {
-		env.CRDDirectoryPaths = []string{
-			filepath.Join(in.Root, "config", "crd", "bases"),
-			filepath.Join(in.Root, "test", "crds"),
-		}
+		env.CRDDirectoryPaths = devenv.CRDPaths(in.Root)
 		env.ErrorIfCRDPathMissing = true
 	}
 	if in.Webhooks {
@@ -55,7 +53,8 @@ func (in Input) Environment() *envtest.Environment {
 }
 
 // Start starts the control plane of in. It is the one place kubefence's
-// suites, demo and benchmark start kube-apiserver and etcd.
+// suites and benchmark start kube-apiserver and etcd (the demo, which may
+// not import test/, starts its own from the same internal/devenv paths).
 func Start(in Input) (*envtest.Environment, *rest.Config, error) {
 	env := in.Environment()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" && env.BinaryAssetsDirectory == "" {

@@ -36,7 +36,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,18 +49,13 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/internal/devenv"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // WebhookPaths are the admission configurations the deployed operator
-// installs (the FencedLease validator and the fencing webhooks), below root,
-// the repository's root.
-func WebhookPaths(root string) []string {
-	return []string{
-		filepath.Join(root, "config", "webhook", "manifests.yaml"),
-		filepath.Join(root, "config", "webhook", "fencing.yaml"),
-	}
-}
+// installs (devenv.WebhookPaths).
+var WebhookPaths = devenv.WebhookPaths
 
 // NewEnvironment is the Environment of the operator's suites: the
 // operator's CRDs, the test CRDs and WebhookPaths (Input{Root: root, CRDs:

@@ -34,9 +34,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
+	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/internal/worker"
 	"github.com/kubefence/kubefence/pkg/fence"
-	"github.com/kubefence/kubefence/test/testenv"
-	"github.com/kubefence/kubefence/test/worker"
 )
 
 type options struct {
@@ -189,7 +189,7 @@ func (w *writer) writeOnce(ctx context.Context) bool {
 
 	// The token was taken before any pause: this client stamps exactly that
 	// token, without asking the elector again, so the API server decides.
-	fc := fence.NewFencedClient(w.c, w.o.lease, testenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { w.elector.StepDown() }})
+	fc := fence.NewFencedClient(w.c, w.o.lease, devenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { w.elector.StepDown() }})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	entries, created, err := w.appendEntry(wctx, fc, fmt.Sprintf("%s@%d", w.o.identity, token))
@@ -218,7 +218,7 @@ func (w *writer) appendEntry(ctx context.Context, fc *fence.FencedClient, entry 
 	key := types.NamespacedName{Namespace: w.o.namespace, Name: w.o.object}
 	for {
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(testenv.WidgetGVK)
+		obj.SetGroupVersionKind(devenv.WidgetGVK)
 		err := w.c.Get(ctx, key, obj)
 		created := apierrors.IsNotFound(err)
 		if err != nil && !created {

@@ -45,10 +45,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	workercore "github.com/kubefence/kubefence/internal/worker"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"
-	workercore "github.com/kubefence/kubefence/test/worker"
 )
 
 type options struct {

@@ -1,4 +1,4 @@
-package testenv
+package devenv
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Proc is a child process of a test (an operator replica, a worker,
-// kube-controller-manager) that gets SIGKILL if the test process dies.
+// Proc is a child process of a test or the demo (an operator replica, a
+// worker, kube-controller-manager) that gets SIGKILL if its parent dies.
 type Proc struct {
 	// Name names it in errors.
 	Name string
@@ -22,7 +22,7 @@ type Proc struct {
 
 // StartProc starts cmd (its path, arguments, environment and output set by
 // the caller) in a process group of its own. The child gets SIGKILL if this
-// test process dies (Pdeathsig): the thread that forks it stays locked to the
+// process dies (Pdeathsig): the thread that forks it stays locked to the
 // goroutine that waits for it, so it lives exactly as long as the child needs
 // it.
 func StartProc(name string, cmd *exec.Cmd) (*Proc, error) {

@@ -5,7 +5,8 @@
 // the logger's flags) and its client. What each worker writes, and how it
 // reports it, stays in its own main.
 //
-// It imports the API, pkg/fence's dependencies and test/testenv's kinds only;
+// It imports the API and pkg/fence's dependencies only (it lives outside
+// test/ so that the demo's worker need not import a test package);
 // it must not import the operator (controllers/...), and only worker mains
 // import it.
 package worker

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // operatorNamespace holds the operator's epoch store, as in a real install.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // TestStory plays the whole demo against a real kube-apiserver and etcd, with

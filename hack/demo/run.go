@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // result is what the story showed, for the test.

@@ -22,7 +22,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // The cast and the stage.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // buildWorker compiles hack/demo/worker into bin.

@@ -1,8 +1,8 @@
 package testenv
 
-import "github.com/kubefence/kubefence/internal/devenv"
+import "github.com/kubefence/kubefence/hack/devenv"
 
-// What the suites share with the demo lives in internal/devenv (no program
+// What the suites share with the demo lives in hack/devenv (no program
 // imports test/); testenv passes it on under the names the suites use.
 
 // Proc is a child process of a test that gets SIGKILL if the test process

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kubefence/kubefence/internal/devenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // Input is the control plane a suite needs. The zero Input is a bare
@@ -54,7 +54,7 @@ func (in Input) Environment() *envtest.Environment {
 
 // Start starts the control plane of in. It is the one place kubefence's
 // suites and benchmark start kube-apiserver and etcd (the demo, which may
-// not import test/, starts its own from the same internal/devenv paths).
+// not import test/, starts its own from the same hack/devenv paths).
 func Start(in Input) (*envtest.Environment, *rest.Config, error) {
 	env := in.Environment()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" && env.BinaryAssetsDirectory == "" {

@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefence/kubefence/hack/demo/internal/event"
-	"github.com/kubefence/kubefence/internal/devenv"
-	"github.com/kubefence/kubefence/internal/worker"
+	"github.com/kubefence/kubefence/hack/devenv"
+	"github.com/kubefence/kubefence/hack/worker"
 	"github.com/kubefence/kubefence/pkg/fence"
 )
 

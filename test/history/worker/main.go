@@ -45,7 +45,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	workercore "github.com/kubefence/kubefence/internal/worker"
+	workercore "github.com/kubefence/kubefence/hack/worker"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"

@@ -13,6 +13,7 @@ import (
 // same ServiceMonitor and scraper identity as the chart with
 // serviceMonitor.enabled=true.
 func TestChartMonitoringMatchesConfigPrometheus(t *testing.T) {
+	skipWithoutPinnedTools(t, "kustomize")
 	tmp := t.TempDir()
 	if b, err := exec.Command("cp", "-r", filepath.Join(root, "config"), tmp).CombinedOutput(); err != nil {
 		t.Fatalf("copying config/: %v\n%s", err, b)

@@ -31,6 +31,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/pkg/certrotation"
+	"github.com/kubefence/kubefence/pkg/version"
 )
 
 var (
@@ -114,10 +115,17 @@ func main() {
 		"The fencing webhook refuses a token this long before its tenure's expiry, covering the clock difference between webhook and controller.")
 	var enforcement enforcementFlags
 	enforcement.bind(flag.CommandLine)
+	printVersion := flag.Bool("version", false, "Print the build's version, commit and date (pkg/version), then exit.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	build := version.Get()
+	if *printVersion {
+		fmt.Println("kubefence manager", build)
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	setupLog.Info("kubefence manager", "version", build.Version, "commit", build.Commit, "date", build.Date, "goVersion", build.GoVersion, "platform", build.Platform)
 
 	if !enableLeaderElection && !singleReplica {
 		setupLog.Error(errors.New("--leader-elect=false needs --single-replica: without leader election every replica grants and expires leases"), "Invalid flags")

@@ -43,3 +43,13 @@ kubefence.enforcement is .Values.enforcement, checked: "webhook" or "policy".
 {{- end -}}
 {{- .Values.enforcement -}}
 {{- end -}}
+
+{{- /*
+kubefence.image is the manager image: image.repository (required: kubefence
+has no default image, docs/operations.md#image), tagged image.tag or, when
+that is empty, the chart's appVersion (the release, vX.Y.Z).
+*/ -}}
+{{- define "kubefence.image" -}}
+{{- $repo := required "image.repository is not set: kubefence has no default image. Set it to the registry/name of the manager image you pushed or your release's (--set image.repository=registry.example.com/kubefence); image.tag defaults to the chart's appVersion. See docs/operations.md#image" .Values.image.repository -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}

@@ -25,11 +25,11 @@ LDFLAGS := -X $(VERSION_PKG).version=v$(VERSION) -X $(VERSION_PKG).commit=$(COMM
 # The manager image. kubefence has no default image (docs/operations.md#image):
 # set IMAGE_REPO (registry/name, e.g. registry.example.com/kubefence; the
 # image is then IMAGE_REPO:vVERSION) or IMG (the whole reference). deploy,
-# build-installer, docker-build, docker-push, docker-buildx and release stop
-# with an error naming them when neither is set.
+# build-installer, docker-build, docker-push and docker-buildx stop with an
+# error naming them when neither is set; release needs IMAGE_REPO.
 IMAGE_REPO ?=
 IMG ?= $(if $(IMAGE_REPO),$(IMAGE_REPO):v$(VERSION))
-IMAGE_GOALS := deploy build-installer docker-build docker-push docker-buildx release
+IMAGE_GOALS := deploy build-installer docker-build docker-push docker-buildx
 ifneq ($(filter $(IMAGE_GOALS),$(MAKECMDGOALS)),)
 ifeq ($(strip $(IMG)),)
 $(error IMG is not set: kubefence has no default image. Set IMAGE_REPO=<registry>/<name> (the image is then <registry>/<name>:v$(VERSION)) or IMG=<registry>/<name>:<tag>, naming an image you built and pushed (make docker-build docker-push IMAGE_REPO=...); see docs/operations.md#image)
@@ -192,10 +192,48 @@ printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresour
 $(KUSTOMIZE) build "$$d"
 endef
 
+# INSTALL_YAML is the file build-installer writes.
+INSTALL_YAML ?= dist/install.yaml
+
 .PHONY: build-installer
-build-installer: manifests generate kustomize ## Write a single install manifest naming IMG (or IMAGE_REPO:vVERSION) to dist/install.yaml.
-	@{ $(call kustomize-build-image,config/default); } > dist/install.yaml.tmp && mv dist/install.yaml.tmp dist/install.yaml
-	@echo "wrote dist/install.yaml (image $(IMG))"
+build-installer: manifests generate kustomize ## Write a single install manifest naming IMG (or IMAGE_REPO:vVERSION) to INSTALL_YAML (dist/install.yaml).
+	@{ $(call kustomize-build-image,config/default); } > $(INSTALL_YAML).tmp && mv $(INSTALL_YAML).tmp $(INSTALL_YAML)
+	@echo "wrote $(INSTALL_YAML) (image $(IMG))"
+
+##@ Release (docs/operations.md#releasing)
+
+# PROJECT_URL is the project's home (e.g. https://github.com/<org>/kubefence):
+# the krew manifest's homepage and the packaged chart's home. No default: the
+# project owns no public coordinates yet (docs/operations.md#image).
+PROJECT_URL ?=
+# RELEASE_DOWNLOAD_URL is where the release folder's files are downloadable
+# (the krew manifest's uris): GitHub's release download URL by default.
+RELEASE_DOWNLOAD_URL ?= $(PROJECT_URL)/releases/download/v$(VERSION)
+# RELEASE_DIR is the folder make release writes (emptied first).
+RELEASE_DIR ?= dist/release/v$(VERSION)
+
+ifneq ($(filter release,$(MAKECMDGOALS)),)
+ifeq ($(shell echo '$(VERSION)' | grep -Eq '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$$' && echo ok),)
+$(error VERSION=$(VERSION) is not a release version: expected MAJOR.MINOR.PATCH without the v, e.g. make release VERSION=0.1.0 (or 0.1.0-rc.1))
+endif
+ifeq ($(strip $(IMAGE_REPO)),)
+$(error IMAGE_REPO is not set: make release names the image IMAGE_REPO:v$(VERSION) in install.yaml and the chart, e.g. IMAGE_REPO=registry.example.com/kubefence (kubefence has no default image, docs/operations.md#image))
+endif
+override IMG := $(IMAGE_REPO):v$(VERSION)
+ifeq ($(strip $(PROJECT_URL)),)
+$(error PROJECT_URL is not set: make release needs the project's home for the krew manifest and the chart, e.g. PROJECT_URL=https://github.com/<org>/kubefence)
+endif
+endif
+
+.PHONY: release
+release: manifests kustomize helm ## Write the release assets of VERSION (x.y.z; IMAGE_REPO, PROJECT_URL required) into RELEASE_DIR: install.yaml, install-policy.yaml, the chart, krew archives and manifest, release notes, checksums.txt.
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	{ $(call kustomize-build-image,config/default); } > $(RELEASE_DIR)/install.yaml
+	{ $(call kustomize-build-image,config/policy); } > $(RELEASE_DIR)/install-policy.yaml
+	go run ./hack/release -version $(VERSION) -out $(RELEASE_DIR) -image-repo $(IMAGE_REPO) \
+		-homepage $(PROJECT_URL) -download-url $(RELEASE_DOWNLOAD_URL) -helm $(HELM) \
+		-ldflags "$(LDFLAGS)" -date $(DATE)
+	@echo "release v$(VERSION) in $(RELEASE_DIR) (image $(IMG)): upload every file but release-notes.md, which is the release's description"
 
 ##@ Deployment
 

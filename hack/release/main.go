@@ -151,7 +151,8 @@ func pluginArchive(o options, tag, goos, goarch string, mtime time.Time) (string
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	bin := filepath.Join(tmp, "kubectl-fence")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", o.ldflags, "-o", bin, "./cmd/kubectl-fence")
+	// -s -w: no symbol table or DWARF, as kubectl's release binaries.
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace(o.ldflags+" -s -w"), "-o", bin, "./cmd/kubectl-fence")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -233,7 +233,7 @@ release: manifests kustomize helm ## Write the release assets of VERSION (x.y.z;
 	go run ./hack/release -version $(VERSION) -out $(RELEASE_DIR) -image-repo $(IMAGE_REPO) \
 		-homepage $(PROJECT_URL) -download-url $(RELEASE_DOWNLOAD_URL) -helm $(HELM) \
 		-ldflags "$(LDFLAGS)" -date $(DATE)
-	@echo "release v$(VERSION) in $(RELEASE_DIR) (image $(IMG)): upload every file but release-notes.md, which is the release's description"
+	@echo "release v$(VERSION) in $(RELEASE_DIR) (image $(IMG)): upload every file (release-notes.md is also the release text)"
 
 ##@ Deployment
 

@@ -2,8 +2,42 @@
 
 # Kubernetes version of the control plane the tests run against (kube-apiserver, etcd, kubectl).
 ENVTEST_K8S_VERSION ?= 1.37.2
-IMG ?= ghcr.io/kubefence/kubefence:latest
 CONTAINER_TOOL ?= docker
+
+# Version stamping (pkg/version). VERSION is the release without its v (make
+# release VERSION=0.1.0); by default git describe's for the nearest tag vX.Y.Z
+# (0.1.0, 0.1.0-3-gabc1234 between tags, -dirty for a modified tree), or
+# 0.0.0-dev when there is no tag. COMMIT is the git commit (-dirty for a
+# modified tree) and DATE the commit's time (UTC), so that rebuilding one
+# commit gives the same bytes. The binaries print v$(VERSION).
+ifeq ($(origin VERSION),undefined)
+VERSION := $(or $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//'),0.0.0-dev)
+endif
+ifeq ($(origin COMMIT),undefined)
+COMMIT := $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)$(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),-dirty)
+endif
+ifeq ($(origin DATE),undefined)
+DATE := $(or $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null),unknown)
+endif
+VERSION_PKG := github.com/kubefence/kubefence/pkg/version
+LDFLAGS := -X $(VERSION_PKG).version=v$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(DATE)
+
+# The manager image. kubefence has no default image (docs/operations.md#image):
+# set IMAGE_REPO (registry/name, e.g. registry.example.com/kubefence; the
+# image is then IMAGE_REPO:vVERSION) or IMG (the whole reference). deploy,
+# build-installer, docker-build, docker-push and docker-buildx stop with an
+# error naming them when neither is set; release needs IMAGE_REPO.
+IMAGE_REPO ?=
+IMG ?= $(if $(IMAGE_REPO),$(IMAGE_REPO):v$(VERSION))
+IMAGE_GOALS := deploy build-installer docker-build docker-push docker-buildx
+ifneq ($(filter $(IMAGE_GOALS),$(MAKECMDGOALS)),)
+ifeq ($(strip $(IMG)),)
+$(error IMG is not set: kubefence has no default image. Set IMAGE_REPO=<registry>/<name> (the image is then <registry>/<name>:v$(VERSION)) or IMG=<registry>/<name>:<tag>, naming an image you built and pushed (make docker-build docker-push IMAGE_REPO=...); see docs/operations.md#image)
+endif
+endif
+# IMAGE_PLACEHOLDER is the image config/manager names when none is set: a host
+# under .invalid (RFC 6761) that no registry can serve.
+IMAGE_PLACEHOLDER := image-not-set.invalid/kubefence
 
 # Go settings
 GOBIN ?= $(shell go env GOPATH)/bin
@@ -126,32 +160,81 @@ bench-scale: setup-envtest ## Run the scale benchmark: 10,000 FencedLeases, H he
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build the manager binary and the kubectl plugin.
-	go build -o bin/manager ./cmd
-	go build -o bin/kubectl-fence ./cmd/kubectl-fence
+build: manifests generate fmt vet ## Build the manager binary and the kubectl plugin, stamped with VERSION, COMMIT and DATE (bin/manager --version).
+	go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd
+	go build -ldflags "$(LDFLAGS)" -o bin/kubectl-fence ./cmd/kubectl-fence
 
 .PHONY: install-plugin
 install-plugin: ## Install the kubectl fence plugin and its completion shim kubectl_complete-fence into GOBIN (put GOBIN on PATH, then: kubectl fence get).
-	go build -o $(GOBIN)/kubectl-fence ./cmd/kubectl-fence
+	go build -ldflags "$(LDFLAGS)" -o $(GOBIN)/kubectl-fence ./cmd/kubectl-fence
 	install -m 0755 cmd/kubectl-fence/kubectl_complete-fence $(GOBIN)/kubectl_complete-fence
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controller from your host against the current kubeconfig.
-	go run ./cmd
+	go run -ldflags "$(LDFLAGS)" ./cmd
 
 .PHONY: docker-build
-docker-build: ## Build the manager image.
-	$(CONTAINER_TOOL) build -t ${IMG} .
+docker-build: ## Build the manager image IMG (stamped with VERSION, COMMIT and DATE).
+	$(CONTAINER_TOOL) build $(DOCKER_BUILD_ARGS) -t ${IMG} .
 
 .PHONY: docker-push
 docker-push: ## Push the manager image.
 	$(CONTAINER_TOOL) push ${IMG}
 
+DOCKER_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg DATE=$(DATE)
+
+# kustomize-build-image builds the kustomize directory $(1) with the manager
+# image IMG, through a temporary overlay under dist/ (kustomize takes only
+# relative paths): config/ itself is never edited.
+define kustomize-build-image
+mkdir -p dist; d="$$(mktemp -d dist/kustomize.XXXXXX)"; trap 'rm -rf "$$d"' EXIT; \
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../%s\n' "$(1)" > "$$d/kustomization.yaml"; \
+(cd "$$d" && $(KUSTOMIZE) edit set image $(IMAGE_PLACEHOLDER)=$(IMG)); \
+$(KUSTOMIZE) build "$$d"
+endef
+
+# INSTALL_YAML is the file build-installer writes.
+INSTALL_YAML ?= dist/install.yaml
+
 .PHONY: build-installer
-build-installer: manifests generate kustomize ## Write a single install manifest to dist/install.yaml.
-	mkdir -p dist
-	cd config/manager && $(KUSTOMIZE) edit set image controller=${IMG}
-	$(KUSTOMIZE) build config/default > dist/install.yaml
+build-installer: manifests generate kustomize ## Write a single install manifest naming IMG (or IMAGE_REPO:vVERSION) to INSTALL_YAML (dist/install.yaml).
+	@{ $(call kustomize-build-image,config/default); } > $(INSTALL_YAML).tmp && mv $(INSTALL_YAML).tmp $(INSTALL_YAML)
+	@echo "wrote $(INSTALL_YAML) (image $(IMG))"
+
+##@ Release (docs/operations.md#releasing)
+
+# PROJECT_URL is the project's home (e.g. https://github.com/<org>/kubefence):
+# the krew manifest's homepage and the packaged chart's home. No default: the
+# project owns no public coordinates yet (docs/operations.md#image).
+PROJECT_URL ?=
+# RELEASE_DOWNLOAD_URL is where the release folder's files are downloadable
+# (the krew manifest's uris): GitHub's release download URL by default.
+RELEASE_DOWNLOAD_URL ?= $(PROJECT_URL)/releases/download/v$(VERSION)
+# RELEASE_DIR is the folder make release writes (emptied first).
+RELEASE_DIR ?= dist/release/v$(VERSION)
+
+ifneq ($(filter release,$(MAKECMDGOALS)),)
+ifeq ($(shell echo '$(VERSION)' | grep -Eq '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$$' && echo ok),)
+$(error VERSION=$(VERSION) is not a release version: expected MAJOR.MINOR.PATCH without the v, e.g. make release VERSION=0.1.0 (or 0.1.0-rc.1))
+endif
+ifeq ($(strip $(IMAGE_REPO)),)
+$(error IMAGE_REPO is not set: make release names the image IMAGE_REPO:v$(VERSION) in install.yaml and the chart, e.g. IMAGE_REPO=registry.example.com/kubefence (kubefence has no default image, docs/operations.md#image))
+endif
+override IMG := $(IMAGE_REPO):v$(VERSION)
+ifeq ($(strip $(PROJECT_URL)),)
+$(error PROJECT_URL is not set: make release needs the project's home for the krew manifest and the chart, e.g. PROJECT_URL=https://github.com/<org>/kubefence)
+endif
+endif
+
+.PHONY: release
+release: manifests kustomize helm ## Write the release assets of VERSION (x.y.z; IMAGE_REPO, PROJECT_URL required) into RELEASE_DIR: install.yaml, install-policy.yaml, the chart, krew archives and manifest, release notes, checksums.txt.
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	{ $(call kustomize-build-image,config/default); } > $(RELEASE_DIR)/install.yaml
+	{ $(call kustomize-build-image,config/policy); } > $(RELEASE_DIR)/install-policy.yaml
+	go run ./hack/release -version $(VERSION) -out $(RELEASE_DIR) -image-repo $(IMAGE_REPO) \
+		-homepage $(PROJECT_URL) -download-url $(RELEASE_DOWNLOAD_URL) -helm $(HELM) \
+		-ldflags "$(LDFLAGS)" -date $(DATE)
+	@echo "release v$(VERSION) in $(RELEASE_DIR) (image $(IMG)): upload every file (release-notes.md is also the release text)"
 
 ##@ Deployment
 
@@ -168,9 +251,8 @@ uninstall: manifests kustomize ## Uninstall the CRDs. Call with ignore-not-found
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig (DEPLOY_CONFIG=config/cert-manager for cert-manager certificates).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=${IMG}
-	$(KUSTOMIZE) build $(DEPLOY_CONFIG) | $(KUBECTL) apply -f -
+deploy: manifests kustomize ## Deploy the operator with the image IMG (or IMAGE_REPO:vVERSION) to the cluster of the current kubeconfig (DEPLOY_CONFIG=config/cert-manager for cert-manager certificates).
+	{ $(call kustomize-build-image,$(DEPLOY_CONFIG)); } | $(KUBECTL) apply -f -
 
 .PHONY: undeploy
 undeploy: kustomize ## Undeploy the operator, keeping the CRD (token history) unless KEEP_HISTORY=false. ignore-not-found=true ignores missing resources.
@@ -255,7 +337,7 @@ PLATFORMS ?= linux/arm64,linux/amd64,linux/s390x,linux/ppc64le
 docker-buildx: ## Build and push the manager image for PLATFORMS (docker buildx; the Dockerfile cross-compiles on the build platform).
 	- $(CONTAINER_TOOL) buildx create --name kubefence-builder
 	$(CONTAINER_TOOL) buildx use kubefence-builder
-	- $(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) --tag ${IMG} -f Dockerfile .
+	- $(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) $(DOCKER_BUILD_ARGS) --tag ${IMG} -f Dockerfile .
 	- $(CONTAINER_TOOL) buildx rm kubefence-builder
 
 ##@ Install configurations and token history

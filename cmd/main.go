@@ -26,6 +26,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/metrics"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/certrotation"
+	"github.com/kubefence/kubefence/pkg/version"
 )
 
 var (
@@ -82,10 +83,18 @@ func main() {
 	// The operator's flags (operator.Options.BindFlags) and zap's.
 	operatorOpts := operator.DefaultOptions()
 	operatorOpts.BindFlags(flag.CommandLine)
+	printVersion := flag.Bool("version", false, "Print the build's version, commit and date (pkg/version), then exit.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	build := version.Get()
+	if *printVersion {
+		fmt.Println("kubefence manager", build)
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	setupLog.Info("kubefence manager", "version", build.Version, "commit", build.Commit, "date", build.Date, "goVersion", build.GoVersion, "platform", build.Platform)
+
 	// Setup checks the operator's options again; checking them here reports
 	// a bad flag before anything connects to the API server.
 	if err := operatorOpts.Validate(); err != nil {

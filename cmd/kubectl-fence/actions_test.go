@@ -189,7 +189,7 @@ func TestVersion(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{
 					{Name: "sidecar", Image: "example.com/other:1"},
-					{Name: "manager", Image: "ghcr.io/kubefence/kubefence:v9.9.9"},
+					{Name: "manager", Image: "registry.example.com/kubefence:v9.9.9"},
 				}},
 			},
 		},
@@ -202,7 +202,7 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustFence(t, "version", "-o", "json")), &v); err != nil {
 		t.Fatalf("version -o json: %v", err)
 	}
-	if v.OperatorVersion != "ghcr.io/kubefence/kubefence:v9.9.9" || v.OperatorDeployment != ns+"/kubefence-controller-manager" || v.ClientVersion == "" || v.KubernetesVersion != serverVersion(t) {
+	if v.OperatorVersion != "registry.example.com/kubefence:v9.9.9" || v.OperatorDeployment != ns+"/kubefence-controller-manager" || v.ClientVersion == "" || v.KubernetesVersion != serverVersion(t) {
 		t.Errorf("version -o json = %+v", v)
 	}
 }

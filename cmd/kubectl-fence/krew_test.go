@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
 
 	"sigs.k8s.io/yaml"
 )
@@ -40,12 +43,30 @@ type krewPlugin struct {
 	} `json:"spec"`
 }
 
+// TestKrewManifest fills the template hack/krew/fence.yaml as make release
+// (hack/release) does, with a sample version, URLs and checksums, and checks
+// the manifest krew-index would receive. (test/install TestMakeRelease checks
+// a real release's manifest against its archives.)
 func TestKrewManifest(t *testing.T) {
 	path := filepath.Join("..", "..", "hack", "krew", "fence.yaml")
-	data, err := os.ReadFile(path)
+	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	const downloadURL = "https://example.com/kubefence/releases/download/v0.1.0"
+	sums := map[string]string{}
+	for _, p := range []string{"linux_amd64", "linux_arm64", "darwin_amd64", "darwin_arm64"} {
+		sums[p] = fmt.Sprintf("%064x", len(sums)+1)
+	}
+	tpl, err := template.New("fence.yaml").Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		t.Fatalf("%s is not a Go template: %v", path, err)
+	}
+	var filled bytes.Buffer
+	if err := tpl.Execute(&filled, map[string]any{"Version": "v0.1.0", "DownloadURL": downloadURL, "Homepage": "https://example.com/kubefence", "SHA256": sums}); err != nil {
+		t.Fatalf("filling %s as hack/release does: %v", path, err)
+	}
+	data := filled.Bytes()
 	var p krewPlugin
 	if err := yaml.UnmarshalStrict(data, &p); err != nil {
 		t.Fatalf("%s is not a krew Plugin manifest: %v", path, err)
@@ -75,7 +96,7 @@ func TestKrewManifest(t *testing.T) {
 		t.Errorf("spec.caveats do not say how to link kubectl_complete-fence of %s:\n%s", p.Spec.Version, p.Spec.Caveats)
 	}
 
-	want := []string{"darwin/amd64", "darwin/arm64", "linux/amd64", "linux/arm64", "windows/amd64"}
+	want := []string{"darwin/amd64", "darwin/arm64", "linux/amd64", "linux/arm64"}
 	var got []string
 	for _, pl := range p.Spec.Platforms {
 		osName, arch := pl.Selector.MatchLabels["os"], pl.Selector.MatchLabels["arch"]
@@ -88,11 +109,11 @@ func TestKrewManifest(t *testing.T) {
 		if pl.Bin != "kubectl-fence"+exe {
 			t.Errorf("%s: bin = %q, want kubectl-fence%s", platform, pl.Bin, exe)
 		}
-		if !strings.HasPrefix(pl.URI, "https://github.com/kubefence/kubefence/releases/download/"+p.Spec.Version+"/") || !strings.Contains(pl.URI, osName+"_"+arch) {
+		if pl.URI != downloadURL+"/kubectl-fence_"+p.Spec.Version+"_"+osName+"_"+arch+".tar.gz" {
 			t.Errorf("%s: uri %q is not this version's %s archive", platform, pl.URI, platform)
 		}
-		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(pl.SHA256) {
-			t.Errorf("%s: sha256 %q is not 64 hex digits", platform, pl.SHA256)
+		if pl.SHA256 != sums[osName+"_"+arch] {
+			t.Errorf("%s: sha256 %q is not the %s archive's", platform, pl.SHA256, platform)
 		}
 		var from []string
 		for _, f := range pl.Files {

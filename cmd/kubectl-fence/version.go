@@ -3,25 +3,25 @@ package main
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// version is the plugin's version, set at release with
-// -ldflags "-X main.version=v0.1.0"; without it, the module's build info.
-var version = ""
+	"github.com/kubefence/kubefence/pkg/version"
+)
 
 // operatorLabels select the manager Deployment config/manager installs.
 var operatorLabels = client.MatchingLabels{"app.kubernetes.io/name": "kubefence", "control-plane": "controller-manager"}
 
 // versionInfo is what version prints with -o json|yaml.
 type versionInfo struct {
-	ClientVersion     string `json:"clientVersion"`
-	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
-	OperatorVersion   string `json:"operatorVersion,omitempty"`
+	// ClientVersion is the plugin's version (pkg/version, stamped by make).
+	ClientVersion string `json:"clientVersion"`
+	// Client is the plugin's whole build information.
+	Client            version.Info `json:"client"`
+	KubernetesVersion string       `json:"kubernetesVersion,omitempty"`
+	OperatorVersion   string       `json:"operatorVersion,omitempty"`
 	// OperatorDeployment is namespace/name of the Deployment the operator
 	// version was read from.
 	OperatorDeployment string `json:"operatorDeployment,omitempty"`
@@ -53,7 +53,14 @@ func (o *versionOptions) run(ctx context.Context) error {
 	if err := o.output.validate(); err != nil {
 		return err
 	}
-	v := versionInfo{ClientVersion: clientVersion()}
+	build := version.Get()
+	v := versionInfo{ClientVersion: build.Version, Client: build}
+	text := !o.output.structured()
+	if text {
+		// The client's line comes first, as kubectl version's does, so that
+		// it is printed even when no cluster answers.
+		fmt.Fprintf(o.streams.Out, "Client Version: %s\n", v.Client)
+	}
 	if !o.clientOnly {
 		c, err := o.clients()
 		if err != nil {
@@ -66,10 +73,9 @@ func (o *versionOptions) run(ctx context.Context) error {
 		v.KubernetesVersion = sv.GitVersion
 		v.OperatorVersion, v.OperatorDeployment = operatorVersion(ctx, c)
 	}
-	if o.output.structured() {
+	if !text {
 		return o.output.print(o.streams.Out, v)
 	}
-	fmt.Fprintf(o.streams.Out, "Client Version: %s\n", v.ClientVersion)
 	if !o.clientOnly {
 		fmt.Fprintf(o.streams.Out, "Kubernetes Version: %s\n", v.KubernetesVersion)
 		if v.OperatorDeployment != "" {
@@ -79,28 +85,6 @@ func (o *versionOptions) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// clientVersion is version, or the module version and VCS revision the Go
-// toolchain stamped.
-func clientVersion() string {
-	if version != "" {
-		return version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (commit " + s.Value[:12] + ")"
-		}
-	}
-	return v
 }
 
 // operatorVersion is the image of the operator's manager container, and the

@@ -13,8 +13,9 @@
 // are bounded: lease namespace and name, and fixed reason strings; never
 // object names, UIDs or holder identities.
 //
-// It imports only prometheus and the API (api/v1alpha1, for the reason
-// names); it must not import any other kubefence package.
+// It imports only prometheus, the API (api/v1alpha1, for the reason names)
+// and pkg/version (a leaf, for kubefence_build_info); it must not import any
+// other kubefence package.
 package metrics
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/version"
 )
 
 const namespace = "kubefence"
@@ -84,6 +86,9 @@ var (
 	policyNotAsGenerated = gauge("policy_not_as_generated", "1 while a policy-mode ValidatingAdmissionPolicy or binding was last found deleted or not as the operator generates it and could not be written again; 0 when it is as generated.", "object")
 	policyRestored       = counter("policy_restored_total", "Policy-mode ValidatingAdmissionPolicies and bindings found deleted or edited and written again as generated.", "object")
 
+	// The build's (pkg/version), set by Register.
+	buildInfo = gauge("build_info", "Always 1; the labels name the manager's build: version, commit, date (the commit's) and the Go version.", "version", "commit", "date", "go_version")
+
 	// The certificate rotator's.
 	webhookCertificateExpiry = singleGauge("webhook_certificate_expiry_timestamp_seconds", "Expiry (notAfter, Unix seconds) of the webhook serving certificate issued by the self-signed rotator; 0 when the certificate is provided.")
 )
@@ -112,13 +117,16 @@ var collectors = []prometheus.Collector{
 	acquisitions, renewals, renewalsMissed, expiries, releases, takeovers, tokensIssued,
 	currentToken, holderAge, tenureSeconds, staleWritesRejected, leaseWritesRefused,
 	guardedWritesRefused, fencingChecks, clockOffset, webhookCertificateExpiry,
-	policyNotAsGenerated, policyRestored,
+	policyNotAsGenerated, policyRestored, buildInfo,
 }
 
 // Register adds every kubefence operator metric to reg. Calling it again with
 // the same registry is harmless (a test process sets up many managers); any
 // other registration error is returned.
 func Register(reg prometheus.Registerer) error {
+	b := version.Get()
+	buildInfo.Reset()
+	buildInfo.WithLabelValues(b.Version, b.Commit, b.Date, b.GoVersion).Set(1)
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

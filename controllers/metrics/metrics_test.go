@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubefence/kubefence/pkg/version"
 )
 
 // TestRegisterServesEveryDocumentedName records one event of each kind and
@@ -42,7 +44,7 @@ func TestRegisterServesEveryDocumentedName(t *testing.T) {
 		got = append(got, strings.TrimPrefix(f.GetName(), "kubefence_"))
 	}
 	sort.Strings(got)
-	want := []string{"fencing_check_seconds", "guarded_writes_refused_total", "lease_acquisitions_total",
+	want := []string{"build_info", "fencing_check_seconds", "guarded_writes_refused_total", "lease_acquisitions_total",
 		"lease_expiries_total", "lease_fencing_token", "lease_holder_age_seconds", "lease_releases_total",
 		"lease_renewals_total", "lease_takeovers_total", "lease_tenure_seconds", "lease_writes_refused_total",
 		"policy_not_as_generated", "policy_restored_total", "renewals_missed_total", "stale_writes_rejected_total", "tokens_issued_total",
@@ -55,6 +57,14 @@ func TestRegisterServesEveryDocumentedName(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(staleWritesRejected.WithLabelValues("ns", "l", "UPDATE")); v != 1 {
 		t.Errorf("a stale refusal counted %v stale writes, want 1", v)
+	}
+
+	b := version.Get()
+	if v := testutil.ToFloat64(buildInfo.WithLabelValues(b.Version, b.Commit, b.Date, b.GoVersion)); v != 1 {
+		t.Errorf("kubefence_build_info for this build = %v, want 1", v)
+	}
+	if n := testutil.CollectAndCount(buildInfo); n != 1 {
+		t.Errorf("kubefence_build_info has %d series, want 1", n)
 	}
 
 	Forget("ns", "l")

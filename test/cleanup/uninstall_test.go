@@ -92,7 +92,7 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, helm, "install", "kubefence", chart, "--kubeconfig", kubeconfig,
-				"--namespace", operatorNamespace, "--create-namespace", "--set", "enforcement=policy")
+				"--namespace", operatorNamespace, "--create-namespace", "--set", "enforcement=policy", "--set", "image.repository=registry.example.com/kubefence")
 		}, func(t *testing.T, kubeconfig string) {
 			run(t, helm, "uninstall", "kubefence", "--kubeconfig", kubeconfig, "--namespace", operatorNamespace)
 		}},

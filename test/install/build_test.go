@@ -7,11 +7,11 @@ package install
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -20,41 +20,60 @@ import (
 // TestMakeBuildAndRunCommands runs the go commands of `make build` and `make
 // run` as make prints them (make -n), each writing its binary into a
 // temporary directory instead of bin/ (go run becomes the go build it starts
-// with).
+// with), and checks that each binary reports the VERSION, COMMIT and DATE
+// make stamped (pkg/version): the manager with --version, the plugin with
+// version --client.
 func TestMakeBuildAndRunCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries; skipped by -short (make test-unit)")
 	}
-	out, err := exec.Command("make", "--no-print-directory", "-n", "-C", root, "build", "run").CombinedOutput()
+	const stamp = "VERSION=9.8.7 COMMIT=0123456789abcdef0123456789abcdef01234567 DATE=2026-12-01T00:00:00Z"
+	out, err := exec.Command("make", append([]string{"--no-print-directory", "-n", "-C", root, "build", "run"}, strings.Fields(stamp)...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make -n build run: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
+	output := regexp.MustCompile(`-o (\S+)`)
 	var builds, runs int
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 || f[0] != "go" || (f[1] != "build" && f[1] != "run") {
+		line := sc.Text()
+		var bin string
+		switch {
+		case strings.HasPrefix(line, "go build "):
+			builds++
+			m := output.FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("%q writes no -o binary", line)
+			}
+			bin = filepath.Join(dir, filepath.Base(m[1]))
+			line = output.ReplaceAllLiteralString(line, "-o "+bin)
+		case strings.HasPrefix(line, "go run "):
+			runs++
+			bin = filepath.Join(dir, "run")
+			line = "go build -o " + bin + " " + strings.TrimPrefix(line, "go run ")
+		default:
 			continue
 		}
-		args := []string{"build", "-o", filepath.Join(dir, fmt.Sprintf("bin%d", builds+runs))}
-		if f[1] == "run" {
-			runs++
-			args = append(args, f[2:]...)
-		} else {
-			builds++
-			for i := 2; i < len(f); i++ {
-				if f[i] == "-o" && i+1 < len(f) {
-					i++ // the temporary output replaces bin/...
-					continue
-				}
-				args = append(args, f[i])
-			}
-		}
-		cmd := exec.Command("go", args...)
+		cmd := exec.Command("sh", "-c", line)
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("%q (as go %s): %v\n%s", sc.Text(), strings.Join(args, " "), err, b)
+			t.Errorf("%q: %v\n%s", sc.Text(), err, b)
+			continue
+		}
+		args := []string{"--version"}
+		if filepath.Base(bin) == "kubectl-fence" {
+			args = []string{"version", "--client"}
+		}
+		b, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s %v: %v\n%s", bin, args, err, b)
+			continue
+		}
+		for _, want := range []string{"v9.8.7", "0123456789abcdef0123456789abcdef01234567", "2026-12-01T00:00:00Z"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("%s %v (built by %q) = %q, want the stamp %s", filepath.Base(bin), args, sc.Text(), b, want)
+			}
 		}
 	}
 	if builds != 2 || runs != 1 {
@@ -65,7 +84,9 @@ func TestMakeBuildAndRunCommands(t *testing.T) {
 // TestDockerfileBuildStage runs the Dockerfile's builder stage on the host as
 // docker would: a workspace holding what its COPY lines copy, filtered by
 // .dockerignore, then its RUN lines with the stage's ARGs set for this
-// machine's platform. The built manager must answer --help. (No container
+// machine's platform and its other ARGs at their defaults unless given as
+// build args (VERSION, COMMIT, DATE here, as make docker-build passes them).
+// The built manager must report that stamp with --version. (No container
 // engine runs here; the final stage only copies this binary into distroless.)
 func TestDockerfileBuildStage(t *testing.T) {
 	if testing.Short() {
@@ -74,9 +95,18 @@ func TestDockerfileBuildStage(t *testing.T) {
 	stage := builderStage(t)
 	ignore := dockerignore(t)
 	ws := t.TempDir()
+	buildArgs := map[string]string{"TARGETOS": "linux", "TARGETARCH": runtime.GOARCH,
+		"VERSION": "9.8.7", "COMMIT": "0123456789abcdef0123456789abcdef01234567", "DATE": "2026-12-01T00:00:00Z"}
+	env := os.Environ()
 	var copies, runs int
 	for _, ins := range stage {
 		switch ins.op {
+		case "ARG":
+			name, def, _ := strings.Cut(ins.args[0], "=")
+			if v, ok := buildArgs[name]; ok {
+				def = v
+			}
+			env = append(env, name+"="+def)
 		case "COPY":
 			if len(ins.args) != 2 || strings.HasPrefix(ins.args[0], "--") {
 				t.Fatalf("COPY %v: the test copies one source to one destination; teach it this form", ins.args)
@@ -87,7 +117,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 			runs++
 			cmd := exec.Command("sh", "-c", strings.Join(ins.args, " "))
 			cmd.Dir = ws
-			cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH)
+			cmd.Env = env
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("RUN %s: %v\n%s", strings.Join(ins.args, " "), err, b)
 			}
@@ -96,8 +126,14 @@ func TestDockerfileBuildStage(t *testing.T) {
 	if copies == 0 || runs == 0 {
 		t.Fatalf("the builder stage has %d COPY and %d RUN lines; the test expects both", copies, runs)
 	}
-	if b, err := exec.Command(filepath.Join(ws, "manager"), "--help").CombinedOutput(); err != nil {
-		t.Fatalf("the built /workspace/manager --help: %v\n%s", err, b)
+	b, err := exec.Command(filepath.Join(ws, "manager"), "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the built /workspace/manager --version: %v\n%s", err, b)
+	}
+	for _, want := range []string{"v9.8.7", buildArgs["COMMIT"], buildArgs["DATE"]} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the built /workspace/manager --version = %q, want the build args' %s", b, want)
+		}
 	}
 	// The chart's helm test runs /kubectl-fence from the manager image.
 	if b, err := exec.Command(filepath.Join(ws, "kubectl-fence"), "check", "--help").CombinedOutput(); err != nil || !strings.Contains(string(b), "--wait") {

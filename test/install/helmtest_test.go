@@ -74,7 +74,7 @@ func TestChartHelmTest(t *testing.T) {
 	}
 
 	out, err := helm("install", "kubefence", chartWithoutKubeVersion(t, dir), "--namespace", releaseNamespace, "--create-namespace",
-		"--set", "tests.timeout=10s")
+		"--set", "tests.timeout=10s", "--set", "image.repository="+testImageRepo)
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
 	}

@@ -67,11 +67,16 @@ func helmBin(t *testing.T) string {
 // chart's kubeVersion refuses.)
 const kubeVersion = "1.37.2"
 
-// helmTemplate renders dist/chart as release "kubefence" in releaseNamespace.
+// testImageRepo is the image.repository the tests render the chart with:
+// the chart has no default image (docs/operations.md#image).
+const testImageRepo = "registry.example.com/kubefence"
+
+// helmTemplate renders dist/chart as release "kubefence" in releaseNamespace,
+// with image.repository testImageRepo unless args set another.
 func helmTemplate(t *testing.T, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(helmBin(t), append([]string{"template", "kubefence", filepath.Join(root, "dist", "chart"),
-		"--namespace", releaseNamespace, "--kube-version", kubeVersion}, args...)...)
+		"--namespace", releaseNamespace, "--kube-version", kubeVersion, "--set", "image.repository=" + testImageRepo}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -102,7 +107,7 @@ var intendedDifferences = []struct{ what, why string }{
 	{"the objects of `helm test` (annotation helm.sh/hook: test: the check Pod, its ServiceAccount and RBAC)",
 		"helm creates them only for `helm test`; config/ has no test hook"},
 	{"container image and imagePullPolicy",
-		"config/ leaves the placeholder controller:latest for make deploy IMG=...; the chart names the published image (values image.*)"},
+		"neither has a default image (docs/operations.md#image): config/ names the unpullable image-not-set.invalid/kubefence that make deploy and build-installer replace with IMG; the chart requires image.repository"},
 }
 
 // normalize parses a rendered manifest into objects by key, without the
@@ -198,7 +203,7 @@ func compareObjects(t *testing.T, wantName string, want map[string]map[string]an
 }
 
 func TestChartLints(t *testing.T) {
-	for _, set := range [][]string{nil, {"--set", "certificates.mode=cert-manager", "--set", "enforcement=policy", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}} {
+	for _, set := range [][]string{{"--set", "image.repository=" + testImageRepo}, {"--set", "image.repository=" + testImageRepo, "--set", "certificates.mode=cert-manager", "--set", "enforcement=policy", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}} {
 		out, err := exec.Command(helmBin(t), append([]string{"lint", "--strict", filepath.Join(root, "dist", "chart"), "--namespace", releaseNamespace, "--kube-version", kubeVersion}, set...)...).CombinedOutput()
 		if err != nil {
 			t.Errorf("helm lint --strict %v: %v\n%s", set, err, out)
@@ -359,7 +364,7 @@ func TestChartValues(t *testing.T) {
 	y("ServiceMonitor fence-ops/kubefence-controller-manager-metrics-monitor")
 
 	// An unknown certificate mode is refused, not silently self-signed.
-	cmd := exec.Command(helmBin(t), "template", "kubefence", filepath.Join(root, "dist", "chart"), "--kube-version", kubeVersion, "--set", "certificates.mode=vault")
+	cmd := exec.Command(helmBin(t), "template", "kubefence", filepath.Join(root, "dist", "chart"), "--kube-version", kubeVersion, "--set", "image.repository="+testImageRepo, "--set", "certificates.mode=vault")
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "certificates/mode") {
 		t.Errorf("helm template with certificates.mode=vault: err %v, output %s; want a refusal naming certificates.mode", err, b)
 	}

@@ -47,7 +47,7 @@ kubefence.enforcement is .Values.enforcement, checked: "webhook" or "policy".
 {{/*
 kubefence.runbookBaseURL is where the alerts' runbooks (docs/ of the installed
 version) are served: prometheusRule.runbookBaseURL, else the chart's home at
-the tag of its appVersion (<home>/blob/v<appVersion>/docs), else empty (the
+the tag of its appVersion (<home>/blob/<appVersion>/docs; appVersion is vX.Y.Z), else empty (the
 runbook_url stays the path docs/operations.md#<alert>).
 */}}
 {{- define "kubefence.runbookBaseURL" -}}
@@ -55,7 +55,7 @@ runbook_url stays the path docs/operations.md#<alert>).
 {{- trimSuffix "/" . -}}
 {{- else -}}
 {{- with .Chart.Home -}}
-{{- printf "%s/blob/v%s/docs" (trimSuffix "/" .) $.Chart.AppVersion -}}
+{{- printf "%s/blob/%s/docs" (trimSuffix "/" .) $.Chart.AppVersion -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -65,4 +65,14 @@ runbook_url stays the path docs/operations.md#<alert>).
 {{- if has .Values.evictionScope (list "labelled" "cluster") -}}{{ .Values.evictionScope }}{{- else -}}
 {{- fail (printf "evictionScope %q: expected \"labelled\" or \"cluster\"" .Values.evictionScope) -}}
 {{- end -}}
+{{- end -}}
+
+{{- /*
+kubefence.image is the manager image: image.repository (required: kubefence
+has no default image, docs/operations.md#image), tagged image.tag or, when
+that is empty, the chart's appVersion (the release, vX.Y.Z).
+*/ -}}
+{{- define "kubefence.image" -}}
+{{- $repo := required "image.repository is not set: kubefence has no default image. Set it to the registry/name of the manager image you pushed or your release's (--set image.repository=registry.example.com/kubefence); image.tag defaults to the chart's appVersion. See docs/operations.md#image" .Values.image.repository -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}

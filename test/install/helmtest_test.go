@@ -78,7 +78,7 @@ func TestChartHelmTest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
-	wantLines(t, "helm install's NOTES", out, "kubefence 0.1.0 is installed in namespace kubefence-system (release kubefence)",
+	wantLines(t, "helm install's NOTES", out, "kubefence v0.1.0 is installed in namespace kubefence-system (release kubefence)",
 		"enforcement: webhook", "helm test kubefence -n kubefence-system", "kubectl fence check --wait=2m -n default")
 
 	// The operator's webhooks, served in process; the chart's configurations

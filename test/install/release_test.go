@@ -107,11 +107,11 @@ func TestHelmPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgz := filepath.Join(dir, "kubefence-"+chart.Version+".tgz")
-	out, err := exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion).CombinedOutput()
+	out, err := exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion, "--namespace", releaseNamespace).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "image.repository is not set") {
 		t.Errorf("helm template of the package without image.repository: err %v, want the required error naming image.repository:\n%s", err, out)
 	}
-	out, err = exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion, "--set", "image.repository="+testImageRepo).Output()
+	out, err = exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion, "--namespace", releaseNamespace, "--set", "image.repository="+testImageRepo).Output()
 	if err != nil {
 		t.Fatalf("helm template of the package: %v", err)
 	}
@@ -273,7 +273,7 @@ func TestMakeRelease(t *testing.T) {
 	if chart.Version != "0.1.0" || chart.AppVersion != "v0.1.0" || chart.Home != project {
 		t.Errorf("packaged chart: version %q, appVersion %q, home %q; want 0.1.0, v0.1.0, %s", chart.Version, chart.AppVersion, chart.Home, project)
 	}
-	rendered, err := exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion).Output()
+	rendered, err := exec.Command(helmBin(t), "template", "kubefence", tgz, "--kube-version", kubeVersion, "--namespace", releaseNamespace).Output()
 	if err != nil {
 		t.Fatalf("helm template of the released chart with no values: %v", err)
 	}

@@ -16,8 +16,8 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -93,7 +93,7 @@ func TestPolicyStaleWriteAfterReleaseCommitsBeforeTheNextGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hold := fencing.DefaultCommitLag * 3 / 4 // the operator runs with the default --max-commit-lag
+	hold := timing.DefaultCommitLag * 3 / 4 // the operator runs with the default --max-commit-lag
 	value, err := cl.staleWriteAfterRelease(ctx, hold, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestPolicyStaleWriteAfterReleaseCommitsBeforeTheNextGrant(t *testing.T) {
 	res := checker.Check(nil, nil, checker.Options{Commits: log})
 	for _, v := range res.Violations {
 		t.Errorf("violation (a write admitted after its holder's release, held at most %v on its way to etcd, within the commit lag %v): %s",
-			hold, fencing.DefaultCommitLag, v)
+			hold, timing.DefaultCommitLag, v)
 	}
 	for _, g := range res.CommitLogGaps {
 		t.Errorf("the commit log is incomplete (the harness failed, not kubefence): %s", g)

@@ -72,7 +72,7 @@ func (c *cluster) commitOrderCanary(ctx context.Context) (held time.Duration, er
 		}
 		go func() { _ = e.Run(ctx) }()
 		if name == "canary-a" { // granted before canary-b asks
-			if err := c.waitLease(ctx, func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == name }); err != nil {
+			if err := c.waitLease(ctx, canaryLease, func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == name }); err != nil {
 				return 0, fmt.Errorf("%s's grant: %w", name, err)
 			}
 		}
@@ -83,7 +83,7 @@ func (c *cluster) commitOrderCanary(ctx context.Context) (held time.Duration, er
 	case <-ctx.Done():
 		return 0, fmt.Errorf("canary-a does not lead lease %s: %w", canaryLease, ctx.Err())
 	}
-	if err := c.waitLease(ctx, func(l *coordv1alpha1.FencedLease) bool {
+	if err := c.waitLease(ctx, canaryLease, func(l *coordv1alpha1.FencedLease) bool {
 		return coordv1alpha1.RequestIndex(l.Spec.Requests, "canary-b") >= 0
 	}); err != nil {
 		return 0, fmt.Errorf("canary-b's request: %w", err)
@@ -139,7 +139,7 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 	if h, err := c.revoke(ctx, canaryLease, false); err != nil || h != "canary-a" {
 		return 0, fmt.Errorf("revoking canary-a's tenure: holder %q, %v", h, err)
 	}
-	if err := c.waitLease(ctx, func(l *coordv1alpha1.FencedLease) bool {
+	if err := c.waitLease(ctx, canaryLease, func(l *coordv1alpha1.FencedLease) bool {
 		return l.Status.HolderIdentity == "canary-b" && l.Status.FencingToken > token
 	}); err != nil {
 		return 0, fmt.Errorf("canary-b's grant: %w", err)
@@ -159,17 +159,17 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 	}
 }
 
-// waitLease polls the canary's lease until ok holds.
-func (c *cluster) waitLease(ctx context.Context, ok func(*coordv1alpha1.FencedLease) bool) error {
+// waitLease polls lease name until ok holds.
+func (c *cluster) waitLease(ctx context.Context, name string, ok func(*coordv1alpha1.FencedLease) bool) error {
 	for {
 		var l coordv1alpha1.FencedLease
-		err := c.admin.Get(ctx, client.ObjectKey{Namespace: historyNamespace, Name: canaryLease}, &l)
+		err := c.admin.Get(ctx, client.ObjectKey{Namespace: historyNamespace, Name: name}, &l)
 		if err == nil && ok(&l) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("lease %s: %w (last read: %v, status %+v)", canaryLease, ctx.Err(), err, l.Status)
+			return fmt.Errorf("lease %s: %w (last read: %v, status %+v)", name, ctx.Err(), err, l.Status)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -29,15 +29,13 @@ COPY pkg/ pkg/
 # Build the package ./cmd, never the file cmd/main.go alone (the package has
 # more than one file). GOARCH has no default, so the binary matches the
 # platform the image is built for. test/install TestDockerfileBuildStage runs
-# this stage's COPY and RUN lines on the host, as docker would.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath \
-    -ldflags "-X github.com/kubefence/kubefence/pkg/version.version=v${VERSION} -X github.com/kubefence/kubefence/pkg/version.commit=${COMMIT} -X github.com/kubefence/kubefence/pkg/version.date=${DATE}" \
-    -o manager ./cmd
+# this stage's COPY and RUN lines on the host, as docker would. Keep each
+# RUN on one line: tools that lift the build line read a line, not a
+# continuation.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-X github.com/kubefence/kubefence/pkg/version.version=v${VERSION} -X github.com/kubefence/kubefence/pkg/version.commit=${COMMIT} -X github.com/kubefence/kubefence/pkg/version.date=${DATE}" -o manager ./cmd
 # The kubectl fence plugin, for the chart's `helm test` Pod (kubectl fence
 # check --wait) and for operators who exec into the image.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath \
-    -ldflags "-X github.com/kubefence/kubefence/pkg/version.version=v${VERSION} -X github.com/kubefence/kubefence/pkg/version.commit=${COMMIT} -X github.com/kubefence/kubefence/pkg/version.date=${DATE}" \
-    -o kubectl-fence ./cmd/kubectl-fence
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-X github.com/kubefence/kubefence/pkg/version.version=v${VERSION} -X github.com/kubefence/kubefence/pkg/version.commit=${COMMIT} -X github.com/kubefence/kubefence/pkg/version.date=${DATE}" -o kubectl-fence ./cmd/kubectl-fence
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details

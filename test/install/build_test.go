@@ -154,7 +154,9 @@ type instruction struct {
 }
 
 // builderStage is the instructions of the Dockerfile's first stage (FROM ...
-// AS builder up to the next FROM), with continuation lines joined.
+// AS builder up to the next FROM). A continuation line is refused: tools that
+// lift the build line from the Dockerfile read one line (a continued `go
+// build -trimpath \` ran as `go build` in / and failed: no Go files in /).
 func builderStage(t *testing.T) []instruction {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
@@ -163,18 +165,14 @@ func builderStage(t *testing.T) []instruction {
 	}
 	var ins []instruction
 	froms := 0
-	line := ""
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "#") {
 			continue
 		}
 		if strings.HasSuffix(l, "\\") {
-			line += strings.TrimSuffix(l, "\\") + " "
-			continue
+			t.Fatalf("Dockerfile line %q continues on the next line: keep each instruction on one line", l)
 		}
-		line += l
-		f := strings.Fields(line)
-		line = ""
+		f := strings.Fields(l)
 		if len(f) == 0 {
 			continue
 		}

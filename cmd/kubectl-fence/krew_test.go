@@ -12,36 +12,9 @@ import (
 	"text/template"
 
 	"sigs.k8s.io/yaml"
-)
 
-// krewPlugin is the part of krew's Plugin manifest
-// (krew.googlecontainertools.github.com/v1alpha2) that krew-index validates.
-type krewPlugin struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		Version          string `json:"version"`
-		Homepage         string `json:"homepage"`
-		ShortDescription string `json:"shortDescription"`
-		Description      string `json:"description"`
-		Caveats          string `json:"caveats"`
-		Platforms        []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			} `json:"selector"`
-			URI    string `json:"uri"`
-			SHA256 string `json:"sha256"`
-			Files  []struct {
-				From string `json:"from"`
-				To   string `json:"to"`
-			} `json:"files"`
-			Bin string `json:"bin"`
-		} `json:"platforms"`
-	} `json:"spec"`
-}
+	"github.com/kubefence/kubefence/hack/krew"
+)
 
 // TestKrewManifest fills the template hack/krew/fence.yaml as make release
 // (hack/release) does, with a sample version, URLs and checksums, and checks
@@ -67,7 +40,7 @@ func TestKrewManifest(t *testing.T) {
 		t.Fatalf("filling %s as hack/release does: %v", path, err)
 	}
 	data := filled.Bytes()
-	var p krewPlugin
+	var p krew.Plugin
 	if err := yaml.UnmarshalStrict(data, &p); err != nil {
 		t.Fatalf("%s is not a krew Plugin manifest: %v", path, err)
 	}

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/hack/krew"
 )
 
 // makeCmd runs make in the repository with args; it returns the combined
@@ -192,7 +194,7 @@ func TestMakeRelease(t *testing.T) {
 	}
 
 	// The krew manifest points at each archive with its real sha256.
-	var krew krewManifest
+	var krew krew.Plugin
 	b, err := os.ReadFile(filepath.Join(dir, "krew-fence.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -284,35 +286,6 @@ func TestMakeRelease(t *testing.T) {
 	if notes, err := os.ReadFile(filepath.Join(dir, "release-notes.md")); err != nil || len(strings.TrimSpace(string(notes))) == 0 || strings.HasPrefix(string(notes), "## ") {
 		t.Errorf("release-notes.md: %v, want the body of a CHANGELOG section:\n%.300s", err, notes)
 	}
-}
-
-// krewManifest is the part of a krew Plugin manifest TestMakeRelease reads
-// (cmd/kubectl-fence/krew_test.go checks the rest of the template).
-type krewManifest struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		Version          string `json:"version"`
-		Homepage         string `json:"homepage"`
-		ShortDescription string `json:"shortDescription"`
-		Description      string `json:"description"`
-		Caveats          string `json:"caveats"`
-		Platforms        []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			} `json:"selector"`
-			URI    string `json:"uri"`
-			SHA256 string `json:"sha256"`
-			Files  []struct {
-				From string `json:"from"`
-				To   string `json:"to"`
-			} `json:"files"`
-			Bin string `json:"bin"`
-		} `json:"platforms"`
-	} `json:"spec"`
 }
 
 // untar reads a .tar.gz into its files by name.

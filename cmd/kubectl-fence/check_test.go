@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -25,33 +27,8 @@ import (
 // them (the API server cannot call it), then with the operator's webhooks
 // served in-process, as the deployed manager serves them.
 func TestCheckWithWebhook(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env := testenv.NewEnvironment(filepath.Join("..", ".."))
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "admin", Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
+	p := newWebhookPlane(t, "admin")
+	c, kc, ns := p.c, p.kc, p.ns
 	// A group served by an aggregated API server (spec.service set): policy
 	// mode does not fence its kinds, and check says so. Nothing serves it.
 	aggregated := &unstructured.Unstructured{Object: map[string]any{
@@ -65,7 +42,7 @@ func TestCheckWithWebhook(t *testing.T) {
 	}
 
 	// The webhook configurations are there, nothing serves them.
-	_, _, err = fenceWith(t, kc, "check", "-n", ns.Name)
+	_, _, err := fenceWith(t, kc, "check", "-n", ns.Name)
 	if err == nil || !strings.Contains(err.Error(), "kubefence is not ready: FencedLease webhook: the API server cannot call it") ||
 		!strings.Contains(err.Error(), "are the manager pods running and ready") {
 		t.Errorf("check with the webhook down: %v, want that the API server cannot call it", err)
@@ -79,14 +56,7 @@ func TestCheckWithWebhook(t *testing.T) {
 		done <- runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=90s")
 	}()
 	time.Sleep(2 * time.Second) // check sees the webhook down first
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.RegisterWebhooks(mgr, []string{"system:serviceaccount:kubefence-system:kubefence-controller-manager"}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "manager", mgr.Start)
+	p.serveWebhooks(t, "system:serviceaccount:kubefence-system:kubefence-controller-manager")
 
 	select {
 	case err = <-done:
@@ -197,42 +167,10 @@ func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
 // webhook's guarded entry covers every resource but its matchCondition skips
 // FencedLeases), and telling a deleted configuration from a live one.
 func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env := testenv.NewEnvironment(filepath.Join("..", ".."))
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
 	const trusted = "trusted-operator"
-	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: trusted, Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.RegisterWebhooks(mgr, []string{trusted}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "manager", mgr.Start)
+	p := newWebhookPlane(t, trusted)
+	c, kc, ns := p.c, p.kc, p.ns
+	mgr := p.serveWebhooks(t, trusted)
 	if err := testenv.WaitForWebhookServer(mgr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +198,7 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	}
 	// A user the webhook does not trust gets the same answer: the webhook
 	// is not called, so nothing refuses the probe.
-	untrusted, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "someone", Groups: []string{"system:masters"}})
+	untrusted, err := testenv.Kubeconfig(p.env, t.TempDir(), envtest.User{Name: "someone", Groups: []string{"system:masters"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,4 +219,69 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 		!strings.Contains(err.Error(), `"guarded.fencing.kubefence.io"`) {
 		t.Errorf("check after the FencedLease webhook configuration was deleted: %v, want it reported missing (and the guarded webhook named as not covering it)", err)
 	}
+}
+
+// webhookPlane is a second control plane, of one test, that has the
+// operator's webhook configurations (testenv.NewEnvironment), with nothing
+// serving them until serveWebhooks.
+type webhookPlane struct {
+	env    *envtest.Environment
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	// c is an admin client of the plane.
+	c client.Client
+	// kc is the kubeconfig file of user, a system:masters member.
+	kc string
+	// ns is a fresh namespace for the test.
+	ns *corev1.Namespace
+}
+
+// newWebhookPlane starts a webhookPlane whose kubeconfig is user's and stops
+// it when the test ends.
+func newWebhookPlane(t *testing.T, user string) *webhookPlane {
+	t.Helper()
+	testenv.SkipIfShort(t)
+	p := &webhookPlane{env: testenv.NewEnvironment(filepath.Join("..", ".."))}
+	var err error
+	p.cfg, err = p.env.Start()
+	if err != nil {
+		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	p.kc, err = testenv.Kubeconfig(p.env, t.TempDir(), envtest.User{Name: user, Groups: []string{"system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.scheme, err = newScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.c, err = client.New(p.cfg, client.Options{Scheme: p.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	if err := p.c.Create(t.Context(), p.ns); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serveWebhooks serves the operator's webhooks in-process, as the deployed
+// manager serves them, trusting the users named, until the test ends.
+func (p *webhookPlane) serveWebhooks(t *testing.T, trusted ...string) ctrl.Manager {
+	t.Helper()
+	mgr, err := ctrl.NewManager(p.cfg, testenv.WebhookManagerOptions(p.env, p.scheme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.RegisterWebhooks(mgr, trusted); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Serve(t, "manager", mgr.Start)
+	return mgr
 }

@@ -110,18 +110,30 @@ func TestFencedClientStaleOnlyForItsLease(t *testing.T) {
 	}
 }
 
-// A client that does not lead sends nothing.
-func TestFencedClientNotLeading(t *testing.T) {
-	sent := 0
-	count := func() error { sent++; return nil }
-	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+// countingClient is a client that sends nothing: each create, update, patch,
+// apply, delete and status update it is asked for only adds one to *sent.
+func countingClient() (client.WithWatch, *int) {
+	sent := new(int)
+	count := func() error { *sent++; return nil }
+	return fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return count() },
 		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return count() },
 		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
 			return count()
 		},
+		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+			return count()
+		},
 		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return count() },
-	}).Build()
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return count()
+		},
+	}).Build(), sent
+}
+
+// A client that does not lead sends nothing.
+func TestFencedClientNotLeading(t *testing.T) {
+	base, sent := countingClient()
 	c := NewFencedClient(base, "job", fixedToken{})
 	ctx := context.Background()
 	cm := func() *corev1.ConfigMap {
@@ -138,8 +150,8 @@ func TestFencedClientNotLeading(t *testing.T) {
 			t.Errorf("%s: %v, want ErrNotLeading", name, err)
 		}
 	}
-	if sent != 0 {
-		t.Fatalf("%d writes sent while not leading", sent)
+	if *sent != 0 {
+		t.Fatalf("%d writes sent while not leading", *sent)
 	}
 }
 
@@ -298,22 +310,7 @@ func (kindless) IsApplyConfiguration() {}
 // namespace, and refuses it on cluster-scoped objects. Objects in the
 // lease's namespace are written as before.
 func TestFencedClientRefusesUnfenceableObjects(t *testing.T) {
-	sent := 0
-	count := func() error { sent++; return nil }
-	base := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
-		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return count() },
-		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return count() },
-		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-			return count()
-		},
-		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
-			return count()
-		},
-		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return count() },
-		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
-			return count()
-		},
-	}).Build()
+	base, sent := countingClient()
 	ctx := context.Background()
 	writes := func(c *FencedClient, obj func() client.Object, ac runtime.ApplyConfiguration) map[string]error {
 		return map[string]error{
@@ -353,16 +350,16 @@ func TestFencedClientRefusesUnfenceableObjects(t *testing.T) {
 			}
 		}
 	}
-	if sent != 0 {
-		t.Fatalf("%d unfenceable writes sent", sent)
+	if *sent != 0 {
+		t.Fatalf("%d unfenceable writes sent", *sent)
 	}
 	for write, err := range writes(NewFencedClient(base, "job", fixedToken{42, true}, ClientConfig{Namespace: "jobs"}), inNamespace("jobs"), corev1ac.ConfigMap("cm", "jobs")) {
 		if err != nil {
 			t.Errorf("the lease's namespace, %s: %v", write, err)
 		}
 	}
-	if sent != 6 {
-		t.Fatalf("%d writes in the lease's namespace sent, want 6", sent)
+	if *sent != 6 {
+		t.Fatalf("%d writes in the lease's namespace sent, want 6", *sent)
 	}
 }
 

@@ -98,41 +98,44 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				"(not-found, forbidden, unreachable, refused, other); optimistic-concurrency conflicts are not counted.",
 		}, append(labels, "reason")),
 	}
-	var err error
-	if m.leading, err = register(reg, m.leading); err != nil {
-		return nil, err
-	}
-	if m.token, err = register(reg, m.token); err != nil {
-		return nil, err
-	}
-	if m.renewal, err = register(reg, m.renewal); err != nil {
-		return nil, err
-	}
-	if m.stale, err = register(reg, m.stale); err != nil {
-		return nil, err
-	}
-	if m.write, err = register(reg, m.write); err != nil {
-		return nil, err
-	}
-	if m.leaseErrors, err = register(reg, m.leaseErrors); err != nil {
-		return nil, err
+	r := registerer{reg: reg}
+	register(&r, &m.leading)
+	register(&r, &m.token)
+	register(&r, &m.renewal)
+	register(&r, &m.stale)
+	register(&r, &m.write)
+	register(&r, &m.leaseErrors)
+	if r.err != nil {
+		return nil, r.err
 	}
 	return m, nil
 }
 
-// register registers c, or returns the collector of that name already registered.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
+// registerer registers collectors with reg until one fails; err is that
+// failure.
+type registerer struct {
+	reg prometheus.Registerer
+	err error
+}
+
+// register registers *c with r.reg, or sets *c to the collector of that name
+// already registered. After a failure it does nothing.
+func register[C prometheus.Collector](r *registerer, c *C) {
+	if r.err != nil {
+		return
+	}
+	err := r.reg.Register(*c)
 	if err == nil {
-		return c, nil
+		return
 	}
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
 		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
+			*c = existing
+			return
 		}
 	}
-	return c, fmt.Errorf("fence: registering client metrics: %w", err)
+	r.err = fmt.Errorf("fence: registering client metrics: %w", err)
 }
 
 // init creates the series of a lease at zero, so that rate() and alerts see

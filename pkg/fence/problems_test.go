@@ -62,24 +62,6 @@ func TestErrorReason(t *testing.T) {
 	}
 }
 
-// logLines is a logr sink that keeps its lines.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, args)
-}
-
-func (l *logLines) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
 // A failure is logged with its reason the first time, at once when the reason
 // changes, and then at most every problemLogEvery with the failures since the
 // last line; every failure is counted; Ready fails with "lease never seen"
@@ -93,8 +75,8 @@ func TestProblemsLogCountAndReady(t *testing.T) {
 	m.init("jobs", "job")
 	key := types.NamespacedName{Namespace: "jobs", Name: "job"}
 	p := newProblems(key, clk, m, false)
-	sink := &logLines{}
-	p.setLogger(funcr.New(sink.add, funcr.Options{}))
+	sink := &events{}
+	p.setLogger(funcr.New(sink.log, funcr.Options{}))
 	count := func(reason string) float64 {
 		return testutil.ToFloat64(m.leaseErrors.WithLabelValues("jobs", "job", reason))
 	}
@@ -184,13 +166,13 @@ func TestCandidateBacksOffWhenForbidden(t *testing.T) {
 			return apierrors.NewForbidden(leaseResource, "job", errors.New(`User "eve" cannot get resource "fencedleases"`))
 		},
 	}).Build()
-	sink := &logLines{}
+	sink := &events{}
 	e, err := New(Config{Client: cl, Namespace: "jobs", Name: "job", Identity: "eve", User: "eve",
 		Callbacks: Callbacks{OnStartedLeading: func(context.Context, int64) {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(logf.IntoContext(context.Background(), funcr.New(sink.add, funcr.Options{})), 3*time.Second)
+	ctx, cancel := context.WithTimeout(logf.IntoContext(context.Background(), funcr.New(sink.log, funcr.Options{})), 3*time.Second)
 	defer cancel()
 	if err := e.Run(ctx); err != nil {
 		t.Fatal(err)

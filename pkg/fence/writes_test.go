@@ -21,7 +21,8 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
-// events is what a test's client was asked to send, in order.
+// events is what a test's client was asked to send, or what a test's logger
+// logged, in order.
 type events struct {
 	mu   sync.Mutex
 	list []string
@@ -33,10 +34,28 @@ func (e *events) add(s string) {
 	e.list = append(e.list, s)
 }
 
+// log is a funcr sink: it adds each line's key-value pairs.
+func (e *events) log(_, args string) { e.add(args) }
+
 func (e *events) get() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.list)
+}
+
+// writeEnds are the ways a guarded write can end, each with whether the
+// release after it keeps the request (keep): after an answer it may withdraw;
+// after none (the client gave up, or the server timed out) the API server may
+// still admit the write, so the tenure is left to expire.
+var writeEnds = []struct {
+	name   string
+	answer error
+	keep   bool
+}{
+	{"answered", nil, false},
+	{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
+	{"given up (no answer)", context.DeadlineExceeded, true},
+	{"server timeout", apierrors.NewTimeoutError("slow", 1), true},
 }
 
 // heldLease is lease jobs/job held by identity a with token 42.
@@ -227,16 +246,7 @@ func TestQuiesceWaitsForWritesAndKeepsATenureAWriteMayStillCommitIn(t *testing.T
 			t.Fatalf("Quiesce after its limit with a write in flight: returned %v, withdraw %v; want it to keep the request", ok, withdraw)
 		}
 	})
-	for _, tc := range []struct {
-		name   string
-		answer error
-		keep   bool
-	}{
-		{"answered", nil, false},
-		{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
-		{"no answer", context.DeadlineExceeded, true},
-		{"server timeout", apierrors.NewTimeoutError("slow", 1), true},
-	} {
+	for _, tc := range writeEnds {
 		t.Run("a write that ended "+tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Now())
 			var w Writes
@@ -293,16 +303,7 @@ func TestQuiesceWaitsForWritesAndKeepsATenureAWriteMayStillCommitIn(t *testing.T
 // withdraw is then sent (the explorer's trace:
 // TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant).
 func TestReleaseAfterAWriteWithoutAnAnswerKeepsTheRequest(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		answer error
-		keep   bool
-	}{
-		{"answered", nil, false},
-		{"refused (an answer)", apierrors.NewConflict(corev1.Resource("configmaps"), "x", errors.New("modified")), false},
-		{"given up (no answer)", context.DeadlineExceeded, true},
-		{"server timeout", apierrors.NewTimeoutError("slow", 1), true},
-	} {
+	for _, tc := range writeEnds {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := &events{}
 			c := recordingClient(t, ev)

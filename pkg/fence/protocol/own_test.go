@@ -11,6 +11,19 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
+// committed is lease l as o's renewal of the request of a at sent leaves it,
+// had the renewal committed (o is not told).
+func committed(t *testing.T, o *OwnRequest, l *coordv1alpha1.FencedLease, sent time.Time) *coordv1alpha1.FencedLease {
+	t.Helper()
+	p, err := o.RenewPatch(l, "a", sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.DeepCopy()
+	c.Spec.Requests[0] = p[1].Value.(coordv1alpha1.LeaseRequest)
+	return c
+}
+
 // A client owns the request it appended, as its own writes left it: not a
 // request of its identity it found, nor one another process renewed since.
 func TestOwnRequest(t *testing.T) {
@@ -40,12 +53,7 @@ func TestOwnRequest(t *testing.T) {
 	if !o.Owns(mine) || !o.Made() || o.WithdrawPatch(l, "a") == nil {
 		t.Fatal("the appended request is not owned")
 	}
-	p, err := o.RenewPatch(l, "a", sent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewed := l.DeepCopy()
-	renewed.Spec.Requests[0] = p[1].Value.(coordv1alpha1.LeaseRequest)
+	renewed := committed(t, &o, l, sent)
 	o.Renewed(renewed, "a")
 	if !o.Owns(renewed.Spec.Requests[0]) || o.Owns(mine) {
 		t.Fatal("after an answered renewal it owns the renewed request only")
@@ -53,12 +61,7 @@ func TestOwnRequest(t *testing.T) {
 
 	// A renewal without an answer: the request as it would leave it is its
 	// own too, if it committed.
-	p, err = o.RenewPatch(renewed, "a", sent.Add(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := renewed.DeepCopy()
-	lost.Spec.Requests[0] = p[1].Value.(coordv1alpha1.LeaseRequest)
+	lost := committed(t, &o, renewed, sent.Add(time.Second))
 	if !o.Owns(lost.Spec.Requests[0]) {
 		t.Fatal("a renewal sent without an answer, then seen committed, is not owned")
 	}
@@ -87,12 +90,7 @@ func TestOwnsARequestWhoseRenewTimeAnOlderWriterDropped(t *testing.T) {
 	l := leaseWith("a", "a")
 	var o OwnRequest
 	o.Appended(l.Spec.Requests[0])
-	p, err := o.RenewPatch(l, "a", sent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewed := l.DeepCopy()
-	renewed.Spec.Requests[0] = p[1].Value.(coordv1alpha1.LeaseRequest)
+	renewed := committed(t, &o, l, sent)
 	o.Renewed(renewed, "a")
 
 	dropped := renewed.Spec.Requests[0]

@@ -160,6 +160,16 @@ var notLeases = admissionregistrationv1.MatchCondition{
 	Expression: "!(request.resource.group in ['coordination.k8s.io', 'coordination.kubefence.io'])",
 }
 
+// guardedObjects matches the objects that carry the guard label, in the
+// namespaces that meet every one of namespaces.
+func guardedObjects(namespaces ...metav1.LabelSelectorRequirement) *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: namespaces},
+	}
+}
+
 func (s Settings) namespaceNotExcluded() metav1.LabelSelectorRequirement {
 	return metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
 		Values: append([]string(nil), s.ExcludedNamespaces...)}
@@ -381,12 +391,8 @@ func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissi
 // namespaces marked TerminatingLabel (outside the excluded ones).
 func (s Settings) TerminatingBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	b := bindEverywhere(TerminatingPolicyName)
-	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
-		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
-		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpExists}, s.namespaceNotExcluded()}},
-	}
+	b.Spec.MatchResources = guardedObjects(
+		metav1.LabelSelectorRequirement{Key: TerminatingLabel, Operator: metav1.LabelSelectorOpExists}, s.namespaceNotExcluded())
 	return b
 }
 
@@ -421,11 +427,7 @@ func (s Settings) ClusterScopedPolicy() *admissionregistrationv1.ValidatingAdmis
 // object is matched by its own labels).
 func (s Settings) ClusterScopedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	b := bindEverywhere(ClusterScopedPolicyName)
-	b.Spec.MatchResources = &admissionregistrationv1.MatchResources{
-		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
-		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded()}},
-	}
+	b.Spec.MatchResources = guardedObjects(s.namespaceNotExcluded())
 	return b
 }
 
@@ -448,11 +450,7 @@ func (s Settings) binding(name string, match *admissionregistrationv1.MatchResou
 // GuardedBinding binds the fencing policy to every guarded object outside
 // the excluded namespaces and the terminating ones (TerminatingBinding).
 func (s Settings) GuardedBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	return s.binding(GuardedBindingName, &admissionregistrationv1.MatchResources{
-		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: guardLabel, Operator: metav1.LabelSelectorOpExists}}},
-		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{s.namespaceNotExcluded(), notTerminating}},
-	})
+	return s.binding(GuardedBindingName, guardedObjects(s.namespaceNotExcluded(), notTerminating))
 }
 
 // RequiredBinding binds the fencing policy to every object of the required

@@ -46,6 +46,7 @@ func (c *checks) count(object string) int {
 // once at start and returned: the deleted binding stayed deleted, and stale
 // writes were accepted until the operator restarted.
 func TestInstallerRestoresWhatDrifted(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	testenv.SkipIfShort(t)
 	env, cfg, err := testenv.Start(testenv.Input{Root: "../.."})
 	if err != nil {

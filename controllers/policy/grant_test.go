@@ -148,6 +148,7 @@ func (g *grantEnv) undone(t *testing.T, name, what string) {
 // the old tenure again, and the API server accepts the old holder's token
 // and refuses the grant's, which nobody can learn.
 func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	l := g.heldLease(t, "job")
@@ -178,6 +179,7 @@ func TestGrantUndoneWhenItsStatusWriteFails(t *testing.T) {
 // never commit (its attempt is not the lease's resourceVersion) and keeps
 // one that may still commit (its attempt is).
 func TestGrantAheadOfTheTable(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	for _, c := range []struct {
@@ -225,6 +227,7 @@ func TestGrantAheadOfTheTable(t *testing.T) {
 // can have come from its holder before the status named it, since the status
 // is the only place a holder learns its token.
 func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	for _, arrives := range []bool{true, false} {
@@ -278,6 +281,7 @@ func TestRestartBetweenTableAndStatusWrite(t *testing.T) {
 // policy's refusal and timing out with nothing said. Once the quota is gone
 // the grant passes.
 func TestBarrierTellsAQuotaFromThePolicy(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	l := g.heldLease(t, "job")
@@ -358,6 +362,7 @@ func (w *lostAnswer) Update(ctx context.Context, obj client.Object, opts ...clie
 // did, every Sync returned at once, and the holder's writes were refused
 // with the grant's token until the controller restarted).
 func TestGrantWhoseTableWriteAnswerIsLost(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	l := g.heldLease(t, "job")
@@ -390,6 +395,7 @@ func TestGrantWhoseTableWriteAnswerIsLost(t *testing.T) {
 // never left without the controller acting for longer than that (plus the
 // time to the lease's next reconcile).
 func TestSyncRereadsATableAnotherProcessWrote(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	g := startGrantEnv(t)
 	ctx := t.Context()
 	l := g.heldLease(t, "job")

@@ -44,6 +44,7 @@ func (c *checks) count(object string) int {
 // once at start and returned: the deleted binding stayed deleted, and stale
 // writes were accepted until the operator restarted.
 func TestInstallerRestoresWhatDrifted(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	_, c, admin := controlPlane(t, testenv.Input{Root: "../.."})
 	ctx, cancel := context.WithCancel(t.Context())
 	settings := policy.Settings{ControllerUsers: []string{admin}, ExcludedNamespaces: []string{"kube-system"}}

@@ -25,6 +25,7 @@ import (
 func TestEvictionScope(t *testing.T) {
 	for _, mode := range []string{operator.EnforcementWebhook, operator.EnforcementPolicy} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // a control plane of its own
 			h := start(t, mode)
 			s := h.situation(t, nil) // labelled kubefence.io/fencing=enabled; bob holds s.ns/job
 			other := h.namespace(t, map[string]string{})

@@ -27,6 +27,7 @@ import (
 // refused. Without the exemption the first grant's table write is refused and
 // alice never leads.
 func TestPolicyModeRequiredConfigMapsStillGrant(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	h := start(t, operator.EnforcementPolicy)
 	h.stopOperator()
 	o := h.options()

@@ -39,6 +39,7 @@ const notForThisPolicy = "was not written for the installed fencing policy"
 // (kubernetes/kubernetes#130887), and policy mode then refuses every guarded
 // write until the API server restarts (docs/design.md, "Switching modes").
 func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	h := start(t, operator.EnforcementPolicy)
 	h.paramKeepalive(t)
 	ns := h.namespace(t, nil)

@@ -617,17 +617,23 @@ func nested(o *unstructured.Unstructured, path ...string) any {
 func TestFencingTable(t *testing.T) {
 	for _, mode := range []string{operator.EnforcementWebhook, operator.EnforcementPolicy} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // a control plane of its own
 			h := start(t, mode)
-			runFencingRows(t, h)
-			runNodeRows(t, h, h.situation(t, nil))
-			runExpiry(t, h)
-			runLeaseRows(t, h)
-			runFutureStamp(t, h)
-			runNamespaceDeletion(t, h)
+			// Each step that leaves the operator running is a subtest: its
+			// electors stop (and withdraw their requests) when it ends, while
+			// the webhooks serve. Stopped after runOperatorDown instead, each
+			// would retry its withdrawal against the fail-closed webhook
+			// (about 90 s in all, in webhook mode).
+			t.Run("fencing rows", func(t *testing.T) { runFencingRows(t, h) })
+			t.Run("node rows", func(t *testing.T) { runNodeRows(t, h, h.situation(t, nil)) })
+			t.Run("expiry", func(t *testing.T) { runExpiry(t, h) })
+			t.Run("lease rows", func(t *testing.T) { runLeaseRows(t, h) })
+			t.Run("future stamp", func(t *testing.T) { runFutureStamp(t, h) })
+			t.Run("namespace deletion", func(t *testing.T) { runNamespaceDeletion(t, h) })
 			runRequeuedHolder(t, h) // stops and restarts the operator
 			if mode == operator.EnforcementPolicy {
-				runPolicyOnly(t, h)
-				runMarkedLiveNamespace(t, h)
+				t.Run("policy mode's own claims", func(t *testing.T) { runPolicyOnly(t, h) })
+				t.Run("marked live namespace", func(t *testing.T) { runMarkedLiveNamespace(t, h) })
 			}
 			runOperatorDown(t, h) // last: it stops the operator
 		})

@@ -94,7 +94,7 @@ verify-mod: ## Fail when go.mod or go.sum is not tidy (go mod tidy -diff).
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint with .golangci.yml.
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: verify
 verify: verify-fmt verify-mod vet lint ## Check formatting, go.mod, vet and lint (what make test checks before the tests).

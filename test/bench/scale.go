@@ -113,8 +113,9 @@ type scaleReport struct {
 	grant                        []time.Duration
 	windows                      []window
 	failover
-	queueTime time.Duration
-	elapsed   time.Duration
+	queueTime   time.Duration
+	elapsed     time.Duration
+	reconcilers int
 }
 
 // failover is what killing holders measured: the samples' takeovers and the
@@ -202,6 +203,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		}
 	}
 	s.rep.elapsed = time.Since(started)
+	s.rep.reconcilers = b.reconcilers
 	s.rep.print(os.Stdout, o)
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
@@ -35,7 +33,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	fmt.Fprintf(w, "kube-apiserver %s (--max-requests-inflight %d, --max-mutating-requests-inflight %d), %d CPUs (%s), load average at start %s, run took %v\n",
 		r.env.serverVersion, scaleMaxInflight, scaleMaxMutatingInflight, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
 	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration), %d concurrent reconciles; holders run in child processes; CPU and RSS from process_cpu_seconds_total and process_resident_memory_bytes\n\n",
-		fencedlease.DefaultMaxConcurrentReconciles)
+		r.reconcilers)
 
 	rows := [][]string{{"measure"}}
 	for _, x := range r.windows {

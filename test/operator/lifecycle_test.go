@@ -3,12 +3,14 @@ package operator_test
 import (
 	"context"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -21,6 +23,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -175,6 +178,38 @@ var _ = Describe("FencedLease lifecycle", func() {
 		l := getLease(ns, "lonely")
 		Expect(l.Status.HolderIdentity).To(BeEmpty())
 		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonExpired))
+	})
+
+	It("records one Event per tenure change: an expiry and its takeover are one Warning, a release and its hand-over one Event", func() {
+		newLease(ns, "events", 2, 0)
+		joinRaw("alice", ns, "events", "alice")
+		Eventually(func() string { h, _ := holderOf(ns, "events"); return h }, 10*time.Second).Should(Equal("alice"))
+		// alice never renews: she expires and bob takes over in one status
+		// write; bob never renews either and expires with nobody waiting.
+		joinRaw("bob", ns, "events", "bob")
+		Eventually(func() string { return heldCondition(getLease(ns, "events")).Reason }, 15*time.Second).
+			Should(Equal(coordv1alpha1.ReasonExpired))
+		// A release handed over in one status write.
+		j := &testenv.Journal{}
+		carol := startElector("carol", ns, "events", "carol", j)
+		DeferCleanup(carol.stop)
+		Eventually(j.Identities, 10*time.Second).Should(Equal([]string{"carol"}))
+		dave := startElector("dave", ns, "events", "dave", j)
+		DeferCleanup(dave.stop)
+		waitQueued(ns, "events", "dave")
+		Expect(carol.Release(suiteCtx)).To(Succeed())
+		Eventually(j.Identities, 10*time.Second).Should(Equal([]string{"carol", "dave"}))
+
+		// Five tenure changes, five Events: none more arrives. carol's grant
+		// follows bob's expiry (TakenOver), in a write of its own (Normal).
+		want := []string{"Normal Granted", "Warning TakenOver", "Warning Expired", "Normal TakenOver", "Normal HandedOver"}
+		Eventually(func() []string { return eventReasons(ns, "events") }, 10*time.Second).Should(Equal(want))
+		Consistently(func() []string { return eventReasons(ns, "events") }, 2*time.Second, 200*time.Millisecond).Should(Equal(want))
+		notes := eventNotes(ns, "events")
+		Expect(notes[1]).To(MatchRegexp(`^granted to bob with fencing token \d+ \(previous holder alice did not renew token \d+ within 2s\)$`))
+		Expect(notes[2]).To(MatchRegexp(`^bob did not renew token \d+ within 2s; token expired$`))
+		Expect(notes[3]).To(MatchRegexp(`^granted to carol with fencing token \d+ \(previous holder bob, token \d+, expired\)$`))
+		Expect(notes[4]).To(MatchRegexp(`^granted to dave with fencing token \d+ \(previous holder carol, token \d+\)$`))
 	})
 
 	It("keeps a lease ungranted during the lock-delay after an expiry", func() {
@@ -340,6 +375,38 @@ func heldCondition(l *coordv1alpha1.FencedLease) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// leaseEvents are the controller's Events regarding the lease, oldest first.
+func leaseEvents(ns, lease string) []eventsv1.Event {
+	var list eventsv1.EventList
+	Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == lease && e.ReportingController == operator.RecorderName {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].EventTime.Before(&out[j].EventTime) })
+	return out
+}
+
+// eventReasons are the lease's Events as "<type> <reason>", oldest first.
+func eventReasons(ns, lease string) []string {
+	var out []string
+	for _, e := range leaseEvents(ns, lease) {
+		out = append(out, e.Type+" "+e.Reason)
+	}
+	return out
+}
+
+// eventNotes are the notes of the lease's Events, oldest first.
+func eventNotes(ns, lease string) []string {
+	var out []string
+	for _, e := range leaseEvents(ns, lease) {
+		out = append(out, e.Note)
+	}
+	return out
 }
 
 // joinRaw queues a request without the helper: the client never renews.

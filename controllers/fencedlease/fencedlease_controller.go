@@ -140,6 +140,9 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		lease = *updated
 		r.setMemory(lease.UID, step.Remember(true, r.Clock.Now()))
+		if late, ok := step.ExpiredLate(); ok {
+			metrics.ExpiryDecided(late)
+		}
 		if statusWrite {
 			r.report(ctx, &lease, step.d)
 		}

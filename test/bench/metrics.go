@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 type families map[string]*dto.MetricFamily
@@ -204,4 +205,61 @@ func (l apfLevel) String() string {
 		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
 	}
 	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
+}
+
+// lateHistogram is the controller's kubefence_expiry_lateness_seconds:
+// cumulative counts by upper bound (seconds), and the total.
+type lateHistogram struct {
+	bounds []float64
+	counts []uint64
+	total  uint64
+}
+
+// controllerLateness reads the controller's expiry-lateness histogram from
+// the registry the operator registers on (controller-runtime's).
+func controllerLateness() lateHistogram {
+	fams, err := gather(ctrlmetrics.Registry)
+	if err != nil {
+		return lateHistogram{}
+	}
+	m := fams["kubefence_expiry_lateness_seconds"].GetMetric()
+	if len(m) == 0 {
+		return lateHistogram{}
+	}
+	h := m[0].GetHistogram()
+	out := lateHistogram{total: h.GetSampleCount()}
+	for _, b := range h.GetBucket() {
+		out.bounds = append(out.bounds, b.GetUpperBound())
+		out.counts = append(out.counts, b.GetCumulativeCount())
+	}
+	return out
+}
+
+func (h lateHistogram) sub(o lateHistogram) lateHistogram {
+	out := lateHistogram{bounds: h.bounds, total: h.total - o.total}
+	for i, c := range h.counts {
+		if i < len(o.counts) {
+			c -= o.counts[i]
+		}
+		out.counts = append(out.counts, c)
+	}
+	return out
+}
+
+// String gives the count and, for p50 and p99, the bucket bound they fall
+// under ("<= 64 ms"), or "-" without observations (a controller without the
+// metric).
+func (h lateHistogram) String() string {
+	if h.total == 0 {
+		return "-"
+	}
+	at := func(p float64) string {
+		for i, c := range h.counts {
+			if float64(c) >= p*float64(h.total) {
+				return "<= " + ms(time.Duration(h.bounds[i]*float64(time.Second)))
+			}
+		}
+		return "> " + ms(time.Duration(h.bounds[len(h.bounds)-1]*float64(time.Second)))
+	}
+	return fmt.Sprintf("%d expiries, p50 %s, p99 %s", h.total, at(0.5), at(0.99))
 }

@@ -128,7 +128,10 @@ type failover struct {
 	massWaiterWrites, massWaiterFailed  int64
 	massDuration                        time.Duration
 	massAPF                             map[string]apfLevel
-	massMissing                         int
+	// massLate is the controller's own expiry lateness over the mass
+	// fail-over (kubefence_expiry_lateness_seconds).
+	massLate    lateHistogram
+	massMissing int
 }
 
 func (b *bench) scale(ctx context.Context, env environment) error {
@@ -388,6 +391,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
 	massCtrl0 := b.ctrlRT.counted(scaleMassNS)
+	late0 := controllerLateness()
 	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc]procCounts{}
 	for _, p := range h.massW {
@@ -446,6 +450,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
 		f.massAPF = apfSub(apf1, apf0)
 	}
+	f.massLate = controllerLateness().sub(late0)
 	for _, p := range h.massW {
 		c := p.snapshot()
 		f.massWaiterWrites += c.writes - massW0[p].writes

@@ -3,8 +3,8 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"

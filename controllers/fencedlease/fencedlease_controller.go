@@ -193,7 +193,7 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 // the next is one change for the lease's readers (kubectl describe): its one
 // Event is the grant's, naming how the previous tenure ended, so that a mass
 // fail-over costs one Event per lease, not three
-// (TestOneEventPerTenureChange in test/operator).
+// (test/operator: "records one Event per tenure change").
 func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1.FencedLease, d decision) {
 	log := logf.FromContext(ctx)
 	ns, name := lease.Namespace, lease.Name

@@ -25,7 +25,8 @@ type historyEntry struct {
 	// Type is Normal or Warning.
 	Type string `json:"type"`
 	// Reason is Granted, HandedOver, TakenOver, Expired, Released,
-	// RenewalMissed, OperatorRelease or OperatorHandover.
+	// OperatorRelease or OperatorHandover (RenewalMissed from controllers
+	// before one Event per tenure change).
 	Reason string `json:"reason"`
 	// Note is the event's message.
 	Note string `json:"note,omitempty"`

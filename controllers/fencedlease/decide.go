@@ -88,6 +88,10 @@ type decision struct {
 	transitions []Transition
 	// requeueAfter is when the lease must be looked at again if nothing changes.
 	requeueAfter time.Duration
+	// expiredLate, when expired, is how long after the tenure's expiry the
+	// decision to end it came (timers and the work queue).
+	expired     bool
+	expiredLate time.Duration
 }
 
 // apply returns the object the decision's write sends, made from lease (the
@@ -206,6 +210,7 @@ func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1al
 	obs, d.renewed = observe(obs, st.HolderIdentity, st.FencingToken, req.RenewSequence, now)
 	expire, stamped := expiry(&lease.Status, req, obs, timing)
 	if !now.Before(expire) {
+		d.expired, d.expiredLate = true, now.Sub(expire)
 		d.expire(lease, st, now)
 		return
 	}

@@ -26,9 +26,13 @@ import (
 // DefaultMaxConcurrentReconciles is how many leases the controller decides at
 // once. A reconcile is mostly waiting for one API write (a grant, an expiry),
 // so after a mass fail-over (hundreds of leases expiring within one renewal
-// interval) the grants are bounded by workers / write latency: 4 workers let
-// 500 expiries wait up to 27 s for a worker (docs/benchmarks.md, "Scale").
-const DefaultMaxConcurrentReconciles = 16
+// interval) the grants are bounded by workers / write latency: a 500-lease
+// fail-over needs about a thousand writes (grant, expired request removed)
+// within the renewal interval, and the API server takes 0.2 to 0.6 s a write
+// under that load, so 16 workers left grants waiting 6 s for one
+// (docs/benchmarks.md, "Scale"). Workers cost a goroutine each; the API
+// server's flow control, not this number, bounds what it runs at once.
+const DefaultMaxConcurrentReconciles = 64
 
 // Event reasons.
 const (
@@ -37,7 +41,6 @@ const (
 	EventTakenOver  = "TakenOver"
 	EventExpired    = "Expired"
 	EventReleased   = "Released"
-	EventRenewFail  = "RenewalMissed"
 )
 
 // FencedLeaseReconciler grants, renews, expires and hands over FencedLeases.
@@ -141,6 +144,9 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		lease = *updated
 		r.setMemory(lease.UID, step.Remember(true, r.Clock.Now()))
+		if late, ok := step.ExpiredLate(); ok {
+			metrics.ExpiryDecided(late)
+		}
 		if statusWrite {
 			r.report(ctx, &lease, step.d)
 		}
@@ -182,6 +188,12 @@ func (r *FencedLeaseReconciler) finalize(ctx context.Context, lease *coordv1alph
 	return nil
 }
 
+// report records a status write's changes of holder: metrics and a log line
+// for each, and one Event for the write. A write that ends a tenure and grants
+// the next is one change for the lease's readers (kubectl describe): its one
+// Event is the grant's, naming how the previous tenure ended, so that a mass
+// fail-over costs one Event per lease, not three
+// (test/operator: "records one Event per tenure change").
 func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1.FencedLease, d decision) {
 	log := logf.FromContext(ctx)
 	ns, name := lease.Namespace, lease.Name
@@ -193,31 +205,61 @@ func (r *FencedLeaseReconciler) report(ctx context.Context, lease *coordv1alpha1
 		age = r.Clock.Since(lease.Status.AcquireTime.Time)
 	}
 	metrics.LeaseState(ns, name, lease.Status.FencingToken, age)
-	for _, tr := range d.transitions {
+	var event *Transition
+	ended := false
+	for i, tr := range d.transitions {
 		switch tr.Kind {
 		case string(coordv1alpha1.EndReasonExpired):
 			metrics.Expired(ns, name, tr.Tenure)
-			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventRenewFail, "Expire",
-				"%s did not renew token %d within %ds", tr.Previous, tr.PreviousToken, lease.Status.LeaseDurationSeconds)
 			log.Info("Lease expired", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
-			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, EventExpired, "Expire",
-				"%s stopped renewing; token %d expired", tr.Previous, tr.PreviousToken)
 		case string(coordv1alpha1.EndReasonReleased):
 			metrics.Released(ns, name, tr.Tenure)
 			log.Info("Lease released", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Previous, "token", tr.PreviousToken)
-			r.Recorder.Eventf(lease, nil, corev1.EventTypeNormal, EventReleased, "Release",
-				"%s released token %d", tr.Previous, tr.PreviousToken)
 		default:
 			metrics.Granted(ns, name, tr.Kind)
 			log.Info("Lease granted", "lease", client.ObjectKeyFromObject(lease), "holder", tr.Holder, "token", tr.Token,
 				"kind", tr.Kind, "previousHolder", tr.Previous, "previousToken", tr.PreviousToken)
-			note := fmt.Sprintf("granted to %s with fencing token %d", tr.Holder, tr.Token)
-			if tr.Previous != "" {
-				note = fmt.Sprintf("%s (previous holder %s, token %d)", note, tr.Previous, tr.PreviousToken)
-			}
-			r.Recorder.Eventf(lease, nil, corev1.EventTypeNormal, tr.Kind, "Grant", "%s", note)
 		}
+		// The grant, if the write made one, else the end of the tenure.
+		if event == nil || tr.Holder != "" {
+			event = &d.transitions[i]
+		}
+		ended = ended || tr.Holder == ""
 	}
+	if event != nil {
+		eventType, reason, action, note := transitionEvent(*event, ended, lease.Status.LeaseDurationSeconds)
+		r.Recorder.Eventf(lease, nil, eventType, reason, action, "%s", note)
+	}
+}
+
+// transitionEvent is the Event of one status write's change of holder (see
+// report): the grant's, naming the end of the previous tenure, or the end's
+// alone. An expiry is one Warning: Expired, or TakenOver when the write that
+// ended the tenure (ended) also granted the next; a later grant after an
+// expiry is Normal. l is the lease duration in seconds of the tenure that
+// expired.
+func transitionEvent(tr Transition, ended bool, l int32) (eventType, reason, action, note string) {
+	expired := func(holder string, token int64) string {
+		return fmt.Sprintf("%s did not renew token %d within %ds", holder, token, l)
+	}
+	switch tr.Kind {
+	case string(coordv1alpha1.EndReasonExpired):
+		return corev1.EventTypeWarning, EventExpired, "Expire", expired(tr.Previous, tr.PreviousToken) + "; token expired"
+	case string(coordv1alpha1.EndReasonReleased):
+		return corev1.EventTypeNormal, EventReleased, "Release", fmt.Sprintf("%s released token %d", tr.Previous, tr.PreviousToken)
+	}
+	note = fmt.Sprintf("granted to %s with fencing token %d", tr.Holder, tr.Token)
+	eventType = corev1.EventTypeNormal
+	switch {
+	case tr.Kind == EventTakenOver && ended:
+		eventType = corev1.EventTypeWarning
+		note = fmt.Sprintf("%s (previous holder %s)", note, expired(tr.Previous, tr.PreviousToken))
+	case tr.Kind == EventTakenOver:
+		note = fmt.Sprintf("%s (previous holder %s, token %d, expired)", note, tr.Previous, tr.PreviousToken)
+	case tr.Previous != "":
+		note = fmt.Sprintf("%s (previous holder %s, token %d)", note, tr.Previous, tr.PreviousToken)
+	}
+	return eventType, tr.Kind, "Grant", note
 }
 
 func (r *FencedLeaseReconciler) memory(uid types.UID) Memory {

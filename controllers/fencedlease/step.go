@@ -102,6 +102,10 @@ func (s Step) RequeueAfter() time.Duration { return s.d.requeueAfter }
 // Transitions are the changes of holder the step's write records.
 func (s Step) Transitions() []Transition { return s.d.transitions }
 
+// ExpiredLate tells whether the step ends a tenure past its expiry (or
+// removes its request first), and how long after the expiry it decided so.
+func (s Step) ExpiredLate() (time.Duration, bool) { return s.d.expiredLate, s.d.expired }
+
 // Renewed tells whether the step observed a new renewal of the holder.
 func (s Step) Renewed() bool { return s.d.renewed }
 

@@ -72,6 +72,7 @@ var (
 	currentToken   = gauge("lease_fencing_token", "Current (or last) fencing token of the lease.", perLease...)
 	holderAge      = gauge("lease_holder_age_seconds", "Age of the active tenure, 0 when nobody holds the lease.", perLease...)
 	tenureSeconds  = histogram("lease_tenure_seconds", "Length of tenures that ended, by end reason.", prometheus.ExponentialBuckets(1, 4, 10), "reason")
+	expiryLateness = histogram("expiry_lateness_seconds", "How long after a tenure's expiry (on the controller's clock) the controller decided it: its timer, work queue and workers, not the API write that follows.", prometheus.ExponentialBuckets(0.001, 4, 9))
 
 	// The fencing webhook's.
 	staleWritesRejected  = counter("stale_writes_rejected_total", "Writes to guarded objects refused because their fencing token was stale.", "lease_namespace", "lease", "operation")
@@ -115,7 +116,7 @@ func singleGauge(name, help string) prometheus.Gauge {
 // collectors is every metric of the package, in the order Register adds them.
 var collectors = []prometheus.Collector{
 	acquisitions, renewals, renewalsMissed, expiries, releases, takeovers, tokensIssued,
-	currentToken, holderAge, tenureSeconds, staleWritesRejected, leaseWritesRefused,
+	currentToken, holderAge, tenureSeconds, expiryLateness, staleWritesRejected, leaseWritesRefused,
 	guardedWritesRefused, fencingChecks, clockOffset, webhookCertificateExpiry,
 	policyNotAsGenerated, policyRestored, buildInfo,
 }
@@ -177,6 +178,12 @@ func Expired(leaseNamespace, lease string, tenure time.Duration) {
 	expiries.WithLabelValues(leaseNamespace, lease).Inc()
 	renewalsMissed.WithLabelValues(leaseNamespace, lease).Inc()
 	tenureSeconds.WithLabelValues(string(coordv1alpha1.EndReasonExpired)).Observe(tenure.Seconds())
+}
+
+// ExpiryDecided records how long after a tenure's expiry the controller
+// decided it, once per expiry, after the decision's write succeeded.
+func ExpiryDecided(late time.Duration) {
+	expiryLateness.WithLabelValues().Observe(late.Seconds())
 }
 
 // Released records a tenure its holder (or an operator) ended, and how long

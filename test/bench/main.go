@@ -51,6 +51,9 @@ type options struct {
 	// and in each policy-mode pass, and the leases in the second policy
 	// pass's tenure table.
 	guardedWrites, policyWrites, policyTableLeases int
+	// reconcilers is the controller's MaxConcurrentReconciles (0: the
+	// operator's default).
+	reconcilers int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -67,6 +70,7 @@ func main() {
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
+	flag.IntVar(&o.reconcilers, "reconcilers", 0, "the controller's concurrent reconciles (--max-concurrent-reconciles; 0: the operator's default)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -86,6 +90,9 @@ type bench struct {
 	testEnv        *envtest.Environment
 	ctrlRT         *controllerTransport
 	stopController func() // set by runController
+	// reconcilers is the controller's MaxConcurrentReconciles (set by
+	// runController).
+	reconcilers int
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
 }
@@ -257,6 +264,10 @@ func (b *bench) runController(ctx context.Context) error {
 	}
 	o := testenv.Operator(operatorNamespace, b.adminUser)
 	o.Webhooks = false
+	if b.opts.reconcilers > 0 {
+		o.MaxConcurrentReconciles = b.opts.reconcilers
+	}
+	b.reconcilers = o.MaxConcurrentReconciles
 	if err := operator.Setup(mgr, o); err != nil {
 		return fmt.Errorf("setting up the FencedLease controller: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +53,13 @@ const (
 type scaleOptions struct {
 	leases, mass, samples, lease int
 	steady, baseline             time.Duration
+	// skipBaseline leaves out the client-go windows (fail-over rows only).
+	skipBaseline bool
+	// profile, if set, is the path prefix of the bench process's CPU
+	// profiles (the operator runs in it): <profile>-steady.pprof over the
+	// kubefence window, <profile>-failover.pprof from the mass kill until
+	// every lease is granted again.
+	profile string
 }
 
 var scaleOpts scaleOptions
@@ -66,6 +74,8 @@ func init() {
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of the kubefence steady-state window")
 	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
+	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go windows (for the fail-over and controller rows alone)")
+	flag.StringVar(&scaleOpts.profile, "scale-profile", "", "scale: write the operator's (this process's) CPU profiles to <prefix>-steady.pprof (kubefence window) and <prefix>-failover.pprof (mass kill until all granted)")
 }
 
 // configureAPIServer sets kube-apiserver's concurrency limits.
@@ -103,8 +113,9 @@ type scaleReport struct {
 	grant                        []time.Duration
 	windows                      []window
 	failover
-	queueTime time.Duration
-	elapsed   time.Duration
+	queueTime   time.Duration
+	elapsed     time.Duration
+	reconcilers int
 }
 
 // failover is what killing holders measured: the samples' takeovers and the
@@ -117,7 +128,10 @@ type failover struct {
 	massWaiterWrites, massWaiterFailed  int64
 	massDuration                        time.Duration
 	massAPF                             map[string]apfLevel
-	massMissing                         int
+	// massLate is the controller's own expiry lateness over the mass
+	// fail-over (kubefence_expiry_lateness_seconds).
+	massLate    lateHistogram
+	massMissing int
 }
 
 func (b *bench) scale(ctx context.Context, env environment) error {
@@ -184,11 +198,15 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		ns, what string
 		retry    time.Duration
 	}{{"cg-same-interval", "kubefence's renewal interval", b.lease / 3}, {"cg-defaults", "client-go defaults", 2 * time.Second}} {
+		if o.skipBaseline {
+			break
+		}
 		if err := b.scaleClientGo(ctx, s, phase.ns, phase.what, held, phase.retry); err != nil {
 			return err
 		}
 	}
 	s.rep.elapsed = time.Since(started)
+	s.rep.reconcilers = b.reconcilers
 	s.rep.print(os.Stdout, o)
 	return nil
 }
@@ -299,7 +317,13 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleSettle); err != nil {
 		return err
 	}
+	stopProfile, err := startProfile("steady")
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	w, err := b.measure(ctx, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
+	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -367,11 +391,17 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
 	massCtrl0 := b.ctrlRT.counted(scaleMassNS)
+	late0 := controllerLateness()
 	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc]procCounts{}
 	for _, p := range h.massW {
 		massW0[p] = p.snapshot()
 	}
+	stopProfile, err := startProfile("failover")
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	kill := time.Now()
 	for _, p := range h.massH {
 		p.kill()
@@ -386,6 +416,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return leadCount(h.massW) == len(h.massKeys), nil
 	})
 	f.massDuration = time.Since(kill)
+	stopProfile()
 	// Each lease's fail-over in steps: its expiry falls due (last stamped
 	// renewal + L + allowance), the controller sends the grant, the grant
 	// returns, the new holder leads (after its acknowledging renewal).
@@ -419,6 +450,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
 		f.massAPF = apfSub(apf1, apf0)
 	}
+	f.massLate = controllerLateness().sub(late0)
 	for _, p := range h.massW {
 		c := p.snapshot()
 		f.massWaiterWrites += c.writes - massW0[p].writes
@@ -610,6 +642,31 @@ func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int
 		}
 	}
 	return out, nil
+}
+
+// startProfile starts a CPU profile of this process (the operator's) to
+// <-scale-profile>-<phase>.pprof; stop ends it (once, however often it is
+// called). Without -scale-profile both
+// do nothing.
+func startProfile(phase string) (stop func(), err error) {
+	if scaleOpts.profile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(scaleOpts.profile + "-" + phase + ".pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("profiling the operator: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		})
+	}, nil
 }
 
 // heapInUse is this process's live heap after a GC, and its goroutines.

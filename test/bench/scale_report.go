@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/kubefence/kubefence/controllers/fencedlease"
 )
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
@@ -35,7 +33,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	fmt.Fprintf(w, "kube-apiserver %s (--max-requests-inflight %d, --max-mutating-requests-inflight %d), %d CPUs (%s), load average at start %s, run took %v\n",
 		r.env.serverVersion, scaleMaxInflight, scaleMaxMutatingInflight, r.env.cpus, r.env.cpuModel, r.env.loadStart, r.elapsed.Round(time.Second))
 	fmt.Fprintf(w, "operator = the bench process (controller + webhook managers + orchestration), %d concurrent reconciles; holders run in child processes; CPU and RSS from process_cpu_seconds_total and process_resident_memory_bytes\n\n",
-		fencedlease.DefaultMaxConcurrentReconciles)
+		r.reconcilers)
 
 	rows := [][]string{{"measure"}}
 	for _, x := range r.windows {
@@ -102,6 +100,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	})
 	fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
 		r.massDuration.Round(time.Second), o.mass, byKind(r.massCtrl), r.massWaiterWrites, r.massWaiterFailed)
+	fmt.Fprintf(w, "mass fail-over, the controller's own expiry lateness (kubefence_expiry_lateness_seconds: expiry on its clock -> decision, by bucket): %s\n", r.massLate)
 	if r.massAPF != nil {
 		fmt.Fprintf(w, "mass fail-over, APF (requests executed, mean queue wait, rejected): leases %s; workload-low %s\n", r.massAPF["leases"], r.massAPF["workload-low"])
 	}

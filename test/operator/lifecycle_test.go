@@ -2,13 +2,17 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -18,9 +22,11 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -175,6 +181,110 @@ var _ = Describe("FencedLease lifecycle", func() {
 		l := getLease(ns, "lonely")
 		Expect(l.Status.HolderIdentity).To(BeEmpty())
 		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonExpired))
+	})
+
+	It("records one Event per tenure change: an expiry and its takeover are one Warning, a release and its hand-over one Event", func() {
+		newLease(ns, "events", 2, 0)
+		joinRaw("alice", ns, "events", "alice")
+		Eventually(func() string { h, _ := holderOf(ns, "events"); return h }, 10*time.Second).Should(Equal("alice"))
+		// alice never renews: she expires and bob takes over in one status
+		// write; bob never renews either and expires with nobody waiting.
+		joinRaw("bob", ns, "events", "bob")
+		Eventually(func() string { return heldCondition(getLease(ns, "events")).Reason }, 15*time.Second).
+			Should(Equal(coordv1alpha1.ReasonExpired))
+		// A release handed over in one status write.
+		j := &testenv.Journal{}
+		carol := startElector("carol", ns, "events", "carol", j)
+		DeferCleanup(carol.stop)
+		Eventually(j.Identities, 10*time.Second).Should(Equal([]string{"carol"}))
+		dave := startElector("dave", ns, "events", "dave", j)
+		DeferCleanup(dave.stop)
+		waitQueued(ns, "events", "dave")
+		Expect(carol.Release(suiteCtx)).To(Succeed())
+		Eventually(j.Identities, 10*time.Second).Should(Equal([]string{"carol", "dave"}))
+
+		// Five tenure changes, five Events: none more arrives. carol's grant
+		// follows bob's expiry (TakenOver), in a write of its own (Normal).
+		want := []string{"Normal Granted", "Warning TakenOver", "Warning Expired", "Normal TakenOver", "Normal HandedOver"}
+		Eventually(func() []string { return eventReasons(ns, "events") }, 10*time.Second).Should(Equal(want))
+		Consistently(func() []string { return eventReasons(ns, "events") }, 2*time.Second, 200*time.Millisecond).Should(Equal(want))
+		notes := eventNotes(ns, "events")
+		Expect(notes[1]).To(MatchRegexp(`^granted to bob with fencing token \d+ \(previous holder alice did not renew token \d+ within 2s\)$`))
+		Expect(notes[2]).To(MatchRegexp(`^bob did not renew token \d+ within 2s; token expired$`))
+		Expect(notes[3]).To(MatchRegexp(`^granted to carol with fencing token \d+ \(previous holder bob, token \d+, expired\)$`))
+		Expect(notes[4]).To(MatchRegexp(`^granted to dave with fencing token \d+ \(previous holder carol, token \d+\)$`))
+	})
+
+	It("decides expiries falling due together at their due time: timers, not polls, and enough workers", func() {
+		const n = 40
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("due-%03d", i)
+			newLease(ns, names[i], 5, 0)
+		}
+		// alice joins every lease at once and never renews: each tenure
+		// expires L + allowance after its grant. From the start the test
+		// records, per lease, the expiry the grant published
+		// (acquireTime + L + allowance; the controller's own falls later by
+		// the grant write's latency, as it counts from when the write
+		// returned) and previousHolder.endTime, the controller's clock when it
+		// ended the tenure (after removing alice's request: she never
+		// renewed, so the next token needs the generation to move first).
+		due := map[string]time.Time{}
+		late := map[string]time.Duration{}
+		var mu sync.Mutex
+		record := func() int {
+			var list coordv1alpha1.FencedLeaseList
+			if k8sClient.List(suiteCtx, &list, client.InNamespace(ns)) != nil {
+				return -1
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, l := range list.Items {
+				if l.Status.HolderIdentity == "alice" && l.Status.ExpireTime != nil {
+					due[l.Name] = l.Status.ExpireTime.Time
+				}
+				if p := l.Status.PreviousHolder; p != nil && p.Reason == coordv1alpha1.EndReasonExpired {
+					if d, ok := due[l.Name]; ok {
+						late[l.Name] = p.EndTime.Sub(d)
+					}
+				}
+			}
+			return len(late)
+		}
+		before := expiryLateness()
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && record() < n; {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, name := range names {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer GinkgoRecover()
+				defer func() { <-sem }()
+				joinRaw("alice", ns, name, "alice")
+			})
+		}
+		wg.Wait()
+		Eventually(polled, 2*time.Minute).Should(BeClosed())
+		mu.Lock()
+		defer mu.Unlock()
+		Expect(late).To(HaveLen(n), "every lease's grant seen before its expiry, and its expiry")
+		for name, d := range late {
+			Expect(d).To(BeNumerically(">=", 0), "%s expired %v before the expiry its grant published", name, -d)
+		}
+		// The controller's own lateness (kubefence_expiry_lateness_seconds):
+		// from the expiry on its clock to its decision, without the writes. A
+		// poll, a rate limiter shared by all keys or too few workers for the
+		// writes of n expiries at once shows here as seconds.
+		after := expiryLateness()
+		Expect(after.count-before.count).To(BeNumerically(">=", n), "one observation per expiry")
+		Expect(after.over-before.over).To(BeZero(), "expiries decided more than %v after they fell due (of %d)", lateBound, after.count-before.count)
 	})
 
 	It("keeps a lease ungranted during the lock-delay after an expiry", func() {
@@ -340,6 +450,67 @@ func heldCondition(l *coordv1alpha1.FencedLease) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// lateBound is the expiry lateness the timing spec allows: a bucket bound of
+// kubefence_expiry_lateness_seconds.
+const lateBound = 1024 * time.Millisecond
+
+// lateness is the controller's expiry-lateness histogram: observations, and
+// those above lateBound.
+type lateness struct{ count, over uint64 }
+
+// expiryLateness reads kubefence_expiry_lateness_seconds from the registry
+// the test managers serve (this process's).
+func expiryLateness() lateness {
+	fams, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range fams {
+		if f.GetName() != "kubefence_expiry_lateness_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		l := lateness{count: h.GetSampleCount(), over: h.GetSampleCount()}
+		for _, b := range h.GetBucket() {
+			if math.Abs(b.GetUpperBound()-lateBound.Seconds()) < 1e-9 {
+				l.over -= b.GetCumulativeCount()
+			}
+		}
+		return l
+	}
+	return lateness{}
+}
+
+// leaseEvents are the controller's Events regarding the lease, oldest first.
+func leaseEvents(ns, lease string) []eventsv1.Event {
+	var list eventsv1.EventList
+	Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == lease && e.ReportingController == operator.RecorderName {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].EventTime.Before(&out[j].EventTime) })
+	return out
+}
+
+// eventReasons are the lease's Events as "<type> <reason>", oldest first.
+func eventReasons(ns, lease string) []string {
+	var out []string
+	for _, e := range leaseEvents(ns, lease) {
+		out = append(out, e.Type+" "+e.Reason)
+	}
+	return out
+}
+
+// eventNotes are the notes of the lease's Events, oldest first.
+func eventNotes(ns, lease string) []string {
+	var out []string
+	for _, e := range leaseEvents(ns, lease) {
+		out = append(out, e.Note)
+	}
+	return out
 }
 
 // joinRaw queues a request without the helper: the client never renews.

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,9 @@ type options struct {
 	// and in each policy-mode pass, and the leases in the second policy
 	// pass's tenure table.
 	guardedWrites, policyWrites, policyTableLeases int
+	// baselineWrites is the number of rounds of the side-by-side pass
+	// (unguarded, allow-all, the lease reader before and after; 0: skip).
+	baselineWrites int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -67,6 +71,7 @@ func main() {
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
+	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and guarded ones decided with the lease reader of 73a2e0a and with today's (0: skip)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -88,6 +93,10 @@ type bench struct {
 	stopController func() // set by runController
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
+	// leases is the fencing handlers' lease source; allowed counts the
+	// allow-all webhook's calls (startWebhooks).
+	leases  *switchedLeases
+	allowed atomic.Int64
 }
 
 func run(o options) error {
@@ -96,8 +105,8 @@ func run(o options) error {
 		return errors.New("-takeovers, -handovers and -lease must be at least 1")
 	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1:
-		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes at least 0")
+	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1 || o.baselineWrites < 0:
+		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes and -baseline-writes at least 0")
 	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}

@@ -116,6 +116,10 @@ type Options struct {
 	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
 	// reads through it.
 	LeaseReader client.Reader
+	// LeaseSource, if set, is where the fencing webhook reads leases instead
+	// of a LeaseReader (webhook mode; the benchmark serves an earlier reader
+	// beside today's through it).
+	LeaseSource fencing.LeaseSource
 }
 
 // Barrier server choices.
@@ -305,8 +309,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return e.Token, found && e.Held, err
 		}
 	}
+	var source fencing.LeaseSource = leases
+	if o.LeaseSource != nil {
+		source = o.LeaseSource
+	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: leases, Parents: parents,
+		Leases: source, Parents: parents,
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,
 	})
 	if o.Namespace != "" {

@@ -24,6 +24,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -59,6 +60,7 @@ type guardedResult struct {
 	webhook    guardedPass // the fencing webhook as shipped
 	policy     guardedPass // policy mode, one lease in the tenure table
 	policyFull guardedPass // policy mode, policyTableLeases leases in the table
+	sideBySide sideBySide  // -baseline-writes
 	tokenAfter int64
 	leading    bool
 }
@@ -97,9 +99,20 @@ func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
 	}
 	opts := testenv.Operator("", b.adminUser)
 	opts.Reconciler = false
+	// Today's lease reader, as operator.Setup makes it, and 73a2e0a's, for
+	// the side-by-side pass.
+	b.leases = &switchedLeases{}
+	if b.leases.shipped, err = fencing.NewLeaseReader(b.cfg, b.scheme); err != nil {
+		return nil, err
+	}
+	if b.leases.previous, err = newMainLeaseReader(b.cfg, client.Options{Scheme: b.scheme}); err != nil {
+		return nil, err
+	}
+	opts.LeaseSource = b.leases
 	if err := operator.Setup(mgr, opts); err != nil {
 		return nil, err
 	}
+	b.registerAllowAll(mgr.GetWebhookServer())
 	stop = startManager(ctx, "webhook manager", mgr)
 	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
 		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
@@ -169,6 +182,20 @@ func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
 				unguardedAnnotation, tok, unguardedLabel, name, i)))
+	}
+	if n := b.opts.baselineWrites; n > 0 {
+		if err := b.installAllowAll(ctx, ns, name, tok); err != nil {
+			return res, err
+		}
+		allowAllPatch := func(ctx context.Context, i int) error {
+			return cl.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType,
+				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"a-%06d"}}`,
+					unguardedAnnotation, tok, unguardedLabel, name, i)))
+		}
+		fmt.Fprintf(os.Stderr, "bench: guarded writes side by side (unguarded, allow-all, lease reader before and after): %d + %d warm-up rounds\n", n, guardedWarmup)
+		if res.sideBySide, err = b.sideBySidePass(ctx, n, guardedPatch, unguardedPatch, allowAllPatch); err != nil {
+			return res, err
+		}
 	}
 	passes := []struct {
 		says string
@@ -338,7 +365,7 @@ func signedMS(d time.Duration) string {
 func guardedConfigRows(o options) [][]string {
 	return [][]string{
 		{"guarded writes", fmt.Sprintf("per pass, %d warm-up then the measured pairs of merge patches (spec.writer): a guarded Widget, then an unguarded one in the same namespace, one client, sequential; lease %s/%s (%d s) held by one fence.Elector, guarded writes through its fenced client", guardedWarmup, guardedNamespace, guardedLease, guardedLeaseSecs)},
-		{"guarded writes: passes", fmt.Sprintf("fencing webhook as shipped (%d pairs); policy mode with 1, then %d leases in the tenure table (%d pairs each; 0: skipped)", o.guardedWrites, o.policyTableLeases, o.policyWrites)},
+		{"guarded writes: passes", fmt.Sprintf("fencing webhook as shipped (%d pairs); side by side: unguarded, allow-all webhook, lease reader of 73a2e0a and today's (%d rounds; 0: skipped); policy mode with 1, then %d leases in the tenure table (%d pairs each; 0: skipped)", o.guardedWrites, o.baselineWrites, o.policyTableLeases, o.policyWrites)},
 	}
 }
 
@@ -377,6 +404,9 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	}
 	table(w, rows)
 	fmt.Fprintln(w)
+	if b.opts.baselineWrites > 0 {
+		r.printSideBySide(w, b)
+	}
 
 	holding := fmt.Sprintf("still leading with token %d at the end", g.tokenAfter)
 	if !g.leading || g.tokenAfter != g.token {

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,9 @@ type options struct {
 	// reconcilers is the controller's MaxConcurrentReconciles (0: the
 	// operator's default).
 	reconcilers int
+	// baselineWrites is the number of rounds of the side-by-side pass
+	// (unguarded, allow-all, the lease reader before and after; 0: skip).
+	baselineWrites int
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -71,6 +75,7 @@ func main() {
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.IntVar(&o.reconcilers, "reconcilers", 0, "the controller's concurrent reconciles (--max-concurrent-reconciles; 0: the operator's default)")
+	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and guarded ones decided with the lease reader of 73a2e0a and with today's (0: skip)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -95,6 +100,10 @@ type bench struct {
 	reconcilers int
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
+	// leases is the fencing handlers' lease source; allowed counts the
+	// allow-all webhook's calls (startWebhooks).
+	leases  *switchedLeases
+	allowed atomic.Int64
 }
 
 func run(o options) error {
@@ -103,8 +112,8 @@ func run(o options) error {
 		return errors.New("-takeovers, -handovers and -lease must be at least 1")
 	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1:
-		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes at least 0")
+	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1 || o.baselineWrites < 0:
+		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes and -baseline-writes at least 0")
 	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}

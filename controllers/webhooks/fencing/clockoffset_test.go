@@ -79,7 +79,7 @@ func TestClockOffsetGaugeFollowsTheControllersRenewalsNotTheGrants(t *testing.T)
 	s := &ClockSampler{Clock: clock.RealClock{}}
 	for range 3 {
 		s.Observe(leaderLease(time.Now().Add(ahead)))
-		if _, err := r.Read(context.Background(), "jobs", "job"); err != nil {
+		if _, err := r.Read(context.Background(), "jobs", "job", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -44,8 +44,9 @@ const (
 type Handler struct {
 	Mode Mode
 	// Leases reads FencedLeases from the API server for every decision that
-	// depends on a lease (never from a cache; see LeaseReader).
-	Leases *LeaseReader
+	// depends on a lease, each read sent after the decision arrived (never
+	// from a cache; see LeaseReader).
+	Leases LeaseSource
 	// Parents reads the parent object of a /scale write.
 	Parents dynamic.Interface
 	// Clock is the webhook's clock; Skew covers its difference from the
@@ -101,6 +102,9 @@ const maxCallTime = 30 * time.Second
 
 // Handle decides one write.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	// The decision's arrival: after the write's admission began, so a lease
+	// read sent after it sees every grant and tenure end committed before
+	// the write (LeaseReader). The monotonic clock, not h.Clock.
 	start := time.Now()
 	// A stopping manager cancels the context of every call in flight (the
 	// webhook server derives them from the manager's) and then waits for
@@ -135,7 +139,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		if got, ok := reads[name]; ok {
 			return got.st, got.err
 		}
-		st, err := h.Leases.Read(ctx, req.Namespace, name)
+		st, err := h.Leases.Read(ctx, req.Namespace, name, start)
 		reads[name] = leaseRead{st, err}
 		return st, err
 	}

@@ -30,7 +30,7 @@ func (r readerAfter) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // could commit after the next grant.
 func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
 	h, req, _ := benchHandler(t)
-	lease := h.Leases.Reader.(cacheLike).lease
+	lease := h.Leases.(*LeaseReader).Reader.(cacheLike).lease
 	for _, c := range []struct {
 		took    time.Duration
 		allowed bool
@@ -57,7 +57,7 @@ func TestDecisionSlowerThanHalfTheCommitLagIsRefused(t *testing.T) {
 // rolling upgrade).
 func TestCallsInFlightAreDecidedWhileTheManagerStops(t *testing.T) {
 	h, req, _ := benchHandler(t)
-	lease := h.Leases.Reader.(cacheLike).lease
+	lease := h.Leases.(*LeaseReader).Reader.(cacheLike).lease
 	h.Clock, h.CommitLag = clocktesting.NewFakePassiveClock(time.Now()), time.Second
 	// The lease is served after a real delay, ignoring ctx as a read under
 	// way on the API server does.
@@ -104,7 +104,7 @@ func TestDecisionThatEndsPastTheCutOffIsRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, req, _ := benchHandler(t)
-			lease := h.Leases.Reader.(cacheLike).lease.DeepCopy()
+			lease := h.Leases.(*LeaseReader).Reader.(cacheLike).lease.DeepCopy()
 			lease.Spec.LeaseDurationSeconds, lease.Status.LeaseDurationSeconds = c.seconds, c.seconds
 			exp := metav1.NewMicroTime(e)
 			lease.Status.ExpireTime = &exp

@@ -21,20 +21,35 @@ import (
 // message rather than cut off by the API server.
 const DefaultReadTimeout = 2 * time.Second
 
+// LeaseSource is where the fencing handler reads the leases its decisions
+// depend on. LeaseReader is the one the operator serves (a benchmark serves
+// an earlier reader through it, side by side).
+type LeaseSource interface {
+	// Read returns the state of lease namespace/name from a read sent to the
+	// API server after arrived, the instant the decision arrived (on the
+	// monotonic clock of time.Now).
+	Read(ctx context.Context, namespace, name string, arrived time.Time) (LeaseState, error)
+}
+
 // LeaseReader reads FencedLeases from the API server for the fencing rule.
 //
 // Every read is linearizable: a plain GET (no resourceVersion) is a quorum
-// read from etcd, so it reflects every write committed before it started.
+// read from etcd, so it reflects every write committed before it was sent.
 // Concurrent decisions about one lease share reads (single flight), but a
-// decision only joins a read that started after the decision began: a read
-// that started earlier might miss a grant or a tenure end committed just
-// before the write arrived. So there is at most one read in flight and one
-// queued per lease, whatever the write rate, and a flood of writes naming
-// one lease (forged tokens among them) costs at most that lease's queue.
-// Reads take turns of the reader's own budget (NewLeaseReader: LeaseReadQPS,
-// apart from the manager's), fairly between namespaces and, within one,
-// leases known to exist first (turns): a flood of forged lease *names*
-// waits for its own namespace's turns.
+// decision only joins a read *sent after the decision arrived*: a read sent
+// earlier might miss a grant or a tenure end committed just before the write
+// arrived. So there is at most one read in flight and one queued per lease,
+// whatever the write rate, and a flood of writes naming one lease (forged
+// tokens among them) costs at most that lease's queue. Reads take turns of
+// the reader's own budget (NewLeaseReader: LeaseReadQPS, apart from the
+// manager's), fairly between namespaces and, within one, leases known to
+// exist first (turns): a flood of forged lease *names* waits for its own
+// namespace's turns.
+//
+// The read path is one place: read (the GET, after its turn) and readLease
+// (what the rule needs of the object). A decision that finds no read of its
+// lease under way sends one itself, on its own goroutine; only the reads
+// queued behind it run on another.
 type LeaseReader struct {
 	// Reader reads from the API server, never from a cache.
 	Reader client.Reader
@@ -51,6 +66,9 @@ type LeaseReader struct {
 
 	// turns, when set, is the budget every read waits for its turn of.
 	turns *turns
+	// now is the clock reads are timed on against a decision's arrival
+	// (default time.Now; tests set it).
+	now func() time.Time
 
 	mu      sync.Mutex
 	flights map[types.NamespacedName]*leaseFlights
@@ -61,12 +79,20 @@ type LeaseReader struct {
 	reads int64
 }
 
+var _ LeaseSource = (*LeaseReader)(nil)
+
 type leaseFlights struct {
+	// running is the read under way (sent, or waiting for its turn); next
+	// is the one queued behind it, sent when it ends.
 	running, next *flight
 }
 
 type flight struct {
 	done chan struct{}
+	// sent is when the read was sent (zero while it waits for its turn):
+	// only decisions that arrived before it may share it. Set under
+	// LeaseReader.mu.
+	sent time.Time
 	st   LeaseState
 	err  error
 }
@@ -78,8 +104,21 @@ func (r *LeaseReader) Reads() int64 {
 	return r.reads
 }
 
-// Read returns the lease's state from a read that started after Read was called.
-func (r *LeaseReader) Read(ctx context.Context, namespace, name string) (LeaseState, error) {
+func (r *LeaseReader) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// Read returns the lease's state from a read sent after arrived.
+//
+// The rule: a decision joins the read under way if that read was sent
+// strictly after the decision arrived, or has not been sent yet (it will
+// be, later than now); otherwise it waits for the next read, which is sent
+// when the one under way ends. A read sent at or before arrival is never
+// shared with the decision (TestLeaseReaderJoinsOnlyReadsSentAfterArrival).
+func (r *LeaseReader) Read(ctx context.Context, namespace, name string, arrived time.Time) (LeaseState, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	r.mu.Lock()
 	if r.flights == nil {
@@ -91,22 +130,27 @@ func (r *LeaseReader) Read(ctx context.Context, namespace, name string) (LeaseSt
 		r.flights[key] = lf
 	}
 	var f *flight
-	if lf.running == nil {
-		// Nothing in flight: start a read now.
+	switch {
+	case lf.running == nil:
+		// Nothing under way: send a read now, from this goroutine.
 		f = &flight{done: make(chan struct{})}
 		lf.running = f
 		r.reads++
 		r.mu.Unlock()
-		go r.run(key, lf, f)
-	} else {
-		// A read is in flight, but it started before this call: wait for the
-		// next one, which starts when it ends.
+		r.run(key, lf, f)
+		return f.st, f.err
+	case lf.running.sent.IsZero() || lf.running.sent.After(arrived):
+		// The read under way is sent after this decision arrived.
+		f = lf.running
+	default:
+		// The read under way was sent before this decision arrived (or at
+		// the same instant): wait for the next one.
 		if lf.next == nil {
 			lf.next = &flight{done: make(chan struct{})}
 		}
 		f = lf.next
-		r.mu.Unlock()
 	}
+	r.mu.Unlock()
 	select {
 	case <-f.done:
 		return f.st, f.err
@@ -117,7 +161,7 @@ func (r *LeaseReader) Read(ctx context.Context, namespace, name string) (LeaseSt
 
 // read waits for the read's turn, if the reader has a budget, and reads
 // the lease; it remembers whether the lease exists.
-func (r *LeaseReader) read(ctx context.Context, key types.NamespacedName, timeout time.Duration) (LeaseState, error) {
+func (r *LeaseReader) read(ctx context.Context, key types.NamespacedName, f *flight, timeout time.Duration) (LeaseState, error) {
 	if r.turns != nil {
 		r.mu.Lock()
 		known := r.known[key]
@@ -127,6 +171,9 @@ func (r *LeaseReader) read(ctx context.Context, key types.NamespacedName, timeou
 				key, timeout, LeaseReadQPS, key.Namespace, err)
 		}
 	}
+	r.mu.Lock()
+	f.sent = r.clock()
+	r.mu.Unlock()
 	st, err := readLease(ctx, r.Reader, key.Namespace, key.Name)
 	if err == nil {
 		r.mu.Lock()
@@ -143,37 +190,40 @@ func (r *LeaseReader) read(ctx context.Context, key types.NamespacedName, timeou
 	return st, err
 }
 
+// run makes read f and ends it; if a read was queued behind it meanwhile,
+// it makes that one (and any queued behind it in turn) on another goroutine.
 func (r *LeaseReader) run(key types.NamespacedName, lf *leaseFlights, f *flight) {
-	for f != nil {
-		timeout := r.Timeout
-		if timeout <= 0 {
-			timeout = DefaultReadTimeout
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultReadTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	f.st, f.err = r.read(ctx, key, f, timeout)
+	if f.err == nil && r.Tenures != nil && f.st.Holder != "" {
+		// After the lease, so that a table write before this read is seen.
+		token, held, err := r.Tenures(ctx, key.Namespace, key.Name)
+		switch {
+		case err != nil:
+			f.err = err
+		case !held || token != f.st.Token:
+			f.st.Holder, f.st.HolderUser, f.st.ExpireTime = "", "", time.Time{}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		f.st, f.err = r.read(ctx, key, timeout)
-		if f.err == nil && r.Tenures != nil && f.st.Holder != "" {
-			// After the lease, so that a table write before this read is seen.
-			token, held, err := r.Tenures(ctx, key.Namespace, key.Name)
-			switch {
-			case err != nil:
-				f.err = err
-			case !held || token != f.st.Token:
-				f.st.Holder, f.st.HolderUser, f.st.ExpireTime = "", "", time.Time{}
-			}
-		}
-		cancel()
-		close(f.done)
+	}
+	cancel()
+	close(f.done)
 
-		r.mu.Lock()
-		f = lf.next
-		lf.next = nil
-		lf.running = f
-		if f == nil {
-			delete(r.flights, key)
-		} else {
-			r.reads++
-		}
-		r.mu.Unlock()
+	r.mu.Lock()
+	next := lf.next
+	lf.next = nil
+	lf.running = next
+	if next == nil {
+		delete(r.flights, key)
+	} else {
+		r.reads++
+	}
+	r.mu.Unlock()
+	if next != nil {
+		go r.run(key, lf, next)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/fence/timing"
 )
 
-// gatedReader serves a lease whose token is the number of reads started so
+// gatedReader serves a lease whose token is the number of reads sent so
 // far; each read waits for a release.
 type gatedReader struct {
 	client.Reader
@@ -37,29 +37,76 @@ func (g *gatedReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 	return nil
 }
 
-// A decision never uses a read that started before it arrived (it could miss
-// a grant committed just before), and concurrent decisions share the reads
-// that started after they arrived: one running and one queued per lease.
-func TestLeaseReaderJoinsOnlyReadsStartedAfterArrival(t *testing.T) {
-	g := &gatedReader{release: make(chan struct{})}
-	r := &LeaseReader{Reader: g}
-	ctx := context.Background()
+// fakeNow is a clock that moves only when told.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
+func (c *fakeNow) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeNow) step() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Millisecond)
+	return c.t
+}
+
+// The coalescing rule: a decision shares a read only if the read was sent
+// after the decision arrived. One sent before it (or at the same instant)
+// might miss a grant or a tenure end committed just before the write
+// arrived, and is never shared; the decision waits for the next read, and
+// every decision that arrived meanwhile shares that one. A read sent after
+// a decision arrived is shared, even if the decision asks for it later (it
+// was slow to ask, decoding its review): one read running and one queued
+// per lease.
+func TestLeaseReaderJoinsOnlyReadsSentAfterArrival(t *testing.T) {
+	g := &gatedReader{release: make(chan struct{})}
+	clk := &fakeNow{t: time.Unix(1000, 0)}
+	r := &LeaseReader{Reader: g, now: clk.now}
+	ctx := context.Background()
+	read := func(arrived time.Time, into chan<- LeaseState) {
+		st, err := r.Read(ctx, "ns", "job", arrived)
+		if err != nil {
+			t.Error(err)
+		}
+		into <- st
+	}
+
+	// Decision E arrives at t+1 ms but asks only after decision A, which
+	// arrives at t+2 ms and sends read 1 at t+2 ms.
+	eArrived := clk.step()
+	aArrived := clk.step()
 	first := make(chan LeaseState, 1)
-	go func() { st, _ := r.Read(ctx, "ns", "job"); first <- st }()
+	go read(aArrived, first)
 	waitUntil(t, func() bool { return g.started.Load() == 1 })
 
-	// Ten decisions arrive while read 1 runs: none may use it.
+	// Decisions that arrived at the instant read 1 was sent (A's own
+	// arrival), and after: none may use it.
 	var wg sync.WaitGroup
 	later := make(chan LeaseState, 10)
-	for range 10 {
+	for i := range 10 {
+		arrived := aArrived
+		if i%2 == 1 {
+			arrived = clk.step()
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); st, _ := r.Read(ctx, "ns", "job"); later <- st }()
+		go func() { defer wg.Done(); read(arrived, later) }()
 	}
+	// Decision E arrived before read 1 was sent: it shares it.
+	early := make(chan LeaseState, 1)
+	go read(eArrived, early)
 	time.Sleep(50 * time.Millisecond)
-	g.release <- struct{}{} // read 1 ends; read 2 starts for the ten
+	if got := g.started.Load(); got != 1 {
+		t.Fatalf("%d reads sent while read 1 runs, want 1", got)
+	}
+
+	clk.step()
+	g.release <- struct{}{} // read 1 ends; read 2 is sent
 	if st := <-first; st.Token != 1 {
-		t.Fatalf("first decision got read %d, want 1", st.Token)
+		t.Fatalf("decision A got read %d, want 1", st.Token)
+	}
+	if st := <-early; st.Token != 1 {
+		t.Fatalf("a decision that arrived before read 1 was sent got read %d, want 1 (shared)", st.Token)
 	}
 	waitUntil(t, func() bool { return g.started.Load() == 2 })
 	g.release <- struct{}{}
@@ -67,11 +114,11 @@ func TestLeaseReaderJoinsOnlyReadsStartedAfterArrival(t *testing.T) {
 	close(later)
 	for st := range later {
 		if st.Token != 2 {
-			t.Fatalf("a decision that arrived during read 1 got read %d, want 2 (a read that started after it arrived)", st.Token)
+			t.Fatalf("a decision that arrived when read 1 was sent, or after, got read %d, want 2 (a read sent after it arrived)", st.Token)
 		}
 	}
 	if got := r.Reads(); got != 2 {
-		t.Fatalf("API reads %d for 11 decisions, want 2", got)
+		t.Fatalf("API reads %d for 12 decisions, want 2", got)
 	}
 }
 
@@ -120,7 +167,7 @@ func TestLeaseReaderEndsATenureTheTenureTableNoLongerNames(t *testing.T) {
 			r := &LeaseReader{Reader: staticReader{}, Tenures: func(context.Context, string, string) (int64, bool, error) {
 				return c.token, c.held, nil
 			}}
-			st, err := r.Read(ctx, "ns", "job")
+			st, err := r.Read(ctx, "ns", "job", time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +278,7 @@ func flood(t *testing.T, r *LeaseReader, namespace string, n int) {
 	t.Cleanup(cancel)
 	before := r.Reads()
 	for i := range n {
-		go func() { _, _ = r.Read(ctx, namespace, fmt.Sprintf("forged-%d", i)) }()
+		go func() { _, _ = r.Read(ctx, namespace, fmt.Sprintf("forged-%d", i), time.Now()) }()
 	}
 	waitUntil(t, func() bool { return r.Reads() >= before+int64(n) })
 }
@@ -242,7 +289,7 @@ func flood(t *testing.T, r *LeaseReader, namespace string, n int) {
 func readsPromptly(t *testing.T, r *LeaseReader, namespace, slow string) {
 	t.Helper()
 	start := time.Now()
-	st, err := r.Read(context.Background(), namespace, "job")
+	st, err := r.Read(context.Background(), namespace, "job", time.Now())
 	took := time.Since(start)
 	if err != nil || st.Holder != "bob" {
 		t.Fatalf("read of %s/job after the forged names in namespace tenant: %+v, %v", namespace, st, err)
@@ -268,7 +315,7 @@ func TestForgedLeaseNamesDoNotStarveOtherNamespaces(t *testing.T) {
 // while forged names wait their namespace's turns.
 func TestForgedLeaseNamesDoNotStarveAKnownLeaseOfTheirNamespace(t *testing.T) {
 	r := newLeaseReader(apiReader{latency: time.Millisecond})
-	if _, err := r.Read(context.Background(), "tenant", "job"); err != nil {
+	if _, err := r.Read(context.Background(), "tenant", "job", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	flood(t, r, "tenant", 2000)
@@ -285,7 +332,7 @@ func TestReadWithoutATurnInTimeFailsClosed(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := r.Read(context.Background(), "tenant", fmt.Sprintf("forged-%d", i))
+			_, err := r.Read(context.Background(), "tenant", fmt.Sprintf("forged-%d", i), time.Now())
 			errs <- err
 		}()
 	}

@@ -54,8 +54,14 @@ func newTurns(budget flowcontrol.RateLimiter) *turns {
 // wait returns once it is the caller's turn to read a lease of namespace
 // (known: the lease existed at its last read), or with ctx's error.
 func (t *turns) wait(ctx context.Context, namespace string, known bool) error {
-	tn := &turn{ready: make(chan struct{})}
 	t.mu.Lock()
+	if !t.running && t.budget.TryAccept() {
+		// No turn waits and the budget has a token: this is the turn,
+		// without a hand-over to the dispatcher (the common case).
+		t.mu.Unlock()
+		return nil
+	}
+	tn := &turn{ready: make(chan struct{})}
 	q := t.queues[namespace]
 	if q == nil {
 		q = &namespaceTurns{}

@@ -113,13 +113,8 @@ type Options struct {
 	Clock clock.Clock
 	// LeaseReader is where the fencing webhook reads FencedLeases, live, for
 	// every decision (default: a client of its own for the manager's config,
-	// fencing.NewLeaseReader). It must never be a cache. The benchmark counts
-	// reads through it.
+	// fencing.NewLeaseReader). It must never be a cache.
 	LeaseReader client.Reader
-	// LeaseSource, if set, is where the fencing webhook reads leases instead
-	// of a LeaseReader (webhook mode; the benchmark serves an earlier reader
-	// beside today's through it).
-	LeaseSource fencing.LeaseSource
 }
 
 // Barrier server choices.
@@ -309,12 +304,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return e.Token, found && e.Held, err
 		}
 	}
-	var source fencing.LeaseSource = leases
-	if o.LeaseSource != nil {
-		source = o.LeaseSource
-	}
 	fencing.Register(mgr.GetWebhookServer(), fencing.Handler{
-		Leases: source, Parents: parents,
+		Leases: leases, Parents: parents,
 		Clock: o.Clock, Skew: o.WebhookSkew, CommitLag: o.Timing.CommitLag, CleanupUsers: o.CleanupUsers,
 	})
 	if o.Namespace != "" {

@@ -24,7 +24,6 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -99,16 +98,6 @@ func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
 	}
 	opts := testenv.Operator("", b.adminUser)
 	opts.Reconciler = false
-	// Today's lease reader, as operator.Setup makes it, and 73a2e0a's, for
-	// the side-by-side pass.
-	b.leases = &switchedLeases{}
-	if b.leases.shipped, err = fencing.NewLeaseReader(b.cfg, b.scheme); err != nil {
-		return nil, err
-	}
-	if b.leases.previous, err = newMainLeaseReader(b.cfg, client.Options{Scheme: b.scheme}); err != nil {
-		return nil, err
-	}
-	opts.LeaseSource = b.leases
 	if err := operator.Setup(mgr, opts); err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.IntVar(&o.reconcilers, "reconcilers", 0, "the controller's concurrent reconciles (--max-concurrent-reconciles; 0: the operator's default)")
-	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and guarded ones decided with the lease reader of 73a2e0a and with today's (0: skip)")
+	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and a guarded one (0: skip)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -102,7 +102,6 @@ type bench struct {
 	policyTableBytes int
 	// leases is the fencing handlers' lease source; allowed counts the
 	// allow-all webhook's calls (startWebhooks).
-	leases  *switchedLeases
 	allowed atomic.Int64
 }
 

@@ -62,6 +62,12 @@ type Elector struct {
 	// Run called again continues a tenure this Elector kept
 	// (DisableReleaseOnCancel).
 	own protocol.OwnRequest
+
+	// hb, with Config.Heartbeat, is the heartbeat Lease that renews this
+	// Elector's tenures once acknowledged; a beat sent less than hbFresh
+	// ago renews without a write (a session's Interval; 0 per lease).
+	hb      *Session
+	hbFresh time.Duration
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -80,9 +86,24 @@ func New(cfg Config) (*Elector, error) {
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
 	}
+	if hb := cfg.Heartbeat; hb != nil {
+		e.hb = hb.Session
+		if e.hb == nil {
+			// Per-lease: every renewal writes.
+			e.hb = &Session{Client: cfg.Client, Namespace: cfg.Namespace, Name: HeartbeatName(cfg.Name, cfg.Identity), Identity: cfg.Identity, User: cfg.User, Clock: c}
+		} else {
+			e.hbFresh = e.hb.Interval
+			if e.hbFresh == 0 {
+				e.hbFresh = DefaultSessionInterval
+			}
+		}
+	}
 	cfg.Metrics.init(cfg.Namespace, cfg.Name)
 	return e, nil
 }
+
+// DefaultSessionInterval is Session.Interval's default.
+const DefaultSessionInterval = 2 * time.Second
 
 // Identity is the holder identity this Elector competes as.
 func (e *Elector) Identity() string { return e.cfg.Identity }
@@ -323,8 +344,15 @@ func (e *Elector) create(ctx context.Context) error {
 
 // join appends this identity's request, with an optimistic lock.
 func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	req := coordv1alpha1.LeaseRequest{HolderIdentity: e.cfg.Identity, User: e.cfg.User}
+	if e.hb != nil {
+		if err := e.hb.ensure(ctx, e.cfg.User); err != nil {
+			return err
+		}
+		req.Heartbeat = e.hb.Name
+	}
 	updated := lease.DeepCopy()
-	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: e.cfg.Identity, User: e.cfg.User})
+	updated.Spec.Requests = append(updated.Spec.Requests, req)
 	if err := e.cfg.Client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("queueing request for %s: %w", e.key, err)
 	}
@@ -453,11 +481,19 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			}
 			// A renewal may not outlive the deadline it is trying to extend.
 			rctx, rcancel := context.WithTimeout(leadCtx, e.Deadline().Sub(e.clock.Now()))
-			sent, _, err := e.renew(rctx, cur, token)
+			var sent time.Time
+			var err error
+			if e.beats(cur) {
+				sent, err = e.beat(rctx, cur, token)
+			} else {
+				sent, _, err = e.renew(rctx, cur, token)
+			}
 			rcancel()
 			switch {
 			case err == nil:
-				e.setLeading(true, token, until(sent))
+				if d := until(sent); d.After(e.Deadline()) {
+					e.setLeading(true, token, d)
+				}
 				select {
 				case renewed <- struct{}{}:
 				default:

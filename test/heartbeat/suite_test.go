@@ -1,7 +1,9 @@
 // Package heartbeat_test proves heartbeat renewals (docs/design.md,
 // "Heartbeats") against a real kube-apiserver and etcd: the admission policy
-// kubefence-heartbeats as shipped (config/heartbeat), and the controller
-// renewing and expiring tenures from per-lease and session heartbeats.
+// kubefence-heartbeats as shipped (config/heartbeat), the controller
+// renewing and expiring tenures from per-lease and session heartbeats, and
+// the Go helper renewing by heartbeat with its guarded writes accepted by
+// the fencing webhook (webhook mode).
 package heartbeat_test
 
 import (
@@ -30,7 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true}, operatorNamespace, setup))
+	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
 }
 
 func setup(ctx context.Context, c *testenv.Cluster) error {
@@ -43,15 +45,17 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	if err := applyPolicy(ctx, c.Admin); err != nil {
 		return err
 	}
-	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"coordination.kubefence.io"}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+	rules := append([]rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	}
+	}, testenv.ClientRules...)
 	var err error
 	if users, _, err = c.Clients(ctx, "heartbeat-clients", "heartbeat-clients", rules, "alice", "bob", "mallory"); err != nil {
 		return err
 	}
-	_, err = c.StartController(ctx, operatorNamespace, nil)
+	// The operator as shipped in webhook mode: the controller, the
+	// FencedLease webhook and the fencing webhook, the admin trusted as the
+	// controller.
+	_, err = c.ServeOperator(ctx, testenv.Operator(operatorNamespace, c.AdminUser), nil)
 	return err
 }
 

@@ -64,10 +64,10 @@ type Elector struct {
 	own protocol.OwnRequest
 
 	// hb, with Config.Heartbeat, is the heartbeat Lease that renews this
-	// Elector's tenures once acknowledged; a beat sent less than hbFresh
-	// ago renews without a write (a session's Interval; 0 per lease).
-	hb      *Session
-	hbFresh time.Duration
+	// Elector's tenures once acknowledged; hbShared: a Session, whose
+	// recent beat renews without a write (per lease every renewal writes).
+	hb       *Session
+	hbShared bool
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -92,18 +92,12 @@ func New(cfg Config) (*Elector, error) {
 			// Per-lease: every renewal writes.
 			e.hb = &Session{Client: cfg.Client, Namespace: cfg.Namespace, Name: HeartbeatName(cfg.Name, cfg.Identity), Identity: cfg.Identity, User: cfg.User, Clock: c}
 		} else {
-			e.hbFresh = e.hb.Interval
-			if e.hbFresh == 0 {
-				e.hbFresh = DefaultSessionInterval
-			}
+			e.hbShared = true
 		}
 	}
 	cfg.Metrics.init(cfg.Namespace, cfg.Name)
 	return e, nil
 }
-
-// DefaultSessionInterval is Session.Interval's default.
-const DefaultSessionInterval = 2 * time.Second
 
 // Identity is the holder identity this Elector competes as.
 func (e *Elector) Identity() string { return e.cfg.Identity }
@@ -484,7 +478,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			var sent time.Time
 			var err error
 			if e.beats(cur) {
-				sent, err = e.beat(rctx, cur, token)
+				sent, err = e.beat(rctx, cur, token, renewEvery)
 			} else {
 				sent, _, err = e.renew(rctx, cur, token)
 			}

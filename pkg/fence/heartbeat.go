@@ -61,8 +61,10 @@ type Session struct {
 	// User is this client's username (empty: the first Elector's).
 	User string
 	// Interval: a beat sent less than this long ago renews an Elector that
-	// asks without a new write. Default 2 s; keep it under a third of the
-	// shortest lease duration less its margin.
+	// asks without a new write. Default (0) and at most: the asking
+	// Elector's renewal interval (a third of its lease duration), so that
+	// the process writes about once per renewal interval for all its
+	// tenures.
 	Interval time.Duration
 	// Clock must be the Electors' clock (default the real clock).
 	Clock clock.Clock
@@ -223,12 +225,21 @@ func (e *Elector) beats(lease *coordv1alpha1.FencedLease) bool {
 // watch does (lead's view.changed). A beat answered at or after the
 // deadline does not count (the controller's look before it expires the
 // tenure is sure to see only the beats committed before that deadline).
-func (e *Elector) beat(ctx context.Context, lease *coordv1alpha1.FencedLease, token int64) (time.Time, error) {
+func (e *Elector) beat(ctx context.Context, lease *coordv1alpha1.FencedLease, token int64, renewEvery time.Duration) (time.Time, error) {
 	if lease.Status.HolderIdentity != e.cfg.Identity || lease.Status.FencingToken != token {
 		return time.Time{}, ErrLost
 	}
+	var fresh time.Duration
+	if e.hbShared {
+		// A session's beat sent less than a renewal interval ago serves:
+		// the deadline from it still leaves the next renewal its turn.
+		fresh = renewEvery
+		if e.hb.Interval > 0 && e.hb.Interval < fresh {
+			fresh = e.hb.Interval
+		}
+	}
 	start := e.clock.Now()
-	b, err := e.hb.beat(ctx, e.hbFresh, e.boot)
+	b, err := e.hb.beat(ctx, fresh, e.boot)
 	took := e.clock.Since(start)
 	if err != nil {
 		e.cfg.Metrics.observeRenewal(e.key.Namespace, e.key.Name, RenewalError, took)

@@ -14,6 +14,9 @@
 // (--enforcement=policy: a ValidatingAdmissionPolicy judges the guarded
 // writes, the propagation barrier holds each grant); TestHistoryPolicy runs
 // the short profile in policy mode when it is unset.
+// HISTORY_HEARTBEAT=lease (or session) makes the workers renew by a
+// heartbeat Lease per lease (or one per worker for all its leases) after
+// acknowledging each grant (docs/design.md, "Heartbeats").
 // HISTORY_COMMIT_DELAY=beyond makes the commit-delay fault hold commits past
 // the commit lag: the run then passes only if the commit-order checker
 // reports violations (default: within the leases' commit-lag budget, and no
@@ -62,6 +65,8 @@ type profile struct {
 	enforcement string
 	// commitDelay is the commit-delay fault's setting.
 	commitDelay string
+	// heartbeat is how workers renew (the worker's --heartbeat).
+	heartbeat string
 }
 
 func loadProfile(t *testing.T) profile {
@@ -106,6 +111,12 @@ func loadProfile(t *testing.T) profile {
 		p.enforcement = e
 	default:
 		t.Fatalf("HISTORY_ENFORCEMENT=%q: expected %q or %q", e, operator.EnforcementWebhook, operator.EnforcementPolicy)
+	}
+	switch h := os.Getenv("HISTORY_HEARTBEAT"); h {
+	case "", "lease", "session":
+		p.heartbeat = h
+	default:
+		t.Fatalf("HISTORY_HEARTBEAT=%q: expected lease or session", h)
 	}
 	switch d := os.Getenv("HISTORY_COMMIT_DELAY"); d {
 	case "":
@@ -211,6 +222,7 @@ func runHistory(t *testing.T, prof profile) {
 		"--objects-per-lease=" + strconv.Itoa(prof.objectsPerLease),
 		"--segment-cap=" + strconv.Itoa(prof.segCap),
 		"--start=" + strconv.FormatInt(start.UnixNano(), 10),
+		"--heartbeat=" + prof.heartbeat,
 	}}
 	if cl.two != nil {
 		// A stale holder writes for longer (up to 15 writes 0-150 ms apart,

@@ -448,6 +448,11 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		case <-e.stepDown:
 			timer.Stop()
 			log.Info("Stepping down: a write was refused as stale", "token", token)
+			if e.hbShared {
+				if err := e.detach(ctx); err != nil {
+					log.Error(err, "The session heartbeat may go on renewing this tenure until it is withdrawn")
+				}
+			}
 			return true
 		case <-e.view.changed:
 			timer.Stop()

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fence/protocol"
 )
 
 // Heartbeat makes an Elector renew its tenures by updating a
@@ -256,4 +257,30 @@ func (e *Elector) beat(ctx context.Context, lease *coordv1alpha1.FencedLease, to
 	}
 	e.mu.Unlock()
 	return b.sent, nil
+}
+
+// detach removes the heartbeat from this Elector's own request, testing the
+// request first: a session's tenure it stopped leading without withdrawing
+// (a stale refusal) would otherwise stay renewed by the beats the session
+// goes on sending for its other tenures, and never expire. Without the
+// heartbeat the controller expires it L after its last renewal. Best
+// effort: a failure is logged, and the request stays as it is.
+func (e *Elector) detach(ctx context.Context) error {
+	lease, _ := e.view.get()
+	if lease == nil {
+		return nil
+	}
+	i := coordv1alpha1.RequestIndex(lease.Spec.Requests, e.cfg.Identity)
+	if i < 0 || lease.Spec.Requests[i].Heartbeat == "" || !e.own.Owns(lease.Spec.Requests[i]) {
+		return nil
+	}
+	path := fmt.Sprintf("/spec/requests/%d", i)
+	p := protocol.Patch{{Op: "test", Path: path, Value: lease.Spec.Requests[i]}, {Op: "remove", Path: path + "/heartbeat"}}
+	updated := lease.DeepCopy()
+	if err := e.cfg.Client.Patch(ctx, updated, p); err != nil {
+		return fmt.Errorf("detaching %s's request from its session heartbeat: %w", e.key, err)
+	}
+	e.own.Renewed(updated, e.cfg.Identity)
+	e.view.offer(updated)
+	return nil
 }

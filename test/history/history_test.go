@@ -40,8 +40,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/history/checker"
@@ -363,6 +366,9 @@ func runHistory(t *testing.T, prof profile) {
 				canaryHeld.Round(time.Millisecond), cres.Violations[0])
 		}
 	}
+	if prof.heartbeat != "" {
+		checkHeartbeats(ctx, t, cl.admin, start)
+	}
 	var records []checker.Record
 	for _, path := range ws.logPaths() {
 		f, err := os.Open(path)
@@ -509,4 +515,24 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 	fmt.Fprintf(&b, "  commits after their tenure's end, before the next grant (allowed): %d, at most %d revisions late\n", c.LateCommits, c.MaxLateBy)
 	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
 	return b.String()
+}
+
+// checkHeartbeats makes sure the run renewed by heartbeat (HISTORY_HEARTBEAT):
+// the history namespace holds heartbeat Leases, renewed after the run's start.
+func checkHeartbeats(ctx context.Context, t *testing.T, c client.Client, start time.Time) {
+	t.Helper()
+	var leases coordinationv1.LeaseList
+	if err := c.List(ctx, &leases, client.InNamespace(historyNamespace), client.HasLabels{coordv1alpha1.HeartbeatLabel}); err != nil {
+		t.Fatalf("listing the heartbeat Leases: %v", err)
+	}
+	renewed := 0
+	for _, l := range leases.Items {
+		if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(start.Add(10*time.Second)) {
+			renewed++
+		}
+	}
+	if renewed == 0 {
+		t.Fatalf("HISTORY_HEARTBEAT is set, yet none of the %d heartbeat Leases was renewed during the run: the workers did not renew by heartbeat", len(leases.Items))
+	}
+	t.Logf("heartbeat Leases: %d, %d renewed during the run", len(leases.Items), renewed)
 }

@@ -217,7 +217,7 @@ func tokenBase(lease *coordv1alpha1.FencedLease, storedEpoch int64, now time.Tim
 func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, obs *observation, hb *Heartbeat, now time.Time, timing Timing) {
 	idx := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, &lease.Status)
 	if tenureEnded(lease, idx, obs) {
-		if d.heartbeatEndWaits(lease, obs, hb, now, timing) {
+		if d.heartbeatEndWaits(lease, obs, hb, timing) {
 			return
 		}
 		d.transitions = append(d.transitions, endedByRequest(lease, st, now, timing))

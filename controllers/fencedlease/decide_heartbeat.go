@@ -1,8 +1,6 @@
 package fencedlease
 
 import (
-	"time"
-
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 )
 
@@ -93,7 +91,7 @@ func observedTenure(lease *coordv1alpha1.FencedLease, obs *observation) bool {
 // heartbeatEndWaits asks for the heartbeat read live before a heartbeat
 // tenure whose request this controller removed at its expiry is ended (and
 // the next request granted): the read must come after the removal returned.
-func (d *decision) heartbeatEndWaits(lease *coordv1alpha1.FencedLease, obs *observation, hb *Heartbeat, _ time.Time, timing Timing) bool {
+func (d *decision) heartbeatEndWaits(lease *coordv1alpha1.FencedLease, obs *observation, hb *Heartbeat, timing Timing) bool {
 	if !endedByOwnRemoval(lease, timing) || !observedTenure(lease, obs) || obs.heartbeat == "" || !obs.hbAcked {
 		return false
 	}

@@ -53,9 +53,8 @@ func (h *Heartbeat) renews(holder, user string) bool {
 // live reads before an expiry (Reconcile) feed it; a heartbeat event
 // enqueues nothing: a tenure's expiry is looked at when its requeue fires.
 type HeartbeatTracker struct {
-	mu     sync.Mutex
-	seen   map[types.NamespacedName]Heartbeat
-	writes int64
+	mu   sync.Mutex
+	seen map[types.NamespacedName]Heartbeat
 }
 
 // NewHeartbeatTracker is an empty tracker.
@@ -112,19 +111,6 @@ func (t *HeartbeatTracker) Get(namespace, name string) Heartbeat {
 	return h
 }
 
-// Events is how many heartbeat updates the tracker has received (tests).
-func (t *HeartbeatTracker) Events() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.writes
-}
-
-func (t *HeartbeatTracker) count() {
-	t.mu.Lock()
-	t.writes++
-	t.mu.Unlock()
-}
-
 // heartbeatInformer runs a client-go informer over the Leases labelled
 // coordv1alpha1.HeartbeatLabel in every namespace (a label-selected list and
 // watch: client-go's own Leases, the nodes' among them, are never listed)
@@ -151,7 +137,6 @@ func (h *heartbeatInformer) Start(ctx context.Context) error {
 	observe := func(obj any) {
 		if l, ok := obj.(*coordinationv1.Lease); ok {
 			h.tracker.Observe(l, h.clock.Now())
-			h.tracker.count()
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -31,7 +31,10 @@ func runElector(t *testing.T, ns, name, identity string, hb *fence.Heartbeat) (*
 	return e, started, func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil && suiteCtx.Err() == nil {
+				t.Logf("Run returned %v", err)
+			}
 		case <-time.After(15 * time.Second):
 			t.Error("the Elector did not return within 15 s of its cancel")
 		}

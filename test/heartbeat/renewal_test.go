@@ -128,16 +128,16 @@ func heldBySession(t *testing.T, n int) (ns string, names []string, hb *coordina
 		t.Fatal(err)
 	}
 	for i := range n {
+		// One lease at a time, each grant acknowledged at once and the
+		// session beating on, so that no tenure of the process lapses
+		// while it takes up the next (a loaded machine is slow).
 		name := fmt.Sprintf("l%d", i)
 		names = append(names, name)
 		createLease(t, ns, name)
 		request(t, alice, ns, name, "proc", "alice", hb.Name)
 		request(t, bob, ns, name, "worker-b", "bob", "")
-	}
-	for _, name := range names {
 		waitHolder(t, ns, name, "proc", 10*time.Second)
 		acknowledge(t, alice, ns, name, "proc")
-		// The process beats on while it takes up its tenures.
 		beat(t, alice, hb)
 	}
 	return ns, names, hb

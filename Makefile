@@ -372,11 +372,12 @@ UNDEPLOY_SELECTOR = $(if $(filter false,$(KEEP_HISTORY)),,--selector='kubefence.
 ##@ Helm chart (dist/chart)
 
 .PHONY: chart-sync
-chart-sync: manifests ## Copy the generated CRD, the alert rules and the Grafana dashboard into dist/chart/files (test/install fails when they differ).
+chart-sync: manifests ## Copy the generated CRD, the alert rules, the Grafana dashboard and the heartbeat policy into dist/chart/files (test/install fails when they differ).
 	mkdir -p dist/chart/files/crds
 	cp config/crd/bases/coordination.kubefence.io_fencedleases.yaml dist/chart/files/crds/
 	cp config/prometheus/prometheus_rule.yaml dist/chart/files/
 	cp config/prometheus/grafana_dashboard.json dist/chart/files/
+	cp config/heartbeat/heartbeat_policy.yaml dist/chart/files/
 
 .PHONY: helm-lint
 helm-lint: helm ## Lint the Helm chart.

@@ -73,6 +73,7 @@ type FencedLeaseSpec struct {
 
 // LeaseRequest is one client's request for the lease.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewSequence) || (has(self.renewSequence) && self.renewSequence >= oldSelf.renewSequence)",message="renewSequence may only increase",fieldPath=".renewSequence"
+// +kubebuilder:validation:XValidation:rule="!has(self.heartbeat) || (has(oldSelf.heartbeat) && self.heartbeat == oldSelf.heartbeat)",message="heartbeat is set only when the request is appended: it may be removed later, never added or changed",fieldPath=".heartbeat"
 type LeaseRequest struct {
 	// holderIdentity names the requesting client, as it will appear in
 	// status.holderIdentity once granted. Lowercase letters, digits, '-', '.', '_' and
@@ -110,6 +111,21 @@ type LeaseRequest struct {
 	// are acknowledged in status as before.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+
+	// heartbeat names a coordination.k8s.io/v1 Lease in this namespace that
+	// renews the request once its grant is acknowledged: the holder updates
+	// the Lease's spec.renewTime (one protobuf write) instead of patching
+	// this request. The Lease must carry the label kubefence.io/heartbeat,
+	// the annotation kubefence.io/heartbeat-user naming this request's user,
+	// and spec.holderIdentity equal to this request's holderIdentity; one
+	// Lease may serve every request of one identity in the namespace (a
+	// session). Set only when the request is appended; it may be removed
+	// later (the request then renews by patches again), never changed.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Heartbeat string `json:"heartbeat,omitempty"`
 }
 
 // Condition types and reasons of a FencedLease.

@@ -49,6 +49,24 @@ const (
 	RevokedAnnotation = "coordination.kubefence.io/revoked"
 )
 
+// Heartbeats: a coordination.k8s.io/v1 Lease a request names in
+// spec.requests[].heartbeat renews it (docs/design.md, "Heartbeats"). The
+// admission policy HeartbeatPolicyName lets only the annotated user write a
+// labelled Lease.
+const (
+	// HeartbeatLabel marks a Lease as a heartbeat (any value): the
+	// controller watches only Leases carrying it, and the policy
+	// kubefence-heartbeats judges every write to them.
+	HeartbeatLabel = "kubefence.io/heartbeat"
+	// HeartbeatUserAnnotation names the Kubernetes user that created the
+	// heartbeat; only that user may update or delete it, and the
+	// controller counts it only for requests of that user.
+	HeartbeatUserAnnotation = "kubefence.io/heartbeat-user"
+	// HeartbeatPolicyName is the ValidatingAdmissionPolicy (and its binding)
+	// that judges writes to heartbeat Leases (config/heartbeat).
+	HeartbeatPolicyName = "kubefence-heartbeats"
+)
+
 // ExpiredMark is the value of ExpiredAnnotation for the tenure of holder
 // with token: "<holderIdentity>/<token>".
 func ExpiredMark(holder string, token int64) string {

@@ -29,6 +29,17 @@ type observation struct {
 	// acked is false from a grant until this controller observes the new
 	// holder's first renewal (its acknowledgement).
 	acked bool
+	// heartbeat is the heartbeat Lease the tenure's request names (empty:
+	// none), hbUser the user it must be made by; hbRenew the latest of its renewTimes counted for the tenure,
+	// hbAcked whether the tenure was acknowledged (from then on heartbeats
+	// renew it, and the fencing webhook counts their stamps), hbAhead
+	// whether a counted stamp was more than the skew after this
+	// controller's sighting of it (docs/design.md, "Heartbeats").
+	heartbeat string
+	hbUser    string
+	hbRenew   time.Time
+	hbAcked   bool
+	hbAhead   bool
 }
 
 // written updates the decision's observation once its status write returned
@@ -92,6 +103,13 @@ type decision struct {
 	// decision to end it came (timers and the work queue).
 	expired     bool
 	expiredLate time.Duration
+	// needLive asks for the tenure's heartbeat read from the API server
+	// before anything is decided: the decision would end a heartbeat tenure
+	// (docs/design.md, "Heartbeats").
+	needLive bool
+	// keepObservation: a heartbeat tenure's request removal, after which
+	// the controller must still know what it checked of the heartbeat.
+	keepObservation bool
 }
 
 // apply returns the object the decision's write sends, made from lease (the
@@ -136,7 +154,7 @@ func (d decision) apply(lease *coordv1alpha1.FencedLease) (updated *coordv1alpha
 //  4. waiting: the waiting list;
 //  5. the status write if the status changed (more than its observed
 //     generation), else tidy: the expired predecessor's request removed.
-func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int64, now time.Time, timing Timing) (decision, error) {
+func decide(lease *coordv1alpha1.FencedLease, obs *observation, hb *Heartbeat, storedEpoch int64, now time.Time, timing Timing) (decision, error) {
 	var d decision
 	old := &lease.Status
 	st := old.DeepCopy()
@@ -148,8 +166,8 @@ func decide(lease *coordv1alpha1.FencedLease, obs *observation, storedEpoch int6
 	st.ObservedGeneration = lease.Generation
 
 	if st.HolderIdentity != "" {
-		d.currentTenure(lease, st, obs, now, timing)
-		if d.removeRequest != "" {
+		d.currentTenure(lease, st, obs, hb, now, timing)
+		if d.removeRequest != "" || d.needLive {
 			return d, nil
 		}
 	}
@@ -200,21 +218,38 @@ func tokenBase(lease *coordv1alpha1.FencedLease, storedEpoch int64, now time.Tim
 // observation brought up to the request (observe), running on until its
 // expiry (acknowledge the renewal, look again at the expiry) or past it
 // (expire).
-func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, obs *observation, now time.Time, timing Timing) {
+func (d *decision) currentTenure(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLeaseStatus, obs *observation, hb *Heartbeat, now time.Time, timing Timing) {
 	idx := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, &lease.Status)
 	if tenureEnded(lease, idx, obs) {
+		if d.heartbeatEndWaits(lease, obs, hb, timing) {
+			return
+		}
 		d.transitions = append(d.transitions, endedByRequest(lease, st, now, timing))
+		if heartbeatLagged(lease, obs, hb, timing) {
+			waitCommitLag(st, now, timing)
+		}
 		return
 	}
 	req := &lease.Spec.Requests[idx]
 	obs, d.renewed = observe(obs, st.HolderIdentity, st.FencingToken, req.RenewSequence, now)
+	if req.Heartbeat != "" {
+		var beat bool
+		obs, beat = heartbeatRenewal(obs, lease, req, hb, timing)
+		d.renewed = d.renewed || beat
+	}
 	expire, stamped := expiry(&lease.Status, req, obs, timing)
 	if !now.Before(expire) {
+		if req.Heartbeat != "" {
+			d.expireHeartbeat(st, obs, hb)
+			// Late only once decided: the live read comes first.
+			d.expired, d.expiredLate = !d.needLive, now.Sub(expire)
+			return
+		}
 		d.expired, d.expiredLate = true, now.Sub(expire)
 		d.expire(lease, st, now)
 		return
 	}
-	acknowledge(st, &lease.Status, obs, stamped, timing)
+	acknowledge(st, &lease.Status, obs, stamped || req.Heartbeat != "", timing)
 	d.observation = obs
 	d.requeueAfter = expire.Sub(now)
 }
@@ -256,13 +291,23 @@ func endedByRequest(lease *coordv1alpha1.FencedLease, st *coordv1alpha1.FencedLe
 	if reason == coordv1alpha1.EndReasonExpired {
 		startLockDelay(lease, st, now)
 	}
-	if lease.Annotations[coordv1alpha1.RevokedAnnotation] == mark && timing.CommitLag > 0 {
-		until := micro(now.Add(timing.CommitLag))
-		if st.LockDelayUntil == nil || st.LockDelayUntil.Before(&until) {
-			st.LockDelayUntil = &until
-		}
+	if lease.Annotations[coordv1alpha1.RevokedAnnotation] == mark {
+		waitCommitLag(st, now, timing)
 	}
 	return tr
+}
+
+// waitCommitLag holds the next grant off until the commit lag from now (at
+// least): writes the fencing webhook admitted under the tenure that ended
+// may still commit until then.
+func waitCommitLag(st *coordv1alpha1.FencedLeaseStatus, now time.Time, timing Timing) {
+	if timing.CommitLag <= 0 {
+		return
+	}
+	until := micro(now.Add(timing.CommitLag))
+	if st.LockDelayUntil == nil || st.LockDelayUntil.Before(&until) {
+		st.LockDelayUntil = &until
+	}
 }
 
 // observe brings this controller's observation up to the holder's request

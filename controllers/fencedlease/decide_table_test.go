@@ -247,7 +247,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSim(t, int32(l/time.Second), tc.lockDelay)
 			tc.setup(s)
-			d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
+			d, err := decide(s.lease, s.obs, nil, s.stored, s.clock.Now(), s.timing)
 			switch {
 			case tc.err != "":
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

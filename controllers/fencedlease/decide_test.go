@@ -68,7 +68,7 @@ func (s *sim) withdraw(id string) {
 // it; it returns the decision and whether it wrote.
 func (s *sim) step() (decision, bool) {
 	s.t.Helper()
-	d, err := decide(s.lease, s.obs, s.stored, s.clock.Now(), s.timing)
+	d, err := decide(s.lease, s.obs, nil, s.stored, s.clock.Now(), s.timing)
 	if err != nil {
 		s.t.Fatalf("decide: %v", err)
 	}
@@ -407,7 +407,7 @@ func TestTakeoverGrantsBeforeRemovingTheExpiredRequest(t *testing.T) {
 	s.reconcile()
 	_, tokA := s.holder()
 	s.clock.Step(6 * time.Second)
-	d, err := decide(s.lease, s.obs, 0, s.clock.Now(), s.timing)
+	d, err := decide(s.lease, s.obs, nil, 0, s.clock.Now(), s.timing)
 	if err != nil {
 		t.Fatal(err)
 	}

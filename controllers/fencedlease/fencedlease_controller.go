@@ -66,6 +66,9 @@ type FencedLeaseReconciler struct {
 	// Tenures, in policy mode, is told of every grant before it is written
 	// and of every other tenure change after (nil in webhook mode).
 	Tenures TenureTable
+	// Heartbeats holds this controller's sightings of heartbeat Leases
+	// (default: a new tracker, fed by an informer SetupWithManager adds).
+	Heartbeats *HeartbeatTracker
 
 	mu       sync.Mutex
 	memories map[types.UID]Memory
@@ -117,7 +120,18 @@ func (r *FencedLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	conflicts := 0
 	for range 5 {
 		now := r.Clock.Now()
-		step, err := Decide(&lease, r.memory(lease.UID), stored, now, r.Timing)
+		mem := r.memory(lease.UID)
+		step, err := Decide(&lease, mem.WithHeartbeat(r.heartbeatFor(&lease, mem)), stored, now, r.Timing)
+		if err == nil && step.NeedsLiveHeartbeat() {
+			// Ending a heartbeat tenure: only on a quorum read of the
+			// heartbeat (docs/design.md, "Heartbeats").
+			live, rerr := r.readHeartbeat(ctx, lease.Namespace, HeartbeatName(&lease, mem))
+			if rerr != nil {
+				return ctrl.Result{}, rerr
+			}
+			now = r.Clock.Now()
+			step, err = Decide(&lease, mem.WithHeartbeat(&live), stored, now, r.Timing)
+		}
 		if err != nil {
 			log.Error(err, "Refusing to grant", "lease", req.NamespacedName)
 			return ctrl.Result{}, err
@@ -327,6 +341,12 @@ func (r *FencedLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.MaxRetryDelay == 0 {
 		r.MaxRetryDelay = time.Second
+	}
+	if r.Heartbeats == nil {
+		r.Heartbeats = NewHeartbeatTracker()
+	}
+	if err := mgr.Add(&heartbeatInformer{cfg: mgr.GetConfig(), tracker: r.Heartbeats, clock: r.Clock}); err != nil {
+		return fmt.Errorf("adding the heartbeat informer: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&coordv1alpha1.FencedLease{}).

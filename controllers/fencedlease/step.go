@@ -11,7 +11,37 @@ import (
 // decisions: its own observation of the current tenure (see observation). It
 // lives in memory only; a controller that restarts, or another that takes
 // over, starts from the zero value, which has observed nothing.
-type Memory struct{ obs *observation }
+type Memory struct {
+	obs *observation
+	// hb is the tenure's heartbeat as the reconciler found it for the next
+	// decision (WithHeartbeat); never remembered between decisions.
+	hb *Heartbeat
+}
+
+// WithHeartbeat is m with the heartbeat the next decision sees (nil: none,
+// or not known): the reconciler's tracker or live read, the explorer's model.
+func (m Memory) WithHeartbeat(h *Heartbeat) Memory {
+	m.hb = h
+	return m
+}
+
+// HeartbeatName is the heartbeat Lease a decision about lease with memory
+// m needs: the one the holder's request names, or, once this controller
+// removed a heartbeat tenure's request at its expiry, the one it observed
+// (empty: none).
+func HeartbeatName(lease *coordv1alpha1.FencedLease, m Memory) string {
+	st := &lease.Status
+	if st.HolderIdentity == "" {
+		return ""
+	}
+	if i := coordv1alpha1.HolderRequestIndex(lease.Spec.Requests, st); i >= 0 {
+		return lease.Spec.Requests[i].Heartbeat
+	}
+	if observedTenure(lease, m.obs) {
+		return m.obs.heartbeat
+	}
+	return ""
+}
 
 // Observed is a copy of what a Memory holds, for traces and tests.
 type Observed struct {
@@ -61,8 +91,8 @@ type Step struct {
 // it, the epoch that earlier incarnations of the lease name left in the
 // epoch store (read only while status.observedGeneration is 0) and its clock.
 func Decide(lease *coordv1alpha1.FencedLease, mem Memory, storedEpoch int64, now time.Time, timing Timing) (Step, error) {
-	d, err := decide(lease, mem.obs, storedEpoch, now, timing)
-	return Step{d: d, before: mem}, err
+	d, err := decide(lease, mem.obs, mem.hb, storedEpoch, now, timing)
+	return Step{d: d, before: Memory{obs: mem.obs}}, err
 }
 
 // Write returns the object the step's write sends, made from lease (the
@@ -82,7 +112,9 @@ func (s Step) Write(lease *coordv1alpha1.FencedLease) (updated *coordv1alpha1.Fe
 func (s Step) Remember(wrote bool, now time.Time) Memory {
 	switch {
 	case s.d.removeRequest == "" && s.d.status == nil:
-		return Memory{s.d.observation}
+		return Memory{obs: s.d.observation}
+	case wrote && s.d.keepObservation:
+		return Memory{obs: s.d.observation}
 	case !wrote || s.d.removeRequest != "":
 		return s.before
 	}
@@ -92,7 +124,7 @@ func (s Step) Remember(wrote bool, now time.Time) Memory {
 		d.observation = &o
 	}
 	d.written(now)
-	return Memory{d.observation}
+	return Memory{obs: d.observation}
 }
 
 // RequeueAfter is when the lease must be looked at again if nothing changes
@@ -108,6 +140,12 @@ func (s Step) ExpiredLate() (time.Duration, bool) { return s.d.expiredLate, s.d.
 
 // Renewed tells whether the step observed a new renewal of the holder.
 func (s Step) Renewed() bool { return s.d.renewed }
+
+// NeedsLiveHeartbeat tells whether the step decided nothing until the
+// tenure's heartbeat (HeartbeatName) is read from the API server and handed
+// to Decide again (Memory.WithHeartbeat with Live set): it would end a
+// heartbeat tenure.
+func (s Step) NeedsLiveHeartbeat() bool { return s.d.needLive }
 
 // EpochOf is what the epoch finalizer records for a deleted lease: the
 // highest token its incarnation issued or reserved (its token, tokenBase and

@@ -85,6 +85,15 @@ type Config struct {
 	// suspended past the deadline wakes up not leading.
 	Clock clock.Clock
 
+	// Heartbeat, if set, renews each tenure after its acknowledgement by
+	// updating a coordination.k8s.io/v1 Lease (one protobuf write) instead
+	// of patching the FencedLease: per lease (a Lease of this Elector's
+	// own), or with Heartbeat.Session one Lease for every Elector of this
+	// process and identity in the namespace. Needs create and update on
+	// leases (the candidate role) and an operator that knows heartbeats.
+	// Off by default (docs/protocol.md 3).
+	Heartbeat *Heartbeat
+
 	// CreateIfMissing creates the FencedLease, with the API's defaults (a
 	// 15 s duration, no lock-delay), when a read finds none; it needs the verb
 	// create on fencedleases in Namespace besides the candidate role. Off by
@@ -115,6 +124,12 @@ func (c *Config) validate() error {
 	errs := protocol.ValidateClientConfig(c.Client, c.Namespace, c.Name, c.Identity)
 	if c.Callbacks.OnStartedLeading == nil {
 		errs = append(errs, errors.New("Callbacks.OnStartedLeading is required"))
+	}
+	if hb := c.Heartbeat; hb != nil && hb.Session != nil {
+		if s := hb.Session; s.Client == nil || s.Name == "" || s.Namespace != c.Namespace || s.Identity != c.Identity {
+			errs = append(errs, fmt.Errorf("Heartbeat.Session must have a Client and a Name and be in the lease's namespace %q under its Identity %q; got namespace %q, identity %q, name %q",
+				c.Namespace, c.Identity, s.Namespace, s.Identity, s.Name))
+		}
 	}
 	for name, d := range map[string]time.Duration{"RenewInterval": c.RenewInterval, "RetryInterval": c.RetryInterval, "SafetyMargin": c.SafetyMargin, "MaxCommitLag": c.MaxCommitLag, "ClockSkew": c.ClockSkew} {
 		if d < 0 {

@@ -118,3 +118,19 @@ func TestConfigCountsWithThePublishedSkewAndLag(t *testing.T) {
 		t.Errorf("published lag 3s: the release waits %v", got)
 	}
 }
+
+func TestConfigRefusesASessionOfAnotherNamespaceOrIdentity(t *testing.T) {
+	start := func(context.Context, int64) {}
+	for _, s := range []*Session{
+		{Namespace: "other", Name: "s", Identity: "a"},
+		{Namespace: "ns", Name: "s", Identity: "b"},
+		{Namespace: "ns", Identity: "a"},
+	} {
+		s.Client = fake.NewClientBuilder().Build()
+		_, err := New(Config{Client: fake.NewClientBuilder().Build(), Namespace: "ns", Name: "l", Identity: "a", Heartbeat: &Heartbeat{Session: s},
+			Callbacks: Callbacks{OnStartedLeading: start}})
+		if err == nil || !strings.Contains(err.Error(), "Heartbeat.Session") {
+			t.Errorf("session %+v: %v, want refused", s, err)
+		}
+	}
+}

@@ -62,6 +62,12 @@ type Elector struct {
 	// Run called again continues a tenure this Elector kept
 	// (DisableReleaseOnCancel).
 	own protocol.OwnRequest
+
+	// hb, with Config.Heartbeat, is the heartbeat Lease that renews this
+	// Elector's tenures once acknowledged; hbShared: a Session, whose
+	// recent beat renews without a write (per lease every renewal writes).
+	hb       *Session
+	hbShared bool
 }
 
 // New validates cfg and returns an Elector. Nothing is sent to the API server
@@ -79,6 +85,15 @@ func New(cfg Config) (*Elector, error) {
 	e := &Elector{cfg: cfg, clock: c, key: key, problems: p, view: newLeaseView(cfg.Client, key, c, p), release: make(chan chan error), stepDown: make(chan struct{}, 1)}
 	if _, real := c.(clock.RealClock); real {
 		e.boot, _ = bootClock()
+	}
+	if hb := cfg.Heartbeat; hb != nil {
+		e.hb = hb.Session
+		if e.hb == nil {
+			// Per-lease: every renewal writes.
+			e.hb = &Session{Client: cfg.Client, Namespace: cfg.Namespace, Name: HeartbeatName(cfg.Name, cfg.Identity), Identity: cfg.Identity, User: cfg.User, Clock: c}
+		} else {
+			e.hbShared = true
+		}
 	}
 	cfg.Metrics.init(cfg.Namespace, cfg.Name)
 	return e, nil
@@ -323,8 +338,15 @@ func (e *Elector) create(ctx context.Context) error {
 
 // join appends this identity's request, with an optimistic lock.
 func (e *Elector) join(ctx context.Context, lease *coordv1alpha1.FencedLease) error {
+	req := coordv1alpha1.LeaseRequest{HolderIdentity: e.cfg.Identity, User: e.cfg.User}
+	if e.hb != nil {
+		if err := e.hb.ensure(ctx, e.cfg.User); err != nil {
+			return err
+		}
+		req.Heartbeat = e.hb.Name
+	}
 	updated := lease.DeepCopy()
-	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: e.cfg.Identity, User: e.cfg.User})
+	updated.Spec.Requests = append(updated.Spec.Requests, req)
 	if err := e.cfg.Client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("queueing request for %s: %w", e.key, err)
 	}
@@ -426,6 +448,11 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		case <-e.stepDown:
 			timer.Stop()
 			log.Info("Stepping down: a write was refused as stale", "token", token)
+			if e.hbShared {
+				if err := e.detach(ctx); err != nil {
+					log.Error(err, "The session heartbeat may go on renewing this tenure until it is withdrawn")
+				}
+			}
 			return true
 		case <-e.view.changed:
 			timer.Stop()
@@ -453,11 +480,19 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			}
 			// A renewal may not outlive the deadline it is trying to extend.
 			rctx, rcancel := context.WithTimeout(leadCtx, e.Deadline().Sub(e.clock.Now()))
-			sent, _, err := e.renew(rctx, cur, token)
+			var sent time.Time
+			var err error
+			if e.beats(cur) {
+				sent, err = e.beat(rctx, cur, token, renewEvery)
+			} else {
+				sent, _, err = e.renew(rctx, cur, token)
+			}
 			rcancel()
 			switch {
 			case err == nil:
-				e.setLeading(true, token, until(sent))
+				if d := until(sent); d.After(e.Deadline()) {
+					e.setLeading(true, token, d)
+				}
 				select {
 				case renewed <- struct{}{}:
 				default:

@@ -18,10 +18,12 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -217,7 +219,38 @@ func (c *cluster) setUp(ctx context.Context) error {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	return testenv.GrantClusterRole(ctx, c.admin, "kubefence-history-worker", workersGroup, testenv.ClientRules...)
+	if err := installHeartbeatPolicy(ctx, c.admin); err != nil {
+		return err
+	}
+	rules := append([]rbacv1.PolicyRule{heartbeatRule}, testenv.ClientRules...)
+	return testenv.GrantClusterRole(ctx, c.admin, "kubefence-history-worker", workersGroup, rules...)
+}
+
+// heartbeatRule lets a worker create and renew its heartbeat Leases (the
+// candidate role's rule).
+var heartbeatRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}
+
+// installHeartbeatPolicy creates the policy kubefence-heartbeats and its
+// binding as shipped (config/heartbeat), as config/default installs them.
+func installHeartbeatPolicy(ctx context.Context, c client.Client) error {
+	f, err := os.Open(filepath.Join("..", "..", "config", "heartbeat", "heartbeat_policy.yaml"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	d := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	var policy admissionv1.ValidatingAdmissionPolicy
+	var binding admissionv1.ValidatingAdmissionPolicyBinding
+	if err := d.Decode(&policy); err != nil {
+		return fmt.Errorf("reading the heartbeat policy: %w", err)
+	}
+	if err := d.Decode(&binding); err != nil {
+		return fmt.Errorf("reading the heartbeat policy's binding: %w", err)
+	}
+	if err := c.Create(ctx, &policy); err != nil {
+		return err
+	}
+	return c.Create(ctx, &binding)
 }
 
 // startOperator runs bin/manager as the admin, serving the webhooks on

@@ -14,6 +14,9 @@
 // (--enforcement=policy: a ValidatingAdmissionPolicy judges the guarded
 // writes, the propagation barrier holds each grant); TestHistoryPolicy runs
 // the short profile in policy mode when it is unset.
+// HISTORY_HEARTBEAT=lease (or session) makes the workers renew by a
+// heartbeat Lease per lease (or one per worker for all its leases) after
+// acknowledging each grant (docs/design.md, "Heartbeats").
 // HISTORY_COMMIT_DELAY=beyond makes the commit-delay fault hold commits past
 // the commit lag: the run then passes only if the commit-order checker
 // reports violations (default: within the leases' commit-lag budget, and no
@@ -37,8 +40,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/history/checker"
@@ -62,6 +68,8 @@ type profile struct {
 	enforcement string
 	// commitDelay is the commit-delay fault's setting.
 	commitDelay string
+	// heartbeat is how workers renew (the worker's --heartbeat).
+	heartbeat string
 }
 
 func loadProfile(t *testing.T) profile {
@@ -106,6 +114,12 @@ func loadProfile(t *testing.T) profile {
 		p.enforcement = e
 	default:
 		t.Fatalf("HISTORY_ENFORCEMENT=%q: expected %q or %q", e, operator.EnforcementWebhook, operator.EnforcementPolicy)
+	}
+	switch h := os.Getenv("HISTORY_HEARTBEAT"); h {
+	case "", "lease", "session":
+		p.heartbeat = h
+	default:
+		t.Fatalf("HISTORY_HEARTBEAT=%q: expected lease or session", h)
 	}
 	switch d := os.Getenv("HISTORY_COMMIT_DELAY"); d {
 	case "":
@@ -211,6 +225,7 @@ func runHistory(t *testing.T, prof profile) {
 		"--objects-per-lease=" + strconv.Itoa(prof.objectsPerLease),
 		"--segment-cap=" + strconv.Itoa(prof.segCap),
 		"--start=" + strconv.FormatInt(start.UnixNano(), 10),
+		"--heartbeat=" + prof.heartbeat,
 	}}
 	if cl.two != nil {
 		// A stale holder writes for longer (up to 15 writes 0-150 ms apart,
@@ -350,6 +365,9 @@ func runHistory(t *testing.T, prof profile) {
 			t.Logf("commit-order canary (a write held %v, until after the next grant): flagged as it must be: %s",
 				canaryHeld.Round(time.Millisecond), cres.Violations[0])
 		}
+	}
+	if prof.heartbeat != "" {
+		checkHeartbeats(ctx, t, cl.admin, start)
 	}
 	var records []checker.Record
 	for _, path := range ws.logPaths() {
@@ -497,4 +515,24 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 	fmt.Fprintf(&b, "  commits after their tenure's end, before the next grant (allowed): %d, at most %d revisions late\n", c.LateCommits, c.MaxLateBy)
 	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
 	return b.String()
+}
+
+// checkHeartbeats makes sure the run renewed by heartbeat (HISTORY_HEARTBEAT):
+// the history namespace holds heartbeat Leases, renewed after the run's start.
+func checkHeartbeats(ctx context.Context, t *testing.T, c client.Client, start time.Time) {
+	t.Helper()
+	var leases coordinationv1.LeaseList
+	if err := c.List(ctx, &leases, client.InNamespace(historyNamespace), client.HasLabels{coordv1alpha1.HeartbeatLabel}); err != nil {
+		t.Fatalf("listing the heartbeat Leases: %v", err)
+	}
+	renewed := 0
+	for _, l := range leases.Items {
+		if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(start.Add(10*time.Second)) {
+			renewed++
+		}
+	}
+	if renewed == 0 {
+		t.Fatalf("HISTORY_HEARTBEAT is set, yet none of the %d heartbeat Leases was renewed during the run: the workers did not renew by heartbeat", len(leases.Items))
+	}
+	t.Logf("heartbeat Leases: %d, %d renewed during the run", len(leases.Items), renewed)
 }

@@ -262,6 +262,13 @@ func readLease(ctx context.Context, r client.Reader, namespace, name string) (Le
 	if req.RenewTime != nil {
 		st.RenewStamp = req.RenewTime.Time
 	}
+	hb, err := heartbeatStamp(ctx, r, &l, req)
+	if err != nil {
+		return LeaseState{}, err
+	}
+	if hb.After(st.RenewStamp) {
+		st.RenewStamp = hb
+	}
 	return st, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -81,6 +82,11 @@ type LeaseOptions struct {
 	// CreateIfMissing is fence.Config's: create the FencedLease, with the API's
 	// defaults, when it does not exist (needs create on fencedleases).
 	CreateIfMissing bool
+
+	// Heartbeat is fence.Config's: renew by a heartbeat Lease (per lease, or
+	// a fence.Session shared with other Electors of this process) after
+	// acknowledging the grant. Off by default.
+	Heartbeat *fence.Heartbeat
 }
 
 // Manager is a controller-runtime Manager whose leader election is a
@@ -139,6 +145,9 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 		if err := authenticationv1.AddToScheme(s); err != nil {
 			return nil, err
 		}
+		if err := coordinationv1.AddToScheme(s); err != nil { // heartbeat Leases
+			return nil, err
+		}
 		var err error
 		if cl, err = client.NewWithWatch(leCfg, client.Options{Scheme: s}); err != nil {
 			return nil, fmt.Errorf("fence manager: creating the election client: %w", err)
@@ -158,7 +167,7 @@ func New(cfg *rest.Config, opts ctrl.Options, lease LeaseOptions) (*Manager, err
 		Client: cl, Namespace: lease.Namespace, Name: lease.Name, Identity: lease.Identity, User: lease.User,
 		RenewInterval: lease.RenewInterval, RetryInterval: lease.RetryInterval, SafetyMargin: lease.SafetyMargin,
 		DisableReleaseOnCancel: lease.DisableReleaseOnCancel, Metrics: lease.Metrics, Clock: lease.Clock,
-		CreateIfMissing: lease.CreateIfMissing,
+		CreateIfMissing: lease.CreateIfMissing, Heartbeat: lease.Heartbeat,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: m.startLeading,
 			OnStoppedLeading: m.stopLeading,

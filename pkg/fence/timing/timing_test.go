@@ -23,11 +23,15 @@ type setting struct {
 	rate                   float64 // client monotonic seconds per real second, 1 - driftRatio .. 1
 	ackDelay, obsDelay     time.Duration
 	stamped                bool
+	// heartbeat: the renewal is a heartbeat Lease's renewTime (client
+	// clock): the webhook takes it as the stamp, the controller counts from
+	// its sighting only (the stamp clamped) and writes no status.
+	heartbeat bool
 }
 
 func (s setting) String() string {
-	return fmt.Sprintf("L=%v S=%v C=%v drift=%v/%v margin=%v client skew/lag=%v/%v offsets client=%v controller=%v rate=%v delays=%v/%v stamped=%v",
-		s.l, s.skew, s.lag, s.driftRatio, s.minDrift, s.margin, s.cfgSkew, s.cfgLg, s.clientOff, s.ctrlOff, s.rate, s.ackDelay, s.obsDelay, s.stamped)
+	return fmt.Sprintf("L=%v S=%v C=%v drift=%v/%v margin=%v client skew/lag=%v/%v offsets client=%v controller=%v rate=%v delays=%v/%v stamped=%v heartbeat=%v",
+		s.l, s.skew, s.lag, s.driftRatio, s.minDrift, s.margin, s.cfgSkew, s.cfgLg, s.clientOff, s.ctrlOff, s.rate, s.ackDelay, s.obsDelay, s.stamped, s.heartbeat)
 }
 
 func ms(r *rand.Rand, upTo time.Duration) time.Duration {
@@ -44,6 +48,7 @@ func draw(r *rand.Rand) setting {
 		ackDelay:   ms(r, 2*time.Second),
 		obsDelay:   ms(r, 2*time.Second),
 		stamped:    r.IntN(4) != 0,
+		heartbeat:  r.IntN(3) == 0,
 	}
 	if r.IntN(8) == 0 {
 		s.l = time.Duration(61+r.IntN(3540)) * time.Second
@@ -115,12 +120,18 @@ func run(s setting) (instants, bool) {
 	expireTime := ControllerExpiry(ctrl(grant), s.l, allowance)
 	var stamp time.Time
 	expiry := ControllerExpiry(ctrl(observed), s.l, allowance)
-	if s.stamped {
+	switch {
+	case s.heartbeat:
+		// docs/design.md "Heartbeats": the renewTime, within S of the
+		// webhook's clock, moves the webhook's E; the controller's expiry
+		// counts from its sighting alone.
+		stamp = sent.Add(s.clientOff)
+	case s.stamped:
 		stamp = sent.Add(s.clientOff)
 		if e := ControllerExpiry(stamp, s.l, allowance); e.After(expiry) {
 			expiry = e
 		}
-	} else {
+	default:
 		expireTime = expiry
 	}
 	if expireTime.After(expiry) {

@@ -62,6 +62,10 @@ type options struct {
 	minTenure, maxTenure                  time.Duration
 	staleProbability                      float64
 	maxStaleWrites                        int
+	// heartbeat: "" renews by request patches, "lease" by a heartbeat Lease
+	// per lease, "session" by one heartbeat Lease for all of this worker's
+	// leases (docs/design.md, "Heartbeats").
+	heartbeat string
 }
 
 func main() {
@@ -71,6 +75,7 @@ func main() {
 	flag.StringVar(&leases, "leases", "", "Comma-separated FencedLease names to compete for. Required.")
 	flag.StringVar(&o.identity, "identity", "", "Holder identity (and the <worker> of every value). Required.")
 	flag.StringVar(&o.user, "user", "", "This worker's username (skips asking the API server).")
+	flag.StringVar(&o.heartbeat, "heartbeat", "", `How to renew: "" (request patches), "lease" (a heartbeat Lease per lease) or "session" (one heartbeat Lease for every lease of this worker).`)
 	flag.IntVar(&o.objectsPerLease, "objects-per-lease", 2, "Widget slots guarded by each lease.")
 	flag.IntVar(&o.segmentCap, "segment-cap", 250, "Entries per Widget before writers move to the slot's next segment.")
 	flag.Int64Var(&o.start, "start", 0, "The run's shared start, Unix nanoseconds: times are logged relative to it. Required.")
@@ -160,11 +165,21 @@ func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
+	var hb *fence.Heartbeat
+	switch o.heartbeat {
+	case "":
+	case "lease":
+		hb = &fence.Heartbeat{}
+	case "session":
+		hb = &fence.Heartbeat{Session: fence.NewSession(c, o.namespace, o.identity+"-session", o.identity)}
+	default:
+		return fmt.Errorf("--heartbeat=%q: expected \"\", \"lease\" or \"session\"", o.heartbeat)
+	}
 	var electors sync.WaitGroup
 	for _, lease := range o.leases {
 		lw := &leaseWorker{w: w, lease: lease}
 		e, err := fence.New(fence.Config{
-			Client: c, Namespace: o.namespace, Name: lease, Identity: o.identity, User: o.user,
+			Client: c, Namespace: o.namespace, Name: lease, Identity: o.identity, User: o.user, Heartbeat: hb,
 			Callbacks: fence.Callbacks{
 				OnStartedLeading: lw.lead,
 				OnStoppedLeading: func(token int64) { w.log.event("stopped", lease, token, "") },

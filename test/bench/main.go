@@ -51,6 +51,9 @@ type options struct {
 	// and in each policy-mode pass, and the leases in the second policy
 	// pass's tenure table.
 	guardedWrites, policyWrites, policyTableLeases int
+	// apiserverProfile, if set, is the path prefix of the kube-apiserver's
+	// CPU profiles taken during each policy-mode pass's measured pairs.
+	apiserverProfile string
 }
 
 func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
@@ -67,6 +70,7 @@ func main() {
 	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
+	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile of each policy-mode pass's measured pairs to <prefix>-<pass>.pprof")
 	flag.Parse()
 
 	if err := run(o); err != nil {

@@ -270,8 +270,8 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 // expression (k8s.io/apiserver cel/lazy MapValue.Find), which cost more
 // than the rest of a decision. A single-element list's all() binds a
 // value, as cel.bind would (not in the API server's CEL environment).
-// It cannot fail: a failed evaluation would replace the verdict's refusal
-// message. An entry's token is written by the controller, canonically
+// It cannot fail: it is the fencing policy's matchCondition, whose error
+// refuses the write (failurePolicy Fail) with the error as its message. An entry's token is written by the controller, canonically
 // (Entry.encode), so a token equal to it passes the verdict's checks.
 func (s Settings) commonWrite() string {
 	return strings.NewReplacer("@LABEL", strconv.Quote(guardLabel), "@ANN", strconv.Quote(tokenAnn), "@INCARNATION", strconv.Quote(s.Incarnation),
@@ -371,14 +371,16 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
 		MatchConstraints: guardedWrites(),
-		Variables:        s.variables(),
+		// A common write is accepted here, before the validation: the API
+		// server evaluates a policy's validations and every
+		// messageExpression, the write accepted or not (k8s.io/apiserver
+		// validating validator.Validate), each in an activation of its own
+		// with every variable declared.
+		MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "not-a-common-write", Expression: "!" + s.commonWrite()}},
+		Variables:       s.variables(),
 		Validations: []admissionregistrationv1.Validation{{
-			Expression: s.commonWrite() + " || variables.verdict == ''",
-			// The API server evaluates every messageExpression, the
-			// write accepted or not (k8s.io/apiserver validating
-			// validator.Validate), with variables of its own: without
-			// the common write first, every write paid for the verdict.
-			MessageExpression: s.commonWrite() + " ? '' : variables.verdict",
+			Expression:        "variables.verdict == ''",
+			MessageExpression: "variables.verdict",
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}},
 	})

@@ -271,8 +271,11 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 // than the rest of a decision. A single-element list's all() binds a
 // value, as cel.bind would (not in the API server's CEL environment).
 // It cannot fail: it is the fencing policy's matchCondition, whose error
-// refuses the write (failurePolicy Fail) with the error as its message. An entry's token is written by the controller, canonically
-// (Entry.encode), so a token equal to it passes the verdict's checks.
+// refuses the write (failurePolicy Fail) with the error as its message.
+// An entry's token is written by the controller, canonically
+// (Entry.encode), so a token equal to it passes the verdict's checks. The
+// barrier's probes are creates: one with the new token passes here only
+// if the API server's copy of the table names it.
 func (s Settings) commonWrite() string {
 	return strings.NewReplacer("@LABEL", strconv.Quote(guardLabel), "@ANN", strconv.Quote(tokenAnn), "@INCARNATION", strconv.Quote(s.Incarnation),
 		"@INCKEY", strconv.Quote(IncarnationKey), "@TABLE", strconv.Quote(coordv1alpha1.TenureTableKey)).Replace(

@@ -80,6 +80,14 @@ const (
 // policy's bindings name (paramRef.name).
 const TenureTableName = "kubefence-tenures"
 
+// TenureTableKey is the tenure table's one data key holding the entries:
+// one line "\n<lease name> <entry>" per lease, in one string, so that the API
+// server's per-decision conversion of the table (a ConfigMap parameter) costs
+// the same whatever the number of leases (docs/design.md, "Policy mode").
+// The fencing policy trusts a table only when its data holds exactly this
+// key and the incarnation key (controllers/policy).
+const TenureTableKey = "tenures"
+
 // EpochShardName is the name of the epoch store shard, in the lease's
 // namespace, that holds leaseName's highest token.
 func EpochShardName(leaseName string) string {

@@ -91,7 +91,7 @@ func (g *grantEnv) entry(t *testing.T, name string) string {
 	if err := g.c.Get(t.Context(), client.ObjectKey{Namespace: g.ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	return cm.Data[name]
+	return policy.EntryOf(&cm, name)
 }
 
 // enforces waits until the API server accepts token for lease name and

@@ -154,10 +154,16 @@ func kindKeys(kinds []schema.GroupResource) []string {
 	return keys
 }
 
-// notLeases keeps Leases and FencedLeases out of every policy (I7).
-var notLeases = admissionregistrationv1.MatchCondition{
-	Name:       "not-leases",
-	Expression: "!(request.resource.group in ['coordination.k8s.io', 'coordination.kubefence.io'])",
+// notLeases keeps Leases and FencedLeases (and their subresources) out of
+// every fencing policy (I7): resource rules the API server matches before
+// any CEL runs (a matchCondition cost a CEL evaluation on every guarded
+// write).
+func notLeases(scope admissionregistrationv1.ScopeType) []admissionregistrationv1.NamedRuleWithOperations {
+	return []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io", coordv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: []string{"*/*"}, Scope: ptr.To(scope)},
+	}}}
 }
 
 // guardedObjects matches the objects that carry the guard label, in the
@@ -196,8 +202,16 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 	v := func(name, expr string) admissionregistrationv1.Variable {
 		return admissionregistrationv1.Variable{Name: name, Expression: expr}
 	}
-	entry := func(lease string) string {
-		return fmt.Sprintf("params.?data[?%s].orValue('').split(' ', 4)", lease)
+	// A lease's entry is what follows "\n<lease> " in the table's one
+	// string, up to the next line (Table, findLine): split is a byte
+	// search, and the string is not copied when the API server converts
+	// the parameter, so a decision costs the same however many leases the
+	// table holds. Label values contain no line break or space.
+	split := func(lease string) string {
+		return fmt.Sprintf("variables.table.split('\\n' + %s + ' ', 2)", lease)
+	}
+	entry := func(split string) string {
+		return fmt.Sprintf("size(%[1]s) == 2 ? %[1]s[1].split('\\n', 2)[0].split(' ', 4) : ['']", split)
 	}
 	canonical := func(t string) string {
 		return fmt.Sprintf("(%[1]s.matches('^(0|[1-9][0-9]*)$') && (size(%[1]s) < 19 || (size(%[1]s) == 19 && %[1]s <= '9223372036854775807')))", t)
@@ -223,11 +237,14 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
 		// A table written for another installation of the fencing policy
 		// (before a switch to webhook mode and back, say) may name tenures
 		// that have ended since: nothing it says is trusted.
-		v("tableCurrent", fmt.Sprintf("params.?data[?%q].orValue('') == %q", IncarnationKey, s.Incarnation)),
+		v("tableCurrent", fmt.Sprintf("params.?data[?%q].orValue('') == %q && %q in params.data && size(params.data) == 2", IncarnationKey, s.Incarnation, coordv1alpha1.TenureTableKey)),
+		v("table", fmt.Sprintf("params.?data[?%q].orValue('')", coordv1alpha1.TenureTableKey)),
 		v("oldScope", "request.namespace + '/' + variables.oldLease"),
 		v("newScope", "request.namespace + '/' + variables.newLease"),
-		v("oldEntry", entry("variables.oldLease")),
-		v("newEntry", entry("variables.newLease")),
+		v("oldSplit", split("variables.oldLease")),
+		v("newSplit", split("variables.newLease")),
+		v("oldEntry", entry("variables.oldSplit")),
+		v("newEntry", entry("variables.newSplit")),
 		v("podName", fmt.Sprintf("request.userInfo.?extra[?%q].orValue([])", coordv1alpha1.PodNameExtraKey)),
 		v("what", "variables.sub != '' ? 'writes to /' + variables.sub : 'tokenless writes'"),
 		// checkHolder(lease) of the webhook, for the old and the new lease.
@@ -251,6 +268,37 @@ func (s Settings) variables() []admissionregistrationv1.Variable {
         variables.holderNew) :
 (variables.guardedOld && variables.hasOldTok && variables.oldTokOK) ? variables.tokenNewAccepted : variables.tokenNew`),
 	}
+}
+
+// commonWrite accepts, in few steps, the writes of a guarded object a
+// fenced client makes all day, which the verdict accepts too: a create with
+// the lease's current token, and the holder's update of the object itself
+// that keeps its guard, with the current token (the object's own token,
+// if any, the same). Pod binding, subresources, deletes, a token that
+// moves, and everything else take the verdict. It reads no variable: the
+// API server resolves each reference to a variable through a regular
+// expression (k8s.io/apiserver cel/lazy MapValue.Find), which cost more
+// than the rest of a decision. A single-element list's all() binds a
+// value, as cel.bind would (not in the API server's CEL environment).
+// It cannot fail: it is the fencing policy's matchCondition, whose error
+// refuses the write (failurePolicy Fail) with the error as its message.
+// An entry's token is written by the controller, canonically
+// (Entry.encode), so a token equal to it passes the verdict's checks. The
+// barrier's probes are creates: one with the new token passes here only
+// if the API server's copy of the table names it.
+func (s Settings) commonWrite() string {
+	return strings.NewReplacer("@LABEL", strconv.Quote(guardLabel), "@ANN", strconv.Quote(tokenAnn), "@INCARNATION", strconv.Quote(s.Incarnation),
+		"@INCKEY", strconv.Quote(IncarnationKey), "@TABLE", strconv.Quote(coordv1alpha1.TenureTableKey)).Replace(
+		`((request.operation == 'CREATE' || (request.operation == 'UPDATE' && request.?subResource.orValue('') == '')) &&
+params.?data[?@INCKEY].orValue('') == @INCARNATION && size(params.data) == 2 &&
+[object.metadata.?labels[?@LABEL].orValue('')].all(lease, lease != '' &&
+ [object.metadata.?annotations[?@ANN].orValue('')].all(tok, tok != '' &&
+  [params.data[?@TABLE].orValue('').split('\n' + lease + ' ', 2)].all(found, size(found) == 2 &&
+   [found[1].split('\n', 2)[0].split(' ', 4)].all(e, size(e) == 4 && e[0] == tok &&
+    (request.operation == 'CREATE' ||
+     (request.userInfo.username == e[3] && e[2] == '-' &&
+      oldObject.metadata.?labels[?@LABEL].orValue('') == lease &&
+      oldObject.metadata.?annotations[?@ANN].orValue(tok) == tok)))))))`)
 }
 
 // The exemptions (the webhook's Decide and checkHolder) are self-contained
@@ -336,8 +384,13 @@ func (s Settings) FencingPolicy() *admissionregistrationv1.ValidatingAdmissionPo
 	p := newPolicy(FencingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
 		MatchConstraints: guardedWrites(),
-		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
-		Variables:        s.variables(),
+		// A common write is accepted here, before the validation: the API
+		// server evaluates a policy's validations and every
+		// messageExpression, the write accepted or not (k8s.io/apiserver
+		// validating validator.Validate), each in an activation of its own
+		// with every variable declared.
+		MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "not-a-common-write", Expression: "!" + s.commonWrite()}},
+		Variables:       s.variables(),
 		Validations: []admissionregistrationv1.Validation{{
 			Expression:        "variables.verdict == ''",
 			MessageExpression: "variables.verdict",
@@ -359,6 +412,7 @@ func guardedWrites() *admissionregistrationv1.MatchResources {
 			Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
 				Resources: []string{"*", "*/status", "pods/ephemeralcontainers", "pods/resize"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 		}}},
+		ExcludeResourceRules: notLeases(admissionregistrationv1.NamespacedScope),
 	}
 }
 
@@ -375,7 +429,6 @@ func guardedWrites() *admissionregistrationv1.MatchResources {
 func (s Settings) TerminatingPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	return newPolicy(TerminatingPolicyName, admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		MatchConstraints: guardedWrites(),
-		MatchConditions:  []admissionregistrationv1.MatchCondition{notLeases},
 		Variables:        []admissionregistrationv1.Variable{podStatusKeepsGuardVariable(), s.cleanupVariable(), nodeFinishesVariable()},
 		Validations: []admissionregistrationv1.Validation{{
 			Expression: "variables.cleanup || variables.nodeFinishes",
@@ -410,8 +463,8 @@ func (s Settings) ClusterScopedPolicy() *admissionregistrationv1.ValidatingAdmis
 				Rule: admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"},
 					Resources: []string{"*", "*/status"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 			}}},
+			ExcludeResourceRules: notLeases(admissionregistrationv1.ClusterScope),
 		},
-		MatchConditions: []admissionregistrationv1.MatchCondition{notLeases},
 		Validations: []admissionregistrationv1.Validation{{
 			Expression: fmt.Sprintf("!object.metadata.?labels[?%q].hasValue()", guardLabel),
 			Message: fmt.Sprintf("this object is cluster-scoped, so no FencedLease can check its fencing guard (the %s label names a lease in the object's own namespace, and it has none): remove the %s label and the %s annotation, or keep the object in a namespace and guard it there with a lease of that namespace",

@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,6 +59,15 @@ func (e Entry) encode() string {
 		attempt = "0"
 	}
 	return strings.Join([]string{t, attempt, pod, e.User}, " ")
+}
+
+// check refuses an entry that would not be one line of the table: a user
+// or pod name with a line break could write a line for another lease.
+func (e Entry) check() error {
+	if strings.ContainsAny(e.User+e.Pod, "\n\r") {
+		return fmt.Errorf("the holder's user %q or pod %q contains a line break: it cannot be written to the tenure table, so the lease cannot be granted to it in policy mode", e.User, e.Pod)
+	}
+	return nil
 }
 
 func decodeEntry(s string) (Entry, error) {
@@ -140,12 +151,66 @@ func (t *Table) Get(ctx context.Context, ns, name string) (e Entry, found bool, 
 }
 
 func lookup(cm *corev1.ConfigMap, name string) (Entry, bool, error) {
-	v, ok := cm.Data[name]
+	v, ok := findLine(cm.Data[coordv1alpha1.TenureTableKey], name)
 	if !ok {
 		return Entry{}, false, nil
 	}
 	e, err := decodeEntry(v)
 	return e, err == nil, err
+}
+
+// findLine is the entry of lease name in the table's lines, as the fencing
+// policy finds it: what follows "\n<name> " up to the next line.
+func findLine(lines, name string) (string, bool) {
+	_, rest, ok := strings.Cut(lines, "\n"+name+" ")
+	if !ok {
+		return "", false
+	}
+	v, _, _ := strings.Cut(rest, "\n")
+	return v, true
+}
+
+// setLine is lines with lease name's entry set to v: the lines sorted by
+// lease name, each "\n<name> <entry>" (TenureTableKey).
+func setLine(lines, name, v string) string {
+	entries := map[string]string{}
+	for l := range strings.SplitSeq(lines, "\n") {
+		if k, e, ok := strings.Cut(l, " "); ok {
+			entries[k] = e
+		}
+	}
+	entries[name] = v
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(entries)) {
+		b.WriteString("\n" + k + " " + entries[k])
+	}
+	return b.String()
+}
+
+// EntryOf is lease's entry as written in tenure table cm ("" when there is
+// none): "<token>", or "<token> <attempt> <pod> <user>" (tests and tools
+// read it; the controller reads entries through Table).
+func EntryOf(cm *corev1.ConfigMap, lease string) string {
+	v, _ := findLine(cm.Data[coordv1alpha1.TenureTableKey], lease)
+	return v
+}
+
+// SetEntryOf sets lease's entry in tenure table cm to v, as EntryOf reads
+// it (tests and benchmarks write tables with it).
+func SetEntryOf(cm *corev1.ConfigMap, lease, v string) {
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[coordv1alpha1.TenureTableKey] = setLine(cm.Data[coordv1alpha1.TenureTableKey], lease, v)
+}
+
+// trusted tells whether cm was written for incarnation inc in the format
+// the fencing policy reads: its data holds the incarnation key and the
+// entries' key, nothing else (an earlier version's table, one key per
+// lease, is not trusted and is written anew).
+func trusted(cm *corev1.ConfigMap, inc string) bool {
+	_, lines := cm.Data[coordv1alpha1.TenureTableKey]
+	return cm.Data[IncarnationKey] == inc && lines && len(cm.Data) == 2
 }
 
 // Update sets lease ns/name's entry to what decide returns for the current
@@ -169,9 +234,10 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 		if err != nil && !create {
 			return fmt.Errorf("reading the tenure table %s/%s: %w", ns, coordv1alpha1.TenureTableName, err)
 		}
-		reset := !create && cm.Data[IncarnationKey] != inc
+		reset := !create && !trusted(&cm, inc)
 		if reset {
-			// Written for another incarnation: none of it is trusted.
+			// Written for another incarnation (or by an earlier version, one
+			// key per lease): none of it is trusted.
 			cm.Data = nil
 		}
 		cur, found, err := lookup(&cm, name)
@@ -183,11 +249,14 @@ func (t *Table) Update(ctx context.Context, ns, name string, decide func(cur Ent
 			out = cur
 			return nil
 		}
+		if err := next.check(); err != nil {
+			return fmt.Errorf("lease %s/%s: %w", ns, name, err)
+		}
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
 		cm.Data[IncarnationKey] = inc
-		cm.Data[name] = next.encode()
+		cm.Data[coordv1alpha1.TenureTableKey] = setLine(cm.Data[coordv1alpha1.TenureTableKey], name, next.encode())
 		if create {
 			cm.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "kubefence"}}

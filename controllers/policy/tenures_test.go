@@ -62,7 +62,7 @@ func grantWaitsTheCommitLagAfterTheBarrier(t *testing.T, reason coordv1alpha1.En
 	}
 	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
 	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: coordv1alpha1.TenureTableName},
-		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
+		Data: map[string]string{IncarnationKey: "one", coordv1alpha1.TenureTableKey: "\njob " + Entry{Token: 5, Held: true, User: "alice", Attempt: "1"}.encode()}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(installed, table).Build()
 
 	const lag = 200 * time.Millisecond
@@ -112,7 +112,7 @@ func TestSyncDoesNotPassTheTenureToARequestMadeAgainByAnotherUser(t *testing.T) 
 	}
 	installed := Settings{ControllerUsers: []string{"kubefence"}, Incarnation: "one"}.FencingPolicy()
 	table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: coordv1alpha1.TenureTableName},
-		Data: map[string]string{IncarnationKey: "one", "job": Entry{Token: 42, Held: true, User: "alice", Attempt: "1"}.encode()}}
+		Data: map[string]string{IncarnationKey: "one", coordv1alpha1.TenureTableKey: "\njob " + Entry{Token: 42, Held: true, User: "alice", Attempt: "1"}.encode()}}
 	lease := &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job", UID: "u1"},
 		Spec: coordv1alpha1.FencedLeaseSpec{Requests: []coordv1alpha1.LeaseRequest{

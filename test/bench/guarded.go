@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -187,14 +188,15 @@ func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 		}
 	}
 	passes := []struct {
-		says string
-		n    int
-		into *guardedPass
-		prep func() error
+		says    string
+		n       int
+		into    *guardedPass
+		prep    func() error
+		profile string
 	}{
-		{"through the fencing webhook", b.opts.guardedWrites, &res.webhook, nil},
-		{"in policy mode, 1 lease in the table", b.opts.policyWrites, &res.policy, func() error { return b.switchToPolicy(ctx, cl, ns, name) }},
-		{fmt.Sprintf("in policy mode, %d leases in the table", b.opts.policyTableLeases), b.opts.policyWrites, &res.policyFull, func() error { return b.fillTable(ctx, ns) }},
+		{"through the fencing webhook", b.opts.guardedWrites, &res.webhook, nil, ""},
+		{"in policy mode, 1 lease in the table", b.opts.policyWrites, &res.policy, func() error { return b.switchToPolicy(ctx, cl, ns, name) }, "policy-1"},
+		{fmt.Sprintf("in policy mode, %d leases in the table", b.opts.policyTableLeases), b.opts.policyWrites, &res.policyFull, func() error { return b.fillTable(ctx, ns) }, fmt.Sprintf("policy-%d", b.opts.policyTableLeases)},
 	}
 	for _, p := range passes {
 		if p.n == 0 {
@@ -206,7 +208,11 @@ func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 			}
 		}
 		fmt.Fprintf(os.Stderr, "bench: guarded writes %s: %d + %d warm-up pairs\n", p.says, p.n, guardedWarmup)
-		if *p.into, err = b.guardedPass(ctx, p.n, guardedPatch, unguardedPatch); err != nil {
+		var profiled func()
+		if p.profile != "" && b.opts.apiserverProfile != "" {
+			profiled = func() { b.profileAPIServer(ctx, b.opts.apiserverProfile+"-"+p.profile+".pprof") }
+		}
+		if *p.into, err = b.guardedPass(ctx, p.n, guardedPatch, unguardedPatch, profiled); err != nil {
 			return res, err
 		}
 	}
@@ -284,7 +290,7 @@ func (b *bench) fillTable(ctx context.Context, ns string) error {
 		return err
 	}
 	for i := 1; i < b.opts.policyTableLeases; i++ {
-		cm.Data[fmt.Sprintf("lease-%05d", i)] = fmt.Sprintf("%d %d - system:serviceaccount:%s:writer-%05d", 1000+i, 1000+i, ns, i)
+		policy.SetEntryOf(&cm, fmt.Sprintf("lease-%05d", i), fmt.Sprintf("%d %d - system:serviceaccount:%s:writer-%05d", 1000+i, 1000+i, ns, i))
 	}
 	if err := b.admin.Update(ctx, &cm); err != nil {
 		return fmt.Errorf("filling the tenure table with %d leases: %w", b.opts.policyTableLeases, err)
@@ -297,8 +303,29 @@ func (b *bench) fillTable(ctx context.Context, ns string) error {
 	return nil
 }
 
-// guardedPass sends warm-up pairs, then n measured pairs (guarded first).
-func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedPatch func(context.Context, int) error) (guardedPass, error) {
+// profileAPIServer starts taking a CPU profile of the kube-apiserver
+// (/debug/pprof/profile, 5 s) and writes it to path when it is done.
+func (b *bench) profileAPIServer(ctx context.Context, path string) {
+	go func() {
+		c, err := kubernetes.NewForConfig(b.cfg)
+		if err == nil {
+			var raw []byte
+			raw, err = c.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(ctx)
+			if err == nil {
+				err = os.WriteFile(path, raw, 0o644)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: profiling the kube-apiserver into %s: %v\n", path, err)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "bench: the kube-apiserver's CPU profile is in %s\n", path)
+	}()
+}
+
+// guardedPass sends warm-up pairs, then n measured pairs (guarded first);
+// profile, if set, is called when the measured pairs start.
+func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedPatch func(context.Context, int) error, profile func()) (guardedPass, error) {
 	var p guardedPass
 	for i := range guardedWarmup {
 		if err := guardedPatch(ctx, i); err != nil {
@@ -317,6 +344,9 @@ func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedP
 		}
 		*into = append(*into, d)
 		return nil
+	}
+	if profile != nil {
+		profile()
 	}
 	for i := range n {
 		if err := timed(guardedPatch, guardedWarmup+i, &p.guarded); err != nil {

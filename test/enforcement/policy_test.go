@@ -75,11 +75,11 @@ func runPolicyOnly(t *testing.T, h *harness) {
 	t.Run("the tenure table is written by the controller only", func(t *testing.T) {
 		var cm corev1.ConfigMap
 		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: s.ns, Name: coordv1alpha1.TenureTableName}, &cm))
-		if got := cm.Data["job"]; !strings.HasPrefix(got, tok(s.current)+" ") || !strings.HasSuffix(got, " bob") {
+		if got := policy.EntryOf(&cm, "job"); !strings.HasPrefix(got, tok(s.current)+" ") || !strings.HasSuffix(got, " bob") {
 			t.Errorf("table entry of job = %q, want bob's tenure with token %d", got, s.current)
 		}
 		forged := cm.DeepCopy()
-		forged.Data["job"] = tok(s.stale) + " 0 - alice"
+		policy.SetEntryOf(forged, "job", tok(s.stale)+" 0 - alice")
 		for _, u := range []string{"alice", "bob"} {
 			err := h.users[u].Update(h.ctx, forged.DeepCopy())
 			if err == nil || !strings.Contains(err.Error(), "is written only by the kubefence controller") {

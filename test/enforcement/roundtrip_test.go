@@ -130,7 +130,7 @@ func (h *harness) tableNames(ns, lease string, token int64, user string) error {
 	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
-	if got := cm.Data[lease]; !strings.HasPrefix(got, tok(token)+" ") || !strings.HasSuffix(got, " "+user) {
+	if got := policy.EntryOf(&cm, lease); !strings.HasPrefix(got, tok(token)+" ") || !strings.HasSuffix(got, " "+user) {
 		return errors.New("the tenure table's entry of " + lease + " is " + got + ", want " + user + "'s tenure with token " + tok(token))
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/ruletable"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -360,7 +361,7 @@ func (s *rowSituation) leaseIs(ok func(*coordv1alpha1.FencedLease) bool, entry s
 	if err := s.h.admin.Get(s.h.ctx, client.ObjectKey{Namespace: s.ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
-	if got := cm.Data["job"]; (entry == "" && strings.Contains(got, " ")) || (entry != "" && got != entry) {
+	if got := policy.EntryOf(&cm, "job"); (entry == "" && strings.Contains(got, " ")) || (entry != "" && got != entry) {
 		return fmt.Errorf("the tenure table's entry of job is %q", got)
 	}
 	return nil

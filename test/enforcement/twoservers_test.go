@@ -121,7 +121,7 @@ func tableNames(h *harness, ns, holder string) error {
 	if err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: coordv1alpha1.TenureTableName}, &cm); err != nil {
 		return err
 	}
-	if e := cm.Data["job"]; !strings.HasSuffix(e, " "+holder) {
+	if e := policy.EntryOf(&cm, "job"); !strings.HasSuffix(e, " "+holder) {
 		return fmt.Errorf("the table's entry for job is %q", e)
 	}
 	return nil

@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -25,33 +23,8 @@ import (
 // them (the API server cannot call it), then with the operator's webhooks
 // served in-process, as the deployed manager serves them.
 func TestCheckWithWebhook(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env := testenv.NewEnvironment(filepath.Join("..", ".."))
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "admin", Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
+	cluster, kc, ns := startWithWebhooks(t, "admin")
+	c := cluster.Admin
 	// A group served by an aggregated API server (spec.service set): policy
 	// mode does not fence its kinds, and check says so. Nothing serves it.
 	aggregated := &unstructured.Unstructured{Object: map[string]any{
@@ -65,7 +38,7 @@ func TestCheckWithWebhook(t *testing.T) {
 	}
 
 	// The webhook configurations are there, nothing serves them.
-	_, _, err = fenceWith(t, kc, "check", "-n", ns.Name)
+	_, _, err := fenceWith(t, kc, "check", "-n", ns.Name)
 	if err == nil || !strings.Contains(err.Error(), "kubefence is not ready: FencedLease webhook: the API server cannot call it") ||
 		!strings.Contains(err.Error(), "are the manager pods running and ready") {
 		t.Errorf("check with the webhook down: %v, want that the API server cannot call it", err)
@@ -79,14 +52,7 @@ func TestCheckWithWebhook(t *testing.T) {
 		done <- runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=90s")
 	}()
 	time.Sleep(2 * time.Second) // check sees the webhook down first
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.RegisterWebhooks(mgr, []string{"system:serviceaccount:kubefence-system:kubefence-controller-manager"}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "manager", mgr.Start)
+	serveWebhooks(t, cluster, deployedController)
 
 	select {
 	case err = <-done:
@@ -121,7 +87,8 @@ func TestCheckWithWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := testenv.Operator("kubefence-system", "system:serviceaccount:kubefence-system:kubefence-controller-manager")
+	o := cluster.Operator()
+	o.Namespace, o.ControllerUsers = "kubefence-system", []string{deployedController}
 	o.Enforcement = operator.EnforcementPolicy
 	if err := o.PolicySettings().Apply(t.Context(), c); err != nil {
 		t.Fatalf("applying the policies of policy mode: %v", err)
@@ -197,45 +164,10 @@ func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
 // webhook's guarded entry covers every resource but its matchCondition skips
 // FencedLeases), and telling a deleted configuration from a live one.
 func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env := testenv.NewEnvironment(filepath.Join("..", ".."))
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
 	const trusted = "trusted-operator"
-	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: trusted, Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
-	if err := c.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.RegisterWebhooks(mgr, []string{trusted}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "manager", mgr.Start)
-	if err := testenv.WaitForWebhookServer(mgr, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	cluster, kc, ns := startWithWebhooks(t, trusted)
+	c := cluster.Admin
+	serveWebhooks(t, cluster, trusted)
 
 	// Live: the trusted user's probe is allowed by the FencedLease webhook.
 	out, _, err := fenceWith(t, kc, "check", "-n", ns.Name, "--wait=60s")
@@ -260,7 +192,7 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	}
 	// A user the webhook does not trust gets the same answer: the webhook
 	// is not called, so nothing refuses the probe.
-	untrusted, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "someone", Groups: []string{"system:masters"}})
+	untrusted, err := cluster.Kubeconfig(t.TempDir(), "someone", "system:masters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,5 +212,45 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "FencedLease webhook: missing:") ||
 		!strings.Contains(err.Error(), `"guarded.fencing.kubefence.io"`) {
 		t.Errorf("check after the FencedLease webhook configuration was deleted: %v, want it reported missing (and the guarded webhook named as not covering it)", err)
+	}
+}
+
+// deployedController is the deployed operator's ServiceAccount, the
+// controller user its webhooks trust.
+const deployedController = "system:serviceaccount:kubefence-system:kubefence-controller-manager"
+
+// startWithWebhooks starts a control plane of its own with the operator's
+// webhook configurations, stopped when t ends, and returns it with a
+// kubeconfig acting as user (in system:masters) and a new namespace.
+func startWithWebhooks(t *testing.T, user string) (c *testenv.Cluster, kubeconfig string, ns *corev1.Namespace) {
+	t.Helper()
+	testenv.SkipIfShort(t)
+	c, err := testenv.Start(t.Context(), testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true})
+	if err != nil {
+		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	if kubeconfig, err = c.Kubeconfig(t.TempDir(), user, "system:masters"); err != nil {
+		t.Fatal(err)
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	if err := c.Admin.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return c, kubeconfig, ns
+}
+
+// serveWebhooks serves the operator's webhooks alone, trusting controller as
+// the controller, until t ends.
+func serveWebhooks(t *testing.T, c *testenv.Cluster, controller string) {
+	t.Helper()
+	o := c.Webhooks()
+	o.ControllerUsers = []string{controller}
+	if _, err := c.ServeOperator(t.Context(), o, nil); err != nil {
+		t.Fatal(err)
 	}
 }

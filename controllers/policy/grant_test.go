@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,27 +32,12 @@ type grantEnv struct {
 func startGrantEnv(t *testing.T) *grantEnv {
 	t.Helper()
 	testenv.SkipIfShort(t)
-	env, cfg, err := testenv.Start(testenv.Input{Root: "../..", CRDs: true})
+	cluster, err := testenv.Start(t.Context(), testenv.Input{Root: "../..", CRDs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := coordv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	admin, err := testenv.AdminUser(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	ctx, c, cfg, admin := t.Context(), cluster.Admin, cluster.Config, cluster.AdminUser
 	if err := (policy.Settings{ControllerUsers: []string{admin}, ExcludedNamespaces: []string{"kube-system"}}).Apply(ctx, c); err != nil {
 		t.Fatal(err)
 	}

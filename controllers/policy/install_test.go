@@ -9,8 +9,6 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefence/kubefence/controllers/policy"
@@ -47,24 +45,13 @@ func (c *checks) count(object string) int {
 // writes were accepted until the operator restarted.
 func TestInstallerRestoresWhatDrifted(t *testing.T) {
 	testenv.SkipIfShort(t)
-	env, cfg, err := testenv.Start(testenv.Input{Root: "../.."})
+	cluster, err := testenv.Start(t.Context(), testenv.Input{Root: "../.."})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	c, admin := cluster.Admin, cluster.AdminUser
 	ctx, cancel := context.WithCancel(t.Context())
-	admin, err := testenv.AdminUser(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
 	settings := policy.Settings{ControllerUsers: []string{admin}, ExcludedNamespaces: []string{"kube-system"}}
 	seen := &checks{restored: map[string]int{}}
 	inst := &policy.Installer{Settings: settings, Client: c, CheckInterval: time.Hour, OnCheck: seen.on}

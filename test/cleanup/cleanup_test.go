@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -262,7 +263,7 @@ func cascade(t *testing.T, prefix string) (fb *fence.FencedClient, owner *unstru
 	ns, fb := heldLease(t, prefix, "bob")
 	owner = widget(ns, "owner")
 	g.Expect(fb.Create(suiteCtx, owner)).To(Succeed())
-	owner.SetGroupVersionKind(testenv.WidgetGVK)
+	owner.SetGroupVersionKind(devenv.WidgetGVK)
 	deps = []client.Object{ownedBy(widget(ns, "dep"), owner), ownedBy(configMap(ns, "dep"), owner)}
 	for _, d := range deps {
 		g.Expect(fb.Create(suiteCtx, d)).To(Succeed())
@@ -322,7 +323,7 @@ func staleHolderThroughOwner(t *testing.T) {
 
 	guardedOwner := widget(ns, "guarded-owner")
 	g.Expect(fa.Create(suiteCtx, guardedOwner)).To(Succeed())
-	guardedOwner.SetGroupVersionKind(testenv.WidgetGVK)
+	guardedOwner.SetGroupVersionKind(devenv.WidgetGVK)
 	viaGuarded := ownedBy(configMap(ns, "via-guarded"), guardedOwner)
 	g.Expect(fa.Create(suiteCtx, viaGuarded)).To(Succeed())
 

@@ -2,7 +2,6 @@ package cleanup_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -36,19 +36,15 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	testenv.SkipIfShort(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(suiteCtx)
-	var configErr error
-	pc, err := testenv.StartCluster(ctx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Configure: func(env *envtest.Environment) {
-		configErr = testenv.PolicyModeWebhooks("../..", env)
-		testenv.ListenOnEveryAddress(env)
-	}}, operatorNamespace)
-	g.Expect(errors.Join(configErr, err)).NotTo(HaveOccurred())
+	pc, err := testenv.Start(ctx, testenv.Input{Root: "../..", CRDs: true, Policy: true, Namespace: operatorNamespace})
+	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		cancel()
 		if err := pc.Stop(); err != nil {
 			t.Errorf("stopping the policy-mode control plane: %v", err)
 		}
 	})
-	o := testenv.Operator(operatorNamespace, pc.AdminUser)
+	o := pc.Operator()
 	o.Enforcement = operator.EnforcementPolicy
 	o.RequiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resource: "widgets"}}
 	_, err = pc.ServeOperator(ctx, o, nil)
@@ -60,8 +56,8 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	// alice, a lease client; kube-controller-manager's own identity.
 	g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: devenv.AllVerbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: devenv.AllVerbs},
 	}})).To(Succeed())
 	for name, sub := range map[string]rbacv1.Subject{
 		"cleanup-client":    {Kind: rbacv1.GroupKind, Name: "kubefence:clients"},

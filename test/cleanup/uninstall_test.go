@@ -2,7 +2,6 @@ package cleanup_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -100,21 +100,17 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx, cancel := context.WithCancel(suiteCtx)
-			var configErr error
-			scheme := testenv.NewScheme()
+			scheme := devenv.NewScheme()
 			g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-			pc, err := testenv.StartCluster(ctx, testenv.Input{Root: root, Scheme: scheme, Webhooks: true, Configure: func(env *envtest.Environment) {
-				configErr = testenv.PolicyModeWebhooks(root, env)
-				testenv.ListenOnEveryAddress(env)
-			}}, "")
-			g.Expect(errors.Join(configErr, err)).NotTo(HaveOccurred())
+			pc, err := testenv.Start(ctx, testenv.Input{Root: root, Scheme: scheme, Policy: true})
+			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() {
 				cancel()
 				if err := pc.Stop(); err != nil {
 					t.Errorf("stopping the control plane: %v", err)
 				}
 			})
-			kubeconfig, err := testenv.Kubeconfig(pc.Env, t.TempDir(), envtest.User{Name: "installer", Groups: []string{"system:masters"}})
+			kubeconfig, err := pc.Kubeconfig(t.TempDir(), "installer", "system:masters")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "uninstall-kcm-admin"},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
@@ -131,7 +127,8 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			}).WithTimeout(30*time.Second).Should(Succeed(), "the FencedLease CRD is not served")
 
 			// The operator as deployed in policy mode (--owner-cluster-role).
-			o := testenv.Operator(operatorNamespace, pc.AdminUser)
+			o := pc.Operator()
+			o.Namespace = operatorNamespace // helm's --create-namespace made it
 			o.Enforcement = operator.EnforcementPolicy
 			o.OwnerClusterRole = policy.DefaultOwnerClusterRole
 			opCtx, stopOperator := context.WithCancel(ctx)

@@ -15,7 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
@@ -34,7 +36,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true}, operatorNamespace, setup))
+	os.Exit(testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: GinkgoWriter, Setup: setup}))
 }
 
 func TestExample(t *testing.T) {
@@ -46,13 +48,12 @@ func TestExample(t *testing.T) {
 // refuses; and runs the kubefence controller and its webhooks in-process, the
 // admin trusted as "the controller": the examples are their clients.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	testenv.Log(GinkgoWriter)
 	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	var err error
-	if _, users, err = c.Clients(ctx, "fenced-example", clientsGroup, testenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
+	if _, users, err = c.Clients(ctx, "fenced-example", clientsGroup, devenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
 		return err
 	}
-	_, err = c.ServeOperator(ctx, testenv.Operator(operatorNamespace, c.AdminUser), nil)
+	_, err = c.ServeOperator(ctx, c.Operator(), nil)
 	return err
 }
 
@@ -92,8 +93,8 @@ func queued(ns, name string) []string {
 
 // pauser stalls every write (any method but GET) of the clients whose
 // transport it wraps, as a stalled process or network path would
-// (testenv.Gate.StallWrites).
-type pauser struct{ gate testenv.Gate }
+// (fault.Gate.StallWrites).
+type pauser struct{ gate fault.Gate }
 
 func (p *pauser) pause()  { p.gate.Close() }
 func (p *pauser) resume() { p.gate.Open() }

@@ -22,6 +22,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 )
 
 // Fault 1: the holder's process stalls (GC, SIGSTOP, a suspended VM) past its
@@ -32,7 +33,7 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
-	paused := &testenv.Gate{}
+	paused := &fault.Gate{}
 	aliceCl := wrappedClient(t, "alice", paused.Stall)
 	_, tokA := holdWithBobQueued(t, g, ns, "job", aliceCl, aliceCl, j)
 	t.Cleanup(paused.Open)
@@ -115,7 +116,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
-	partition := &testenv.Gate{}
+	partition := &fault.Gate{}
 	leaseCl := wrappedClient(t, "alice", partition.Stall) // lease traffic: will be cut
 	writeCl := users["alice"]                             // the guarded resource's path: stays up
 	a, tokA := holdWithBobQueued(t, g, ns, "job", leaseCl, writeCl, j)
@@ -294,7 +295,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
 			j := &testenv.Journal{}
-			silent := &testenv.Gate{}
+			silent := &fault.Gate{}
 			a, tokA := holdWithBobQueued(t, g, ns, "job", wrappedClient(t, "alice", silent.Stall), users["alice"], j)
 			t.Cleanup(silent.Open)
 
@@ -361,7 +362,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	leases := []string{"dead", "either", "long"}
 	journals := map[string]*testenv.Journal{}
 	tokens := map[string]int64{}
-	stall := &testenv.Gate{}
+	stall := &fault.Gate{}
 	t.Cleanup(stall.Open)
 	for _, name := range leases {
 		newLease(g, ns, name, map[bool]int32{true: 30, false: 2}[name == "long"])

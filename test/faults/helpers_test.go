@@ -20,6 +20,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -192,7 +193,7 @@ func (r *runningElector) stop() {
 }
 
 // wrappedClient is a client acting as user whose transport wrap wraps: a
-// fault transport (a testenv.Gate's Stall, slowWrites).
+// fault transport (a fault.Gate's Stall, slowWrites).
 func wrappedClient(t *testing.T, user string, wrap func(http.RoundTripper) http.RoundTripper) client.WithWatch {
 	t.Helper()
 	c := rest.CopyConfig(userConfigs[user])
@@ -208,12 +209,12 @@ func wrappedClient(t *testing.T, user string, wrap func(http.RoundTripper) http.
 func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
 	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
-	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Create(suiteCtx, u)
+	return fence.NewFencedClient(cl, lease, devenv.FixedToken(token)).Create(suiteCtx, u)
 }
 
 // writeWidget sets spec.writer with a merge patch stamped with token.
 func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
-	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
+	return fence.NewFencedClient(cl, lease, devenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
 }
 
@@ -257,7 +258,7 @@ func startMonitor(t *testing.T, ns string) *monitor {
 	t.Cleanup(cancel)
 	go m.watch(ctx, &coordv1alpha1.FencedLeaseList{}, ns, m.onLease)
 	go m.watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{
-		"apiVersion": testenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
+		"apiVersion": devenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
 	return m
 }
 

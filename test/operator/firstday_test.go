@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -70,7 +71,7 @@ var _ = Describe("First-day mistakes in the client helper", func() {
 		Expect(c.errors(fence.ReasonForbidden) - before).To(BeNumerically("<=", 6))
 		Expect(len(c.log.get())).To(BeNumerically("<=", 2), "one line, and at most one more after 30 s: %v", c.log.get())
 
-		bindInNamespace(ns, "candidate", testenv.LeaseClientRule, name)
+		bindInNamespace(ns, "candidate", devenv.LeaseClientRule, name)
 		Eventually(c.journal.Identities, 20*time.Second).Should(Equal([]string{"eve"}))
 		Expect(c.Ready(nil)).To(Succeed())
 	})

@@ -22,6 +22,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 )
 
 var _ = Describe("FencedLease lifecycle", func() {
@@ -391,7 +392,7 @@ func (c *countingClient) writesOtherThanPatch() int {
 // pausableClient blocks writes while paused, like a stalled network path.
 type pausableClient struct {
 	client.WithWatch
-	gate testenv.Gate
+	gate fault.Gate
 }
 
 func (c *pausableClient) pause()  { c.gate.Close() }

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 func mergePatch(format string, args ...any) client.Patch {
@@ -120,7 +120,7 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 		Expect(gotCM.Annotations).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(nb, 10)))
 
 		// Alice's apply with her old token is refused as stale, on both objects.
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		err := stale.Apply(suiteCtx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "alice"}), client.FieldOwner("alice"))
 		Expect(err).To(HaveOccurred(), "token %d applied after token %d was granted", n, nb)
 		Expect(fence.IsStale(err)).To(BeTrue(), "refusal not recognised as stale: %v", err)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -215,7 +216,7 @@ var _ = Describe("The old holder's writes after its tenure ended, whatever the w
 
 			// The old holder's write with its old token, on an object the new
 			// holder has not written: refused as stale.
-			stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+			stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 			y := getWidget(ns, "y")
 			_ = unstructured.SetNestedField(y.Object, "alice", "spec", "writer")
 			err := stale.Update(suiteCtx, y)
@@ -241,7 +242,7 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 			coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"})
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
 		n := getLease(ns, "job").Status.FencingToken
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		const writers = 5
 		for i := range writers {
 			Expect(stale.Create(suiteCtx, widget(ns, fmt.Sprintf("w%d", i)))).To(Succeed())
@@ -335,7 +336,7 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
 		l := getLease(ns, "job")
 		n, e := l.Status.FencingToken, l.Status.ExpireTime.Time
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		Expect(stale.Create(suiteCtx, widget(ns, "w"))).To(Succeed())
 
 		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))

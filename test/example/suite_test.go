@@ -21,36 +21,30 @@ import (
 	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
-const (
-	operatorNamespace = "kubefence-system"
-	clientsGroup      = "kubefence:clients"
-)
-
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
-	// users are the rest configs of users in clientsGroup, by name.
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
+	// users are the rest configs of the lease clients (setup), by name.
 	users map[string]*rest.Config
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: GinkgoWriter, Setup: setup}))
+	os.Exit(testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: "kubefence-system", Log: GinkgoWriter, Setup: setup}))
 }
 
 func TestExample(t *testing.T) {
 	specs.Run(t, "Fenced controller example (real kube-apiserver + etcd)", 0)
 }
 
-// setup gives clientsGroup what a fenced controller needs: FencedLease
+// setup gives group kubefence:clients what a fenced controller needs: FencedLease
 // requests (no status), and full rights on Widgets so that only fencing
 // refuses; and runs the kubefence controller and its webhooks in-process, the
 // admin trusted as "the controller": the examples are their clients.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
+	suiteCtx, cluster = ctx, c
 	var err error
-	if _, users, err = c.Clients(ctx, "fenced-example", clientsGroup, devenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
+	if _, users, err = c.Clients(ctx, "fenced-example", "kubefence:clients", devenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
 		return err
 	}
 	_, err = c.ServeOperator(ctx, c.Operator(), nil)
@@ -64,7 +58,7 @@ func newNamespace() string {
 }
 
 func newLease(ns, name string, durationSeconds int32) {
-	Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+	Expect(cluster.Admin.Create(suiteCtx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
 	})).To(Succeed())
@@ -72,7 +66,7 @@ func newLease(ns, name string, durationSeconds int32) {
 
 func getLease(ns, name string) *coordv1alpha1.FencedLease {
 	var l coordv1alpha1.FencedLease
-	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
+	Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
 	return &l
 }
 

@@ -516,7 +516,7 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 		g.Eventually(func() error {
 			lease := getLease(g, ns, "phoenix")
 			lease.Spec.LeaseDurationSeconds = int32(2 + (i+1)%2) // ends at 2
-			return k8sClient.Update(suiteCtx, lease)
+			return cluster.Admin.Update(suiteCtx, lease)
 		}, 5*time.Second, 20*time.Millisecond).Should(Succeed())
 	}
 	mon := startMonitor(t, ns)
@@ -526,12 +526,12 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	g.Expect(tokA).To(BeNumerically(">", 10))
 	highest := getLease(g, ns, "phoenix").Status.FencingToken
 
-	g.Expect(k8sClient.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
+	g.Expect(cluster.Admin.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
 	g.Eventually(func() bool {
-		return isNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
+		return isNotFound(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
 	}, 10*time.Second, 20*time.Millisecond).Should(BeTrue(), "the epoch finalizer is removed once the token is recorded")
 	var epochs corev1.ConfigMap
-	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName("phoenix")}, &epochs)).To(Succeed())
+	g.Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName("phoenix")}, &epochs)).To(Succeed())
 	g.Expect(fencedlease.EpochShardEntries(&epochs)).To(HaveKeyWithValue(fencedlease.EpochKey("phoenix"), highest))
 	// Alice's tenure ends with the lease that granted it.
 	g.Eventually(func() time.Time { return j.Snapshot()[0].Stop }, l, 10*time.Millisecond).ShouldNot(BeZero())
@@ -639,7 +639,7 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	rec := getLease(g, ns, "recovered")
 	floor := rec.Status.FencingToken + 1_000_000
 	rec.Spec.MinFencingToken = floor
-	g.Expect(k8sClient.Update(suiteCtx, rec)).To(Succeed())
+	g.Expect(cluster.Admin.Update(suiteCtx, rec)).To(Succeed())
 	startController(t, controllerOptions{})
 
 	hazard := cycle("hazard", 1)[0]
@@ -714,7 +714,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 }
 
 func widgetExists(ns, name string) bool {
-	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
+	return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
 }
 
 // copyDir copies the directory tree src into dst (created if missing).

@@ -44,7 +44,7 @@ func newNamespace(t *testing.T) string {
 }
 
 func newLease(g Gomega, ns, name string, durationSeconds int32) {
-	g.Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+	g.Expect(cluster.Admin.Create(suiteCtx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
 	})).To(Succeed())
@@ -54,7 +54,7 @@ func newLease(g Gomega, ns, name string, durationSeconds int32) {
 func getLease(g Gomega, ns, name string) *coordv1alpha1.FencedLease {
 	var l coordv1alpha1.FencedLease
 	g.Eventually(func() error {
-		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)
+		return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	return &l
 }
@@ -62,7 +62,7 @@ func getLease(g Gomega, ns, name string) *coordv1alpha1.FencedLease {
 // holderOf returns the lease's holder and token ("" and 0 when unreadable).
 func holderOf(ns, name string) (string, int64) {
 	var l coordv1alpha1.FencedLease
-	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+	if err := cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
 		return "", 0
 	}
 	return l.Status.HolderIdentity, l.Status.FencingToken
@@ -71,7 +71,7 @@ func holderOf(ns, name string) (string, int64) {
 // queued returns the identities with a request in the lease's spec.
 func queued(ns, name string) []string {
 	var l coordv1alpha1.FencedLease
-	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+	if err := cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
 		return nil
 	}
 	var ids []string
@@ -222,7 +222,7 @@ func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, 
 func widgetState(g Gomega, ns, name string) (string, int64) {
 	u := testenv.Widget(ns, name)
 	g.Eventually(func() error {
-		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
+		return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	w, _, _ := unstructured.NestedString(u.Object, "spec", "writer")
 	tok, _ := strconv.ParseInt(u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64)
@@ -264,7 +264,7 @@ func startMonitor(t *testing.T, ns string) *monitor {
 
 func (m *monitor) watch(ctx context.Context, list client.ObjectList, ns string, on func(client.Object)) {
 	for ctx.Err() == nil {
-		w, err := k8sClient.Watch(ctx, list, client.InNamespace(ns))
+		w, err := cluster.Admin.Watch(ctx, list, client.InNamespace(ns))
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue

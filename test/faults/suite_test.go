@@ -31,16 +31,10 @@ import (
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-const (
-	operatorNamespace = "kubefence-system"
-	clientsGroup      = "kubefence:clients"
-)
-
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
 	// userConfigs and users are clients with only the rights config/rbac's editor
 	// role gives a lease client (plus full rights on Widgets).
 	userConfigs map[string]*rest.Config
@@ -95,7 +89,7 @@ func setup() error {
 	if os.Getenv("FAULTS_LOG") != "" {
 		logOut = os.Stderr
 	}
-	cluster, err = testenv.Start(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: logOut, Configure: func(env *envtest.Environment) {
+	cluster, err = testenv.Start(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: "kubefence-system", Log: logOut, Configure: func(env *envtest.Environment) {
 		// Explicit directories: envtest then neither deletes nor regenerates them on
 		// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
 		// the same port with the same serving and client CAs (every rest.Config
@@ -112,11 +106,10 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	k8sClient = cluster.Admin
-	// clientsGroup gets what config/rbac's editor role gives a lease client:
+	// Group kubefence:clients gets what config/rbac's editor role gives a lease client:
 	// read and update FencedLeases, nothing on status; and full rights on
 	// Widgets, so that only fencing refuses.
-	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", clientsGroup, devenv.ClientRules, "alice", "bob", "carol"); err != nil {
+	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", "kubefence:clients", devenv.ClientRules, "alice", "bob", "carol"); err != nil {
 		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that

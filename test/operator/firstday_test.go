@@ -156,22 +156,12 @@ func watchedElector(cl client.WithWatch, ns, lease, identity, user string, mutat
 
 // errors is kubefence_client_lease_errors_total of the elector's lease for reason.
 func (w *watchedClient) errors(reason string) float64 {
-	fams, err := w.reg.Gather()
+	n, ok, err := testenv.LeaseErrors(w.reg, reason)
 	Expect(err).NotTo(HaveOccurred())
-	for _, f := range fams {
-		if f.GetName() != "kubefence_client_lease_errors_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !ok {
+		Fail("no kubefence_client_lease_errors_total series for reason " + reason)
 	}
-	Fail("no kubefence_client_lease_errors_total series for reason " + reason)
-	return 0
+	return n
 }
 
 // logLines keeps the lines of a funcr logger.

@@ -39,11 +39,10 @@ import (
 const operatorNamespace = "kubefence-system"
 
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
-	users     map[string]client.WithWatch
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
+	users    map[string]client.WithWatch
 	// freeze holds the webhook manager's FencedLease watch: its informer
 	// cache then shows the leases as they were.
 	freeze = &watchFreezer{}
@@ -69,7 +68,7 @@ func TestTenure(t *testing.T) {
 // runs the operator's webhooks on a manager whose FencedLease watch can be
 // frozen and whose answers can be delayed, and its reconciler.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
+	suiteCtx, cluster = ctx, c
 	var err error
 	if users, _, err = c.Clients(ctx, "tenure-client", "kubefence:clients", []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},

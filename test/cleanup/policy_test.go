@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -59,22 +58,12 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: devenv.AllVerbs},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: devenv.AllVerbs},
 	}})).To(Succeed())
-	for name, sub := range map[string]rbacv1.Subject{
-		"cleanup-client":    {Kind: rbacv1.GroupKind, Name: "kubefence:clients"},
-		"cleanup-kcm-admin": {Kind: rbacv1.UserKind, Name: kcmUser},
-	} {
-		role := name
-		if name == "cleanup-kcm-admin" {
-			role = "cluster-admin"
-		}
-		g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{sub}})).To(Succeed())
-	}
+	g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cleanup-client"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}}})).To(Succeed())
 	alice, _, err := pc.User("alice", "kubefence:clients")
 	g.Expect(err).NotTo(HaveOccurred())
-	kcmUserInfo, err := pc.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err := kcmUserInfo.KubeConfig()
+	kubeconfig, err := kcmIdentity(ctx, pc, "cleanup-kcm-admin")
 	g.Expect(err).NotTo(HaveOccurred())
 	k := startKCMOn(t, pc, kubeconfig, true)
 

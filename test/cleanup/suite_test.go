@@ -87,20 +87,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	}, "alice", "bob"); err != nil {
 		return err
 	}
-	// kube-controller-manager's own identity is cluster-admin (what it needs
-	// without --use-service-account-credentials: its controllers act as it).
-	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
-	}); err != nil {
-		return err
-	}
-	kcm, err := cluster.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-	if err != nil {
-		return err
-	}
-	if kcmKubeconfig, err = kcm.KubeConfig(); err != nil {
+	if kcmKubeconfig, err = kcmIdentity(ctx, c, "cleanup-kcm-admin"); err != nil {
 		return err
 	}
 
@@ -135,6 +122,25 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	exitOnError("webhook manager", whMgr)
 	exitOnError("controller manager", ctrlMgr)
 	return nil
+}
+
+// kcmIdentity makes kube-controller-manager's own identity (kcmUser)
+// cluster-admin on c, by the ClusterRoleBinding binding (what it needs
+// without --use-service-account-credentials: its controllers act as it), and
+// returns a kubeconfig acting as it.
+func kcmIdentity(ctx context.Context, c *testenv.Cluster, binding string) ([]byte, error) {
+	if err := c.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: binding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
+	}); err != nil {
+		return nil, err
+	}
+	u, err := c.Env.AddUser(envtest.User{Name: kcmUser}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.KubeConfig()
 }
 
 // exitOnError ends the test binary if m's Start fails while the tests run.

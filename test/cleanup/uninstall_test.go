@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -112,12 +111,7 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			})
 			kubeconfig, err := pc.Kubeconfig(t.TempDir(), "installer", "system:masters")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "uninstall-kcm-admin"},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}}})).To(Succeed())
-			kcmUserInfo, err := pc.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-			g.Expect(err).NotTo(HaveOccurred())
-			kcmConfig, err := kcmUserInfo.KubeConfig()
+			kcmConfig, err := kcmIdentity(ctx, pc, "uninstall-kcm-admin")
 			g.Expect(err).NotTo(HaveOccurred())
 			k := startKCMOn(t, pc, kcmConfig, true)
 

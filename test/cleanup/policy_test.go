@@ -73,17 +73,8 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pc.Admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"kubefence.io/fencing":"required"}}}`)))).To(Succeed())
-	g.Expect(pc.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
-		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
-	el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
-		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
-	g.Expect(err).NotTo(HaveOccurred())
-	elCtx, stopEl := context.WithCancel(ctx)
-	elDone := make(chan struct{})
-	go func() { defer close(elDone); _ = el.Run(elCtx) }()
-	t.Cleanup(func() { stopEl(); <-elDone })
-	g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).WithPolling(20*time.Millisecond).
-		Should(BeTrue(), "alice does not lead")
+	el, stopEl := leadJob(ctx, g, pc, alice, ns)
+	t.Cleanup(stopEl)
 	fa := el.Client(alice)
 	for _, name := range []string{"a", "b"} {
 		g.Expect(fa.Create(ctx, widget(ns, name))).To(Succeed())
@@ -101,4 +92,22 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 		g.Expect(client.IgnoreNotFound(err)).To(Succeed())
 	}).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "namespace %s did not finish terminating", ns)
 	t.Logf("policy mode: namespace with a held FencedLease, guarded Widgets and ConfigMaps and the tenure table deleted in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// leadJob creates FencedLease ns/job (30 s) on c and runs an elector for
+// alice (client) on it until she leads; stop ends the elector and waits for
+// it to return.
+func leadJob(ctx context.Context, g Gomega, c *testenv.Cluster, alice client.WithWatch, ns string) (el *fence.Elector, stop func()) {
+	g.Expect(c.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
+	el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
+		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
+	g.Expect(err).NotTo(HaveOccurred())
+	elCtx, stopEl := context.WithCancel(ctx)
+	elDone := make(chan struct{})
+	go func() { defer close(elDone); _ = el.Run(elCtx) }()
+	stop = func() { stopEl(); <-elDone }
+	g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).WithPolling(20*time.Millisecond).
+		Should(BeTrue(), "alice does not lead")
+	return el, stop
 }

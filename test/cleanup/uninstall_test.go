@@ -22,7 +22,6 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/hack/devenv"
-	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -146,17 +145,8 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			ns, err := pc.Namespace(ctx, "uninstall")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(pc.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
-				Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
-			el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
-				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
-			g.Expect(err).NotTo(HaveOccurred())
-			elCtx, stopEl := context.WithCancel(ctx)
-			elDone := make(chan struct{})
-			go func() { defer close(elDone); _ = el.Run(elCtx) }()
-			g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).Should(BeTrue(), "alice does not lead")
+			_, stopEl := leadJob(ctx, g, pc, alice, ns)
 			stopEl()
-			<-elDone
 			table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName}}
 			g.Expect(pc.Admin.Get(ctx, client.ObjectKeyFromObject(table), table)).To(Succeed())
 

@@ -11,11 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
@@ -27,8 +23,8 @@ import (
 // them (the API server cannot call it), then with the operator's webhooks
 // served in-process, as the deployed manager serves them.
 func TestCheckWithWebhook(t *testing.T) {
-	p := newWebhookPlane(t, "admin")
-	c, kc, ns := p.c, p.kc, p.ns
+	cluster, kc, ns := startWithWebhooks(t, "admin")
+	c := cluster.Admin
 	// A group served by an aggregated API server (spec.service set): policy
 	// mode does not fence its kinds, and check says so. Nothing serves it.
 	aggregated := &unstructured.Unstructured{Object: map[string]any{
@@ -56,7 +52,7 @@ func TestCheckWithWebhook(t *testing.T) {
 		done <- runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=90s")
 	}()
 	time.Sleep(2 * time.Second) // check sees the webhook down first
-	p.serveWebhooks(t, "system:serviceaccount:kubefence-system:kubefence-controller-manager")
+	serveWebhooks(t, cluster, deployedController)
 
 	select {
 	case err = <-done:
@@ -91,7 +87,8 @@ func TestCheckWithWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := testenv.Operator("kubefence-system", "system:serviceaccount:kubefence-system:kubefence-controller-manager")
+	o := cluster.Operator()
+	o.Namespace, o.ControllerUsers = "kubefence-system", []string{deployedController}
 	o.Enforcement = operator.EnforcementPolicy
 	if err := o.PolicySettings().Apply(t.Context(), c); err != nil {
 		t.Fatalf("applying the policies of policy mode: %v", err)
@@ -168,12 +165,9 @@ func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
 // FencedLeases), and telling a deleted configuration from a live one.
 func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	const trusted = "trusted-operator"
-	p := newWebhookPlane(t, trusted)
-	c, kc, ns := p.c, p.kc, p.ns
-	mgr := p.serveWebhooks(t, trusted)
-	if err := testenv.WaitForWebhookServer(mgr, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	cluster, kc, ns := startWithWebhooks(t, trusted)
+	c := cluster.Admin
+	serveWebhooks(t, cluster, trusted)
 
 	// Live: the trusted user's probe is allowed by the FencedLease webhook.
 	out, _, err := fenceWith(t, kc, "check", "-n", ns.Name, "--wait=60s")
@@ -198,7 +192,7 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	}
 	// A user the webhook does not trust gets the same answer: the webhook
 	// is not called, so nothing refuses the probe.
-	untrusted, err := testenv.Kubeconfig(p.env, t.TempDir(), envtest.User{Name: "someone", Groups: []string{"system:masters"}})
+	untrusted, err := cluster.Kubeconfig(t.TempDir(), "someone", "system:masters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,67 +215,42 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	}
 }
 
-// webhookPlane is a second control plane, of one test, that has the
-// operator's webhook configurations (testenv.NewEnvironment), with nothing
-// serving them until serveWebhooks.
-type webhookPlane struct {
-	env    *envtest.Environment
-	cfg    *rest.Config
-	scheme *runtime.Scheme
-	// c is an admin client of the plane.
-	c client.Client
-	// kc is the kubeconfig file of user, a system:masters member.
-	kc string
-	// ns is a fresh namespace for the test.
-	ns *corev1.Namespace
-}
+// deployedController is the deployed operator's ServiceAccount, the
+// controller user its webhooks trust.
+const deployedController = "system:serviceaccount:kubefence-system:kubefence-controller-manager"
 
-// newWebhookPlane starts a webhookPlane whose kubeconfig is user's and stops
-// it when the test ends.
-func newWebhookPlane(t *testing.T, user string) *webhookPlane {
+// startWithWebhooks starts a control plane of its own with the operator's
+// webhook configurations, stopped when t ends, and returns it with a
+// kubeconfig acting as user (in system:masters) and a new namespace.
+func startWithWebhooks(t *testing.T, user string) (c *testenv.Cluster, kubeconfig string, ns *corev1.Namespace) {
 	t.Helper()
 	testenv.SkipIfShort(t)
-	p := &webhookPlane{env: testenv.NewEnvironment(filepath.Join("..", ".."))}
-	var err error
-	p.cfg, err = p.env.Start()
+	c, err := testenv.Start(t.Context(), testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true})
 	if err != nil {
 		t.Fatalf("starting a control plane with the webhook configurations: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := p.env.Stop(); err != nil {
+		if err := c.Stop(); err != nil {
 			t.Errorf("stopping the control plane: %v", err)
 		}
 	})
-	p.kc, err = testenv.Kubeconfig(p.env, t.TempDir(), envtest.User{Name: user, Groups: []string{"system:masters"}})
-	if err != nil {
+	if kubeconfig, err = c.Kubeconfig(t.TempDir(), user, "system:masters"); err != nil {
 		t.Fatal(err)
 	}
-	p.scheme, err = newScheme()
-	if err != nil {
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	if err := c.Admin.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	p.c, err = client.New(p.cfg, client.Options{Scheme: p.scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
-	if err := p.c.Create(t.Context(), p.ns); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return c, kubeconfig, ns
 }
 
-// serveWebhooks serves the operator's webhooks in-process, as the deployed
-// manager serves them, trusting the users named, until the test ends.
-func (p *webhookPlane) serveWebhooks(t *testing.T, trusted ...string) ctrl.Manager {
+// serveWebhooks serves the operator's webhooks alone, trusting controller as
+// the controller, until t ends.
+func serveWebhooks(t *testing.T, c *testenv.Cluster, controller string) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(p.cfg, testenv.WebhookManagerOptions(p.env, p.scheme))
-	if err != nil {
+	o := c.Webhooks()
+	o.ControllerUsers = []string{controller}
+	if _, err := c.ServeOperator(t.Context(), o, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.RegisterWebhooks(mgr, trusted); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "manager", mgr.Start)
-	return mgr
 }

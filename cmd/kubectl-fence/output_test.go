@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 func TestGetOutputFormats(t *testing.T) {
@@ -96,7 +96,7 @@ func TestGetOutputFormats(t *testing.T) {
 }
 
 // waitForLine waits until out has a line for which match holds.
-func waitForLine(t *testing.T, out *testenv.Buffer, what string, match func(fields []string) bool) {
+func waitForLine(t *testing.T, out *devenv.Buffer, what string, match func(fields []string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -112,10 +112,10 @@ func waitForLine(t *testing.T, out *testenv.Buffer, what string, match func(fiel
 
 // watchFence starts `kubectl fence args...` (a watch) and returns its output
 // and a stop function that ends it and returns its error.
-func watchFence(t *testing.T, args ...string) (*testenv.Buffer, func() error) {
+func watchFence(t *testing.T, args ...string) (*devenv.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
+	out, errOut := &devenv.Buffer{}, &devenv.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- runFence(ctx, out, errOut, append([]string{"--kubeconfig", kubeconfig}, args...)...) }()
 	return out, func() error {

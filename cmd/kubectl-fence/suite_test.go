@@ -20,10 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -46,24 +44,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "creating temp dir: %v\n", err)
 		os.Exit(1)
 	}
-	code := testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true}, func(env *envtest.Environment, cfg *rest.Config) error {
-		return setup(env, cfg, dir)
-	})
+	code := testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Setup: func(_ context.Context, c *testenv.Cluster) error {
+		return setup(c, dir)
+	}})
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 // setup makes the admin client and the admin's kubeconfig the plugin runs with.
-func setup(env *envtest.Environment, cfg *rest.Config, dir string) error {
-	scheme, err := newScheme()
-	if err != nil {
-		return err
-	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
+func setup(c *testenv.Cluster, dir string) error {
+	k8s = c.Admin
 	assets = os.Getenv("KUBEBUILDER_ASSETS")
-	kubeconfig, err = testenv.Kubeconfig(env, dir, envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+	var err error
+	kubeconfig, err = c.Kubeconfig(dir, "admin", "system:masters")
 	return err
 }
 

@@ -33,7 +33,7 @@ import (
 )
 
 // TestAPIServers runs APIServers against a control plane of two
-// kube-apiservers on one etcd (testenv.StartTwo).
+// kube-apiservers on one etcd (testenv.Input.TwoAPIServers).
 func TestAPIServers(t *testing.T) {
 	testenv.SkipIfShort(t)
 	two, c := startTwo(t)
@@ -230,9 +230,9 @@ func TestAPIServersPausedServerLeavesAndReturns(t *testing.T) {
 
 // startTwo starts a control plane of two kube-apiservers for t and a client
 // of the first.
-func startTwo(t *testing.T) (*testenv.TwoAPIServers, client.Client) {
+func startTwo(t *testing.T) (*testenv.Cluster, client.Client) {
 	t.Helper()
-	two, err := testenv.StartTwo(testenv.Input{})
+	two, err := testenv.Start(t.Context(), testenv.Input{TwoAPIServers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestAPIServersInput(t *testing.T) {
 // pauses the second server, changes the parameter through the first (which
 // then refuses the old value), sends a dry-run write with the old value to the
 // paused server and resumes it.
-func resumedServerRounds(t *testing.T, two *testenv.TwoAPIServers, c client.Client, servers []policy.APIServer) {
+func resumedServerRounds(t *testing.T, two *testenv.Cluster, c client.Client, servers []policy.APIServer) {
 	ctx := t.Context()
 	direct := make([]client.Client, len(servers))
 	for i, s := range servers {

@@ -11,22 +11,14 @@ import (
 
 // controlPlane starts a kube-apiserver and etcd (testenv.Start with in) that
 // the test stops when it ends, and returns its config, an admin client of it
-// (the suites' scheme, testenv.NewScheme) and the admin's user name.
+// and the admin's user name.
 func controlPlane(t *testing.T, in testenv.Input) (*rest.Config, client.WithWatch, string) {
 	t.Helper()
 	testenv.SkipIfShort(t)
-	env, cfg, err := testenv.Start(in)
+	cluster, err := testenv.Start(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := testenv.AdminUser(t.Context(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, c, admin
+	t.Cleanup(func() { _ = cluster.Stop() })
+	return cluster.Config, cluster.Admin, cluster.AdminUser
 }

@@ -18,8 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefence/kubefence/test/testenv"
@@ -41,11 +39,10 @@ func TestMain(m *testing.M) {
 	if testing.Verbose() {
 		logs = os.Stderr
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
-	os.Exit(testenv.RunCluster(m, testenv.Input{}, "", func(_ context.Context, c *testenv.Cluster) error {
+	os.Exit(testenv.Run(m, testenv.Input{Log: logs, Setup: func(_ context.Context, c *testenv.Cluster) error {
 		cluster, k8sClient = c, c.Admin
 		return nil
-	}))
+	}}))
 }
 
 // needEnv skips the test under -short (make test-unit): it needs the

@@ -14,8 +14,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -50,7 +48,7 @@ var _ = BeforeSuite(func() {
 
 	By("bootstrapping test environment")
 	var err error
-	cluster, err = testenv.StartCluster(ctx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true}, "")
+	cluster, err = testenv.Start(ctx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient = cluster.Admin
 
@@ -64,9 +62,7 @@ var _ = AfterSuite(func() {
 		cancel()
 	}
 	if cluster != nil {
-		Eventually(func() error {
-			return cluster.Env.Stop()
-		}, time.Minute, time.Second).Should(Succeed())
+		Eventually(cluster.Stop, time.Minute, time.Second).Should(Succeed())
 	}
 })
 
@@ -74,7 +70,7 @@ var _ = AfterSuite(func() {
 // envtest runs no namespace controller, so the namespaces are left behind; the
 // whole etcd goes away with the suite.
 var _ = BeforeEach(func() {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "api-test-"}}
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	namespace = ns.Name
+	var err error
+	namespace, err = cluster.Namespace(ctx, "api-test")
+	Expect(err).NotTo(HaveOccurred())
 })

@@ -25,6 +25,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -78,7 +79,7 @@ func widget(ns, name string) *unstructured.Unstructured {
 // phase (or the scale run), so that the lease phases run without webhooks;
 // stop ends the manager.
 func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
-	root, err := testenv.ModuleRoot()
+	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -87,29 +88,18 @@ func (b *bench) startWebhooks(ctx context.Context) (stop func(), err error) {
 	if err := wopts.Cleanup(); err != nil {
 		return nil, err
 	}
-	*wopts = envtest.WebhookInstallOptions{Paths: testenv.WebhookPaths(root)}
+	*wopts = envtest.WebhookInstallOptions{Paths: devenv.WebhookPaths(root)}
 	if err := wopts.PrepWithoutInstalling(); err != nil {
 		return nil, fmt.Errorf("preparing the webhooks: %w", err)
 	}
-	mgrOpts := testenv.WebhookManagerOptions(b.testEnv, b.scheme)
-	mgrOpts.HealthProbeBindAddress = "0"
-	mgr, err := ctrl.NewManager(b.cfg, mgrOpts)
+	m, err := b.cluster.ServeOperator(ctx, b.cluster.Webhooks(), func(_ *rest.Config, opts *ctrl.Options) {
+		opts.HealthProbeBindAddress = "0"
+		b.registerAllowAll(opts.WebhookServer)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the webhook manager: %w", err)
+		return nil, fmt.Errorf("serving the webhooks: %w", err)
 	}
-	opts := testenv.Operator("", b.adminUser)
-	opts.Reconciler = false
-	if err := operator.Setup(mgr, opts); err != nil {
-		return nil, err
-	}
-	b.registerAllowAll(mgr.GetWebhookServer())
-	stop = startManager(ctx, "webhook manager", mgr)
-	if err := waitFor(ctx, 30*time.Second, 20*time.Millisecond, "the webhook server to start", func(context.Context) (bool, error) {
-		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
-	}); err != nil {
-		stop()
-		return nil, err
-	}
+	stop = stopper("webhook manager", m)
 	if err := wopts.Install(b.cfg); err != nil {
 		stop()
 		return nil, fmt.Errorf("installing the webhook configurations: %w", err)
@@ -239,7 +229,7 @@ func (b *bench) waitRefused(ctx context.Context, cl client.Client, what string, 
 func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name string) error {
 	// The fencing webhooks policy mode ships (config/components/policy),
 	// served where the installed ones are.
-	root, err := testenv.ModuleRoot()
+	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -262,9 +252,9 @@ func (b *bench) switchToPolicy(ctx context.Context, cl client.Client, ns, name s
 	if err := b.admin.Update(ctx, &cfg); err != nil {
 		return fmt.Errorf("installing policy mode's fencing webhooks: %w", err)
 	}
-	o := testenv.Operator(operatorNamespace, b.adminUser)
+	o := b.cluster.Operator()
 	o.Enforcement = operator.EnforcementPolicy
-	o.RequiredKinds = []schema.GroupResource{{Group: testenv.WidgetGVK.Group, Resource: "widgets"}}
+	o.RequiredKinds = []schema.GroupResource{{Group: devenv.WidgetGVK.Group, Resource: "widgets"}}
 	if err := o.PolicySettings().Apply(ctx, b.admin); err != nil {
 		return err
 	}

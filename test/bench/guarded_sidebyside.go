@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // The side-by-side pass of phase 4 (-baseline-writes): in every round one
@@ -78,7 +78,7 @@ func (b *bench) installAllowAll(ctx context.Context, ns, lease string, tok int64
 	wh.MatchConditions = nil
 	wh.Rules = []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{testenv.WidgetGVK.Group}, APIVersions: []string{testenv.WidgetGVK.Version},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{devenv.WidgetGVK.Group}, APIVersions: []string{devenv.WidgetGVK.Version},
 			Resources: []string{"widgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{

@@ -35,7 +35,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -96,6 +96,7 @@ type bench struct {
 	scheme         *runtime.Scheme
 	admin          client.Client
 	adminUser      string
+	cluster        *testenv.Cluster
 	testEnv        *envtest.Environment
 	ctrlRT         *controllerTransport
 	stopController func() // set by runController
@@ -126,7 +127,7 @@ func run(o options) error {
 		logf.SetLogger(logr.Discard())
 		klog.SetLogger(logr.Discard())
 	}
-	root, err := testenv.ModuleRoot()
+	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -135,11 +136,11 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
-	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: testenv.NewScheme(), ctrlRT: newControllerTransport()}
+	b := &bench{opts: o, lease: time.Duration(o.leaseSeconds) * time.Second, scheme: devenv.NewScheme(), ctrlRT: newControllerTransport()}
 	fmt.Fprintln(os.Stderr, "bench: starting kube-apiserver and etcd (envtest)")
 	// No webhooks yet: startWebhooks installs them before phase 4. The CRDs,
 	// and the example guarded kind (Widget) of phase 4.
-	if b.testEnv, b.cfg, err = testenv.Start(testenv.Input{Configure: func(env *envtest.Environment) {
+	if b.cluster, err = testenv.Start(ctx, testenv.Input{Scheme: b.scheme, Namespace: operatorNamespace, Configure: func(env *envtest.Environment) {
 		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "test", "crds")}
 		env.ErrorIfCRDPathMissing = true
 		if o.only == "scale" {
@@ -148,6 +149,7 @@ func run(o options) error {
 	}}); err != nil {
 		return err
 	}
+	b.testEnv, b.cfg, b.admin, b.adminUser = b.cluster.Env, b.cluster.Config, b.cluster.Admin, b.cluster.AdminUser
 	defer func() {
 		if err := b.testEnv.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: stopping envtest:", err)
@@ -227,20 +229,10 @@ type environment struct {
 	cpus                               int
 }
 
-// setup creates the admin client and the operator namespace and learns the
-// admin's username.
+// setup describes where the numbers are taken (testenv.Start made the admin
+// client and the operator namespace).
 func (b *bench) setup(ctx context.Context) (environment, error) {
 	var env environment
-	var err error
-	if b.admin, err = client.New(b.cfg, client.Options{Scheme: b.scheme}); err != nil {
-		return env, err
-	}
-	if b.adminUser, err = testenv.AdminUser(ctx, b.admin); err != nil {
-		return env, err
-	}
-	if err := b.createNamespace(ctx, operatorNamespace); err != nil {
-		return env, err
-	}
 	dc, err := discovery.NewDiscoveryClientForConfig(b.cfg)
 	if err != nil {
 		return env, err
@@ -268,48 +260,33 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 // runController runs the kubefence controller manager (webhook mode), as the
 // admin, with a transport that counts its writes; stopController stops it.
 func (b *bench) runController(ctx context.Context) error {
-	mgrCfg := rest.CopyConfig(b.cfg)
-	mgrCfg.WrapTransport = b.ctrlRT.wrap
-	mgr, err := ctrl.NewManager(mgrCfg, testenv.ControllerManagerOptions(b.scheme, operatorNamespace))
-	if err != nil {
-		return fmt.Errorf("creating controller manager: %w", err)
-	}
-	o := testenv.Operator(operatorNamespace, b.adminUser)
-	o.Webhooks = false
+	o := b.cluster.Operator()
 	if b.opts.reconcilers > 0 {
 		o.MaxConcurrentReconciles = b.opts.reconcilers
 	}
 	b.reconcilers = o.MaxConcurrentReconciles
-	if err := operator.Setup(mgr, o); err != nil {
-		return fmt.Errorf("setting up the FencedLease controller: %w", err)
+	m, err := b.cluster.StartController(ctx, o, func(cfg *rest.Config, _ *ctrl.Options) {
+		cfg.WrapTransport = b.ctrlRT.wrap
+	})
+	if err != nil {
+		return err
 	}
-	b.stopController = startManager(ctx, "controller manager", mgr)
+	b.stopController = stopper("controller manager", m)
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+	if !m.GetCache().WaitForCacheSync(syncCtx) {
 		b.stopController()
 		return errors.New("controller manager cache did not sync within 30s")
 	}
 	return nil
 }
 
-// startManager runs mgr until stop, which waits up to 30 s for it to end. An
-// error it ends with is printed (what names it).
-func startManager(ctx context.Context, what string, mgr ctrl.Manager) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
-		}
-	}()
+// stopper stops m within 30 s; an error it ends with is printed (what names
+// it).
+func stopper(what string, m *testenv.Manager) (stop func()) {
 	return func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			fmt.Fprintf(os.Stderr, "bench: %s did not stop within 30s\n", what)
+		if err := m.Stop(30 * time.Second); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
 		}
 	}
 }

@@ -34,7 +34,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 const (
@@ -536,7 +536,7 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 // installFlowControl creates the FlowSchemas and priority level of
 // config/flowcontrol, as written there.
 func (b *bench) installFlowControl(ctx context.Context) error {
-	root, err := testenv.ModuleRoot()
+	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return err
 	}

@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 const scaleChildEnv = "KUBEFENCE_BENCH_SCALE_CHILD"
@@ -105,7 +105,7 @@ func runChild(kind, kubeconfig, leases, id, user string, lease, retry, renewDead
 	var elector func(i int, ns, name string, lead func()) (func(), error)
 	switch kind {
 	case "kf":
-		cl, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.NewScheme()})
+		cl, err := client.NewWithWatch(cfg, client.Options{Scheme: devenv.NewScheme()})
 		if err != nil {
 			return err
 		}

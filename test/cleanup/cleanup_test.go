@@ -3,7 +3,6 @@ package cleanup_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -132,32 +131,10 @@ func (e *elector) leading(t *testing.T) int64 {
 	return tok
 }
 
-// warnings records the admission warnings a client was given.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, text)
-}
-
-func (w *warnings) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.msgs...)
-}
-
 // warnedClient is user's client, recording the warnings it is given.
-func warnedClient(t *testing.T, user string) (client.WithWatch, *warnings) {
+func warnedClient(t *testing.T, user string) (client.WithWatch, *testenv.Warnings) {
 	t.Helper()
-	w := &warnings{}
-	c := rest.CopyConfig(userConfigs[user])
-	c.WarningHandler = nil
-	c.WarningHandlerWithContext = w
-	cl, err := client.NewWithWatch(c, client.Options{Scheme: cluster.Scheme})
+	cl, w, err := cluster.Warned(userConfigs[user])
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return cl, w
 }
@@ -262,7 +239,7 @@ func cascade(t *testing.T, prefix string) (fb *fence.FencedClient, owner *unstru
 	ns, fb := heldLease(t, prefix, "bob")
 	owner = widget(ns, "owner")
 	g.Expect(fb.Create(suiteCtx, owner)).To(Succeed())
-	owner.SetGroupVersionKind(testenv.WidgetGVK)
+	owner.SetGroupVersionKind(devenv.WidgetGVK)
 	deps = []client.Object{ownedBy(widget(ns, "dep"), owner), ownedBy(configMap(ns, "dep"), owner)}
 	for _, d := range deps {
 		g.Expect(fb.Create(suiteCtx, d)).To(Succeed())
@@ -322,7 +299,7 @@ func staleHolderThroughOwner(t *testing.T) {
 
 	guardedOwner := widget(ns, "guarded-owner")
 	g.Expect(fa.Create(suiteCtx, guardedOwner)).To(Succeed())
-	guardedOwner.SetGroupVersionKind(testenv.WidgetGVK)
+	guardedOwner.SetGroupVersionKind(devenv.WidgetGVK)
 	viaGuarded := ownedBy(configMap(ns, "via-guarded"), guardedOwner)
 	g.Expect(fa.Create(suiteCtx, viaGuarded)).To(Succeed())
 
@@ -331,11 +308,11 @@ func staleHolderThroughOwner(t *testing.T) {
 	freeOwner.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	viaFree := ownedBy(configMap(ns, "via-free"), freeOwner)
 	g.Expect(fa.Create(suiteCtx, viaFree)).To(Succeed())
-	g.Expect(warned.all()).To(ContainElement(And(
+	g.Expect(warned.All()).To(ContainElement(And(
 		ContainSubstring("ConfigMap "+ns+"/via-free is guarded by lease job and owned by ConfigMap/free-owner"),
 		ContainSubstring("guard the owner with lease job too"))),
 		"no admission warning on creating a guarded object with an unguarded owner")
-	g.Expect(warned.all()).To(ContainElement(ContainSubstring("ConfigMap " + ns + "/via-guarded is guarded by lease job and owned by Widget/guarded-owner")))
+	g.Expect(warned.All()).To(ContainElement(ContainSubstring("ConfigMap " + ns + "/via-guarded is guarded by lease job and owned by Widget/guarded-owner")))
 
 	// Alice loses the lease: once bob's request is queued, alice stops
 	// (withdrawing hers) and bob is granted a newer token.
@@ -369,5 +346,5 @@ func staleHolderThroughOwner(t *testing.T) {
 	g.Expect(guardedOwner.GetDeletionTimestamp()).To(BeNil())
 	exists(g, viaGuarded)
 	g.Expect(viaGuarded.GetOwnerReferences()).To(HaveLen(1))
-	g.Expect(strings.Join(warned.all(), "\n")).NotTo(BeEmpty())
+	g.Expect(strings.Join(warned.All(), "\n")).NotTo(BeEmpty())
 }

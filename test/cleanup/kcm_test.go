@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // kcm is a running kube-controller-manager with only the garbage collector
 // and the namespace controller.
 type kcm struct {
-	*testenv.Proc
-	log *testenv.Buffer
+	*devenv.Proc
+	log *devenv.Buffer
 }
 
 // startKCM starts kube-controller-manager ($KUBEBUILDER_ASSETS, built by
@@ -42,7 +43,7 @@ func startKCMOn(t *testing.T, c *testenv.Cluster, kubeconfigData []byte, useSACr
 	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := &testenv.Buffer{}
+	log := &devenv.Buffer{}
 	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
 		"--controllers=garbagecollector,namespace",
@@ -55,7 +56,7 @@ func startKCMOn(t *testing.T, c *testenv.Cluster, kubeconfigData []byte, useSACr
 		"--v=2",
 	)
 	cmd.Stdout, cmd.Stderr = log, log
-	p, err := testenv.StartProc("kube-controller-manager", cmd)
+	p, err := devenv.StartProc("kube-controller-manager", cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package cleanup_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -14,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -36,19 +35,15 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	testenv.SkipIfShort(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(suiteCtx)
-	var configErr error
-	pc, err := testenv.StartCluster(ctx, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Configure: func(env *envtest.Environment) {
-		configErr = testenv.PolicyModeWebhooks("../..", env)
-		testenv.ListenOnEveryAddress(env)
-	}}, operatorNamespace)
-	g.Expect(errors.Join(configErr, err)).NotTo(HaveOccurred())
+	pc, err := testenv.Start(ctx, testenv.Input{Root: "../..", CRDs: true, Policy: true, Namespace: operatorNamespace})
+	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		cancel()
 		if err := pc.Stop(); err != nil {
 			t.Errorf("stopping the policy-mode control plane: %v", err)
 		}
 	})
-	o := testenv.Operator(operatorNamespace, pc.AdminUser)
+	o := pc.Operator()
 	o.Enforcement = operator.EnforcementPolicy
 	o.RequiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resource: "widgets"}}
 	_, err = pc.ServeOperator(ctx, o, nil)
@@ -60,25 +55,15 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	// alice, a lease client; kube-controller-manager's own identity.
 	g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: devenv.AllVerbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: devenv.AllVerbs},
 	}})).To(Succeed())
-	for name, sub := range map[string]rbacv1.Subject{
-		"cleanup-client":    {Kind: rbacv1.GroupKind, Name: "kubefence:clients"},
-		"cleanup-kcm-admin": {Kind: rbacv1.UserKind, Name: kcmUser},
-	} {
-		role := name
-		if name == "cleanup-kcm-admin" {
-			role = "cluster-admin"
-		}
-		g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{sub}})).To(Succeed())
-	}
+	g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cleanup-client"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cleanup-client"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: "kubefence:clients"}}})).To(Succeed())
 	alice, _, err := pc.User("alice", "kubefence:clients")
 	g.Expect(err).NotTo(HaveOccurred())
-	kcmUserInfo, err := pc.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err := kcmUserInfo.KubeConfig()
+	kubeconfig, err := kcmIdentity(ctx, pc, "cleanup-kcm-admin")
 	g.Expect(err).NotTo(HaveOccurred())
 	k := startKCMOn(t, pc, kubeconfig, true)
 
@@ -88,17 +73,8 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pc.Admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"kubefence.io/fencing":"required"}}}`)))).To(Succeed())
-	g.Expect(pc.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
-		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
-	el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
-		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
-	g.Expect(err).NotTo(HaveOccurred())
-	elCtx, stopEl := context.WithCancel(ctx)
-	elDone := make(chan struct{})
-	go func() { defer close(elDone); _ = el.Run(elCtx) }()
-	t.Cleanup(func() { stopEl(); <-elDone })
-	g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).WithPolling(20*time.Millisecond).
-		Should(BeTrue(), "alice does not lead")
+	el, stopEl := leadJob(ctx, g, pc, alice, ns)
+	t.Cleanup(stopEl)
 	fa := el.Client(alice)
 	for _, name := range []string{"a", "b"} {
 		g.Expect(fa.Create(ctx, widget(ns, name))).To(Succeed())
@@ -116,4 +92,22 @@ func TestCleanupWithKubeControllerManagerPolicyMode(t *testing.T) {
 		g.Expect(client.IgnoreNotFound(err)).To(Succeed())
 	}).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "namespace %s did not finish terminating", ns)
 	t.Logf("policy mode: namespace with a held FencedLease, guarded Widgets and ConfigMaps and the tenure table deleted in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// leadJob creates FencedLease ns/job (30 s) on c and runs an elector for
+// alice (client) on it until she leads; stop ends the elector and waits for
+// it to return.
+func leadJob(ctx context.Context, g Gomega, c *testenv.Cluster, alice client.WithWatch, ns string) (el *fence.Elector, stop func()) {
+	g.Expect(c.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
+		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
+	el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
+		Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
+	g.Expect(err).NotTo(HaveOccurred())
+	elCtx, stopEl := context.WithCancel(ctx)
+	elDone := make(chan struct{})
+	go func() { defer close(elDone); _ = el.Run(elCtx) }()
+	stop = func() { stopEl(); <-elDone }
+	g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).WithPolling(20*time.Millisecond).
+		Should(BeTrue(), "alice does not lead")
+	return el, stop
 }

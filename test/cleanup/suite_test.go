@@ -11,6 +11,7 @@ package cleanup_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -60,45 +62,32 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
-}
-
-func setup(ctx context.Context, c *testenv.Cluster) error {
 	// Refusals are asserted, not logged: the operator's log goes to
 	// CLEANUP_LOG if set (a file), else nowhere.
 	logOut := io.Discard
 	if p := os.Getenv("CLEANUP_LOG"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
-			return err
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
 		}
 		logOut = f
 	}
-	testenv.Log(logOut)
+	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: logOut, Setup: setup}))
+}
+
+func setup(ctx context.Context, c *testenv.Cluster) error {
 	suiteCtx, cluster, admin = ctx, c, c.Admin
 	var err error
 	if users, userConfigs, err = c.Clients(ctx, "cleanup-client", "kubefence:clients", []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
 			Verbs: []string{"get", "list", "watch", "update", "patch", "create"}},
-		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: testenv.AllVerbs},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
+		{APIGroups: []string{"example.kubefence.io"}, Resources: []string{"widgets"}, Verbs: devenv.AllVerbs},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: devenv.AllVerbs},
 	}, "alice", "bob"); err != nil {
 		return err
 	}
-	// kube-controller-manager's own identity is cluster-admin (what it needs
-	// without --use-service-account-credentials: its controllers act as it).
-	if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "cleanup-kcm-admin"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
-	}); err != nil {
-		return err
-	}
-	kcm, err := cluster.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-	if err != nil {
-		return err
-	}
-	if kcmKubeconfig, err = kcm.KubeConfig(); err != nil {
+	if kcmKubeconfig, err = kcmIdentity(ctx, c, "cleanup-kcm-admin"); err != nil {
 		return err
 	}
 
@@ -106,33 +95,52 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	// with the default clean-up users and with kcmUser added. The variant
 	// servers share one real webhook server; cleanup.use picks whose handlers
 	// answer.
-	real := testenv.WebhookManagerOptions(cluster.Env, cluster.Scheme).WebhookServer
-	// Never started: only its handlers are used, served by real.
-	kcmOpts := testenv.WebhookManagerOptions(cluster.Env, cluster.Scheme)
-	kcmOpts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
-	kcmMgr, err := ctrl.NewManager(cluster.Config, kcmOpts)
-	if err != nil {
-		return err
-	}
-	kcmCleanup := cluster.Webhooks()
-	kcmCleanup.CleanupUsers = append(append([]string(nil), fencing.DefaultCleanupUsers...), kcmUser)
-	if err := operator.Setup(kcmMgr, kcmCleanup); err != nil {
-		return err
-	}
 	cleanup.use(variantDefault)
+	var kcmErr error
 	whMgr, err := cluster.ServeOperator(suiteCtx, cluster.Webhooks(), func(_ *rest.Config, opts *ctrl.Options) {
+		real := opts.WebhookServer
+		// Never started: only its handlers are used, served by real.
+		kcmOpts := *opts
+		kcmOpts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantKCM, mux: http.NewServeMux()}
+		kcmMgr, err := ctrl.NewManager(cluster.Config, kcmOpts)
+		if err != nil {
+			kcmErr = err
+			return
+		}
+		kcmCleanup := cluster.Webhooks()
+		kcmCleanup.CleanupUsers = append(append([]string(nil), fencing.DefaultCleanupUsers...), kcmUser)
+		kcmErr = operator.Setup(kcmMgr, kcmCleanup)
 		opts.WebhookServer = &variantServer{Server: real, sw: cleanup, variant: variantDefault, mux: http.NewServeMux()}
 	})
-	if err != nil {
+	if err = errors.Join(kcmErr, err); err != nil {
 		return err
 	}
-	ctrlMgr, err := c.StartController(ctx, operatorNamespace, nil)
+	ctrlMgr, err := c.StartController(ctx, c.Operator(), nil)
 	if err != nil {
 		return err
 	}
 	exitOnError("webhook manager", whMgr)
 	exitOnError("controller manager", ctrlMgr)
 	return nil
+}
+
+// kcmIdentity makes kube-controller-manager's own identity (kcmUser)
+// cluster-admin on c, by the ClusterRoleBinding binding (what it needs
+// without --use-service-account-credentials: its controllers act as it), and
+// returns a kubeconfig acting as it.
+func kcmIdentity(ctx context.Context, c *testenv.Cluster, binding string) ([]byte, error) {
+	if err := c.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: binding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}},
+	}); err != nil {
+		return nil, err
+	}
+	u, err := c.Env.AddUser(envtest.User{Name: kcmUser}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.KubeConfig()
 }
 
 // exitOnError ends the test binary if m's Start fails while the tests run.

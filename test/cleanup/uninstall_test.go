@@ -2,7 +2,6 @@ package cleanup_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,12 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
-	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -100,28 +98,19 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx, cancel := context.WithCancel(suiteCtx)
-			var configErr error
-			scheme := testenv.NewScheme()
+			scheme := devenv.NewScheme()
 			g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-			pc, err := testenv.StartCluster(ctx, testenv.Input{Root: root, Scheme: scheme, Webhooks: true, Configure: func(env *envtest.Environment) {
-				configErr = testenv.PolicyModeWebhooks(root, env)
-				testenv.ListenOnEveryAddress(env)
-			}}, "")
-			g.Expect(errors.Join(configErr, err)).NotTo(HaveOccurred())
+			pc, err := testenv.Start(ctx, testenv.Input{Root: root, Scheme: scheme, Policy: true})
+			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() {
 				cancel()
 				if err := pc.Stop(); err != nil {
 					t.Errorf("stopping the control plane: %v", err)
 				}
 			})
-			kubeconfig, err := testenv.Kubeconfig(pc.Env, t.TempDir(), envtest.User{Name: "installer", Groups: []string{"system:masters"}})
+			kubeconfig, err := pc.Kubeconfig(t.TempDir(), "installer", "system:masters")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(pc.Admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "uninstall-kcm-admin"},
-				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: kcmUser}}})).To(Succeed())
-			kcmUserInfo, err := pc.Env.AddUser(envtest.User{Name: kcmUser}, nil)
-			g.Expect(err).NotTo(HaveOccurred())
-			kcmConfig, err := kcmUserInfo.KubeConfig()
+			kcmConfig, err := kcmIdentity(ctx, pc, "uninstall-kcm-admin")
 			g.Expect(err).NotTo(HaveOccurred())
 			k := startKCMOn(t, pc, kcmConfig, true)
 
@@ -131,7 +120,8 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			}).WithTimeout(30*time.Second).Should(Succeed(), "the FencedLease CRD is not served")
 
 			// The operator as deployed in policy mode (--owner-cluster-role).
-			o := testenv.Operator(operatorNamespace, pc.AdminUser)
+			o := pc.Operator()
+			o.Namespace = operatorNamespace // helm's --create-namespace made it
 			o.Enforcement = operator.EnforcementPolicy
 			o.OwnerClusterRole = policy.DefaultOwnerClusterRole
 			opCtx, stopOperator := context.WithCancel(ctx)
@@ -155,17 +145,8 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			ns, err := pc.Namespace(ctx, "uninstall")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(pc.Admin.Create(ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
-				Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 30}})).To(Succeed())
-			el, err := fence.New(fence.Config{Client: alice, Namespace: ns, Name: "job", Identity: "alice", User: "alice",
-				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { <-ctx.Done() }}})
-			g.Expect(err).NotTo(HaveOccurred())
-			elCtx, stopEl := context.WithCancel(ctx)
-			elDone := make(chan struct{})
-			go func() { defer close(elDone); _ = el.Run(elCtx) }()
-			g.Eventually(func() bool { _, ok := el.Token(); return ok }).WithTimeout(30*time.Second).Should(BeTrue(), "alice does not lead")
+			_, stopEl := leadJob(ctx, g, pc, alice, ns)
 			stopEl()
-			<-elDone
 			table := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: coordv1alpha1.TenureTableName}}
 			g.Expect(pc.Admin.Get(ctx, client.ObjectKeyFromObject(table), table)).To(Succeed())
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,9 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -52,10 +51,11 @@ type harness struct {
 	mode string
 	env  *envtest.Environment
 	cfg  *rest.Config
-	// two is the control plane of two API servers (startTwo), else nil.
-	two   *testenv.TwoAPIServers
-	admin client.WithWatch
-	users map[string]client.WithWatch
+	// cluster is the control plane; two is it if it has two API servers
+	// (startTwo), else nil.
+	cluster, two *testenv.Cluster
+	admin        client.WithWatch
+	users        map[string]client.WithWatch
 	// userCfgs are the users' configurations, addressing the first server.
 	userCfgs map[string]*rest.Config
 	scheme   *runtime.Scheme
@@ -72,8 +72,8 @@ func start(t *testing.T, mode string) *harness {
 	return startOn(t, mode, false)
 }
 
-// startTwo is start on two kube-apiservers (testenv.StartTwo); the operator
-// and the clients address the first.
+// startTwo is start on two kube-apiservers (testenv.Input.TwoAPIServers);
+// the operator and the clients address the first.
 func startTwo(t *testing.T, mode string) *harness {
 	t.Helper()
 	return startOn(t, mode, true)
@@ -83,48 +83,21 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 	t.Helper()
 	testenv.SkipIfShort(t)
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	h := &harness{mode: mode, users: map[string]client.WithWatch{}, userCfgs: map[string]*rest.Config{}, scheme: runtime.NewScheme()}
-	must(t, clientgoscheme.AddToScheme(h.scheme))
-	must(t, coordv1alpha1.AddToScheme(h.scheme))
-	in := testenv.Input{Root: root, CRDs: true, Webhooks: true}
-	if mode == operator.EnforcementPolicy {
-		in.Configure = func(env *envtest.Environment) {
-			must(t, testenv.PolicyModeWebhooks(root, env))
-			if !two {
-				testenv.ListenOnEveryAddress(env)
-			}
-		}
-	}
-	var env *envtest.Environment
-	var cfg *rest.Config
-	if two {
-		var err error
-		h.two, err = testenv.StartTwo(in)
-		must(t, err)
-		t.Cleanup(func() { _ = h.two.Stop() })
-		env, cfg = h.two.Env, h.two.Config
-	} else {
-		var err error
-		env, cfg, err = testenv.Start(in)
-		must(t, err)
-		t.Cleanup(func() { _ = env.Stop() })
-	}
-	h.env, h.cfg = env, cfg
+	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Policy: mode == operator.EnforcementPolicy, TwoAPIServers: two, Namespace: operatorNamespace}
+	c, err := testenv.Start(context.Background(), in)
+	must(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h.ctx = ctx
-	var err error
-	h.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
-	must(t, err)
-	adminUser, err := testenv.AdminUser(ctx, h.admin)
-	must(t, err)
-	must(t, h.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}))
+	h := &harness{mode: mode, users: map[string]client.WithWatch{}, userCfgs: map[string]*rest.Config{}, ctx: ctx,
+		cluster: c, env: c.Env, cfg: c.Config, scheme: c.Scheme, admin: c.Admin, adminUser: c.AdminUser}
+	if two {
+		h.two = c
+	}
 	h.grantRoles(t)
 	for _, name := range []string{"alice", "bob", "mallory"} {
 		h.users[name] = h.user(t, name)
 	}
-
-	h.adminUser = adminUser
 	h.runOperator(t, h.options())
 	if mode == operator.EnforcementPolicy {
 		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
@@ -136,7 +109,7 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 
 // options are the operator's options in the harness's mode.
 func (h *harness) options() operator.Options {
-	o := testenv.Operator(operatorNamespace, h.adminUser)
+	o := h.cluster.Operator()
 	o.Enforcement = h.mode
 	if h.mode == operator.EnforcementPolicy {
 		o.RequiredKinds = requiredKinds
@@ -148,20 +121,17 @@ func (h *harness) options() operator.Options {
 // webhooks) with o; h.stopOperator stops it.
 func (h *harness) runOperator(t *testing.T, o operator.Options) {
 	t.Helper()
-	mgrCtx, stopMgr := context.WithCancel(h.ctx)
-	mgr, err := ctrl.NewManager(h.cfg, testenv.WebhookManagerOptions(h.env, h.scheme))
+	m, err := h.cluster.ServeOperator(h.ctx, o, nil)
 	must(t, err)
-	must(t, operator.Setup(mgr, o))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
-			t.Errorf("operator manager: %v", err)
-		}
-	}()
-	h.stopOperator = func() { stopMgr(); <-done }
+	var once sync.Once
+	h.stopOperator = func() {
+		once.Do(func() {
+			if err := m.Stop(30 * time.Second); err != nil {
+				t.Errorf("operator manager: %v", err)
+			}
+		})
+	}
 	t.Cleanup(h.stopOperator)
-	h.eventually(t, 20*time.Second, "the webhook server starts", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 }
 
 func zapLevel() zapcore.Level {
@@ -180,11 +150,9 @@ func must(t *testing.T, err error) {
 
 func (h *harness) user(t *testing.T, name string) client.WithWatch {
 	t.Helper()
-	u, err := h.env.AddUser(envtest.User{Name: name, Groups: []string{"kubefence:clients"}}, nil)
+	c, cfg, err := h.cluster.User(name, "kubefence:clients")
 	must(t, err)
-	h.userCfgs[name] = u.Config()
-	c, err := client.NewWithWatch(u.Config(), client.Options{Scheme: h.scheme})
-	must(t, err)
+	h.userCfgs[name] = cfg
 	return c
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // notForThisPolicy is the fencing policy's refusal while a namespace's
@@ -60,7 +59,7 @@ func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
 		}
 		return nil
 	})
-	h.runOperator(t, testenv.Operator(operatorNamespace, h.adminUser))
+	h.runOperator(t, h.cluster.Operator())
 	alice.stop() // releases
 	_, bobToken := h.lead(t, "bob", ns, "job")
 	must(t, h.tableNames(ns, "job", aliceToken, "alice")) // left behind

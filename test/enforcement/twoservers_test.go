@@ -34,7 +34,7 @@ const (
 const maxKilledDelay = 30 * time.Second
 
 // TestBarrierTwoAPIServers is policy mode's propagation barrier on two
-// kube-apiservers on one etcd (testenv.StartTwo), the operator addressing the
+// kube-apiservers on one etcd (testenv.Input.TwoAPIServers), the operator addressing the
 // first: a grant is written only once both servers refuse the previous token
 // and accept the new one, a killed server stops blocking grants once it
 // leaves the kubernetes Service's endpoints, and after each grant a stale

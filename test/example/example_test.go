@@ -84,7 +84,7 @@ func startReplica(user, ns, lease string) *replica {
 
 func getWidget(ns, name string) *unstructured.Unstructured {
 	u := testenv.Widget(ns, name)
-	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
+	Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 	return u
 }
 
@@ -108,7 +108,7 @@ func widgetOf(ns, name string) func() widgetView {
 func recordWidgets(ns string) func() []widgetView {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(example.WidgetGVK.GroupVersion().WithKind("WidgetList"))
-	seen, stop, err := testenv.Record(suiteCtx, k8sClient, list, func(o runtime.Object) (widgetView, bool) {
+	seen, stop, err := testenv.Record(suiteCtx, cluster.Admin, list, func(o runtime.Object) (widgetView, bool) {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			return widgetView{}, false
@@ -126,7 +126,7 @@ var _ = Describe("A controller fenced with one option (pkg/fence/manager)", func
 		newLease(ns, "widgets", 2)
 		w := testenv.Widget(ns, "w")
 		Expect(unstructured.SetNestedField(w.Object, "nobody", "spec", "writer")).To(Succeed())
-		Expect(k8sClient.Create(suiteCtx, w)).To(Succeed(), "an unguarded Widget; the controller guards it")
+		Expect(cluster.Admin.Create(suiteCtx, w)).To(Succeed(), "an unguarded Widget; the controller guards it")
 		history := recordWidgets(ns)
 
 		a := startReplica("replica-a", ns, "widgets")
@@ -235,7 +235,7 @@ var _ = Describe("A controller fenced with one option (pkg/fence/manager)", func
 		ns := newNamespace()
 		newLease(ns, "handover", 30)
 		w := testenv.Widget(ns, "w")
-		Expect(k8sClient.Create(suiteCtx, w)).To(Succeed())
+		Expect(cluster.Admin.Create(suiteCtx, w)).To(Succeed())
 		a := startReplica("replica-a", ns, "handover")
 		Eventually(a.mgr.Elected(), 15*time.Second).Should(BeClosed())
 		tokA, _ := a.mgr.Token()

@@ -15,44 +15,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
-const (
-	operatorNamespace = "kubefence-system"
-	clientsGroup      = "kubefence:clients"
-)
-
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
-	// users are the rest configs of users in clientsGroup, by name.
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
+	// users are the rest configs of the lease clients (setup), by name.
 	users map[string]*rest.Config
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true}, operatorNamespace, setup))
+	os.Exit(testenv.Run(m, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: "kubefence-system", Log: GinkgoWriter, Setup: setup}))
 }
 
 func TestExample(t *testing.T) {
 	specs.Run(t, "Fenced controller example (real kube-apiserver + etcd)", 0)
 }
 
-// setup gives clientsGroup what a fenced controller needs: FencedLease
+// setup gives group kubefence:clients what a fenced controller needs: FencedLease
 // requests (no status), and full rights on Widgets so that only fencing
 // refuses; and runs the kubefence controller and its webhooks in-process, the
 // admin trusted as "the controller": the examples are their clients.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	testenv.Log(GinkgoWriter)
-	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
+	suiteCtx, cluster = ctx, c
 	var err error
-	if _, users, err = c.Clients(ctx, "fenced-example", clientsGroup, testenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
+	if _, users, err = c.Clients(ctx, "fenced-example", "kubefence:clients", devenv.ClientRules, "replica-a", "replica-b", "alice", "bob"); err != nil {
 		return err
 	}
-	_, err = c.ServeOperator(ctx, testenv.Operator(operatorNamespace, c.AdminUser), nil)
+	_, err = c.ServeOperator(ctx, c.Operator(), nil)
 	return err
 }
 
@@ -63,7 +58,7 @@ func newNamespace() string {
 }
 
 func newLease(ns, name string, durationSeconds int32) {
-	Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+	Expect(cluster.Admin.Create(suiteCtx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
 	})).To(Succeed())
@@ -71,7 +66,7 @@ func newLease(ns, name string, durationSeconds int32) {
 
 func getLease(ns, name string) *coordv1alpha1.FencedLease {
 	var l coordv1alpha1.FencedLease
-	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
+	Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)).To(Succeed())
 	return &l
 }
 
@@ -92,8 +87,8 @@ func queued(ns, name string) []string {
 
 // pauser stalls every write (any method but GET) of the clients whose
 // transport it wraps, as a stalled process or network path would
-// (testenv.Gate.StallWrites).
-type pauser struct{ gate testenv.Gate }
+// (fault.Gate.StallWrites).
+type pauser struct{ gate fault.Gate }
 
 func (p *pauser) pause()  { p.gate.Close() }
 func (p *pauser) resume() { p.gate.Open() }

@@ -22,6 +22,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 )
 
 // Fault 1: the holder's process stalls (GC, SIGSTOP, a suspended VM) past its
@@ -32,7 +33,7 @@ func TestFault1HolderPausedPastExpiry(t *testing.T) {
 	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
-	paused := &testenv.Gate{}
+	paused := &fault.Gate{}
 	aliceCl := wrappedClient(t, "alice", paused.Stall)
 	_, tokA := holdWithBobQueued(t, g, ns, "job", aliceCl, aliceCl, j)
 	t.Cleanup(paused.Open)
@@ -115,7 +116,7 @@ func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
 	g, ns, mon := jobScenario(t)
 	const l = 2 * time.Second
 	j := &testenv.Journal{}
-	partition := &testenv.Gate{}
+	partition := &fault.Gate{}
 	leaseCl := wrappedClient(t, "alice", partition.Stall) // lease traffic: will be cut
 	writeCl := users["alice"]                             // the guarded resource's path: stays up
 	a, tokA := holdWithBobQueued(t, g, ns, "job", leaseCl, writeCl, j)
@@ -294,7 +295,7 @@ func TestFault4OperatorFailover(t *testing.T) {
 			newLease(g, ns, "job", 2)
 			mon := startMonitor(t, ns)
 			j := &testenv.Journal{}
-			silent := &testenv.Gate{}
+			silent := &fault.Gate{}
 			a, tokA := holdWithBobQueued(t, g, ns, "job", wrappedClient(t, "alice", silent.Stall), users["alice"], j)
 			t.Cleanup(silent.Open)
 
@@ -361,7 +362,7 @@ func restartScenario(t *testing.T, what string, stop, start func() error, persis
 	leases := []string{"dead", "either", "long"}
 	journals := map[string]*testenv.Journal{}
 	tokens := map[string]int64{}
-	stall := &testenv.Gate{}
+	stall := &fault.Gate{}
 	t.Cleanup(stall.Open)
 	for _, name := range leases {
 		newLease(g, ns, name, map[bool]int32{true: 30, false: 2}[name == "long"])
@@ -515,7 +516,7 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 		g.Eventually(func() error {
 			lease := getLease(g, ns, "phoenix")
 			lease.Spec.LeaseDurationSeconds = int32(2 + (i+1)%2) // ends at 2
-			return k8sClient.Update(suiteCtx, lease)
+			return cluster.Admin.Update(suiteCtx, lease)
 		}, 5*time.Second, 20*time.Millisecond).Should(Succeed())
 	}
 	mon := startMonitor(t, ns)
@@ -525,12 +526,12 @@ func TestFault7LeaseDeletedAndRecreated(t *testing.T) {
 	g.Expect(tokA).To(BeNumerically(">", 10))
 	highest := getLease(g, ns, "phoenix").Status.FencingToken
 
-	g.Expect(k8sClient.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
+	g.Expect(cluster.Admin.Delete(suiteCtx, getLease(g, ns, "phoenix"))).To(Succeed())
 	g.Eventually(func() bool {
-		return isNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
+		return isNotFound(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "phoenix"}, &coordv1alpha1.FencedLease{}))
 	}, 10*time.Second, 20*time.Millisecond).Should(BeTrue(), "the epoch finalizer is removed once the token is recorded")
 	var epochs corev1.ConfigMap
-	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName("phoenix")}, &epochs)).To(Succeed())
+	g.Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: coordv1alpha1.EpochShardName("phoenix")}, &epochs)).To(Succeed())
 	g.Expect(fencedlease.EpochShardEntries(&epochs)).To(HaveKeyWithValue(fencedlease.EpochKey("phoenix"), highest))
 	// Alice's tenure ends with the lease that granted it.
 	g.Eventually(func() time.Time { return j.Snapshot()[0].Stop }, l, 10*time.Millisecond).ShouldNot(BeZero())
@@ -638,7 +639,7 @@ func TestFault8EtcdSnapshotRestore(t *testing.T) {
 	rec := getLease(g, ns, "recovered")
 	floor := rec.Status.FencingToken + 1_000_000
 	rec.Spec.MinFencingToken = floor
-	g.Expect(k8sClient.Update(suiteCtx, rec)).To(Succeed())
+	g.Expect(cluster.Admin.Update(suiteCtx, rec)).To(Succeed())
 	startController(t, controllerOptions{})
 
 	hazard := cycle("hazard", 1)[0]
@@ -713,7 +714,7 @@ func TestFault9GrantWriteCommittedLate(t *testing.T) {
 }
 
 func widgetExists(ns, name string) bool {
-	return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
+	return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, testenv.Widget(ns, name)) == nil
 }
 
 // copyDir copies the directory tree src into dst (created if missing).

@@ -80,19 +80,10 @@ func TestFirstDayWebhookDown(t *testing.T) {
 
 // leaseErrors is kubefence_client_lease_errors_total for reason in reg.
 func leaseErrors(g Gomega, reg prometheus.Gatherer, reason string) float64 {
-	fams, err := reg.Gather()
+	n, ok, err := testenv.LeaseErrors(reg, reason)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, f := range fams {
-		if f.GetName() != "kubefence_client_lease_errors_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !ok {
+		return -1
 	}
-	return -1
+	return n
 }

@@ -20,6 +20,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/fencedlease"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -43,7 +44,7 @@ func newNamespace(t *testing.T) string {
 }
 
 func newLease(g Gomega, ns, name string, durationSeconds int32) {
-	g.Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+	g.Expect(cluster.Admin.Create(suiteCtx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: durationSeconds},
 	})).To(Succeed())
@@ -53,7 +54,7 @@ func newLease(g Gomega, ns, name string, durationSeconds int32) {
 func getLease(g Gomega, ns, name string) *coordv1alpha1.FencedLease {
 	var l coordv1alpha1.FencedLease
 	g.Eventually(func() error {
-		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)
+		return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	return &l
 }
@@ -61,7 +62,7 @@ func getLease(g Gomega, ns, name string) *coordv1alpha1.FencedLease {
 // holderOf returns the lease's holder and token ("" and 0 when unreadable).
 func holderOf(ns, name string) (string, int64) {
 	var l coordv1alpha1.FencedLease
-	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+	if err := cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
 		return "", 0
 	}
 	return l.Status.HolderIdentity, l.Status.FencingToken
@@ -70,7 +71,7 @@ func holderOf(ns, name string) (string, int64) {
 // queued returns the identities with a request in the lease's spec.
 func queued(ns, name string) []string {
 	var l coordv1alpha1.FencedLease
-	if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+	if err := cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
 		return nil
 	}
 	var ids []string
@@ -192,7 +193,7 @@ func (r *runningElector) stop() {
 }
 
 // wrappedClient is a client acting as user whose transport wrap wraps: a
-// fault transport (a testenv.Gate's Stall, slowWrites).
+// fault transport (a fault.Gate's Stall, slowWrites).
 func wrappedClient(t *testing.T, user string, wrap func(http.RoundTripper) http.RoundTripper) client.WithWatch {
 	t.Helper()
 	c := rest.CopyConfig(userConfigs[user])
@@ -208,12 +209,12 @@ func wrappedClient(t *testing.T, user string, wrap func(http.RoundTripper) http.
 func createWidget(cl client.Client, ns, name, lease string, token int64, writer string) error {
 	u := testenv.Widget(ns, name)
 	_ = unstructured.SetNestedField(u.Object, writer, "spec", "writer")
-	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Create(suiteCtx, u)
+	return fence.NewFencedClient(cl, lease, devenv.FixedToken(token)).Create(suiteCtx, u)
 }
 
 // writeWidget sets spec.writer with a merge patch stamped with token.
 func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, token int64, writer string) error {
-	return fence.NewFencedClient(cl, lease, testenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
+	return fence.NewFencedClient(cl, lease, devenv.FixedToken(token)).Patch(ctx, testenv.Widget(ns, name),
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, writer))))
 }
 
@@ -221,7 +222,7 @@ func writeWidget(ctx context.Context, cl client.Client, ns, name, lease string, 
 func widgetState(g Gomega, ns, name string) (string, int64) {
 	u := testenv.Widget(ns, name)
 	g.Eventually(func() error {
-		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
+		return cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	w, _, _ := unstructured.NestedString(u.Object, "spec", "writer")
 	tok, _ := strconv.ParseInt(u.GetAnnotations()[coordv1alpha1.FencingTokenAnnotation], 10, 64)
@@ -257,13 +258,13 @@ func startMonitor(t *testing.T, ns string) *monitor {
 	t.Cleanup(cancel)
 	go m.watch(ctx, &coordv1alpha1.FencedLeaseList{}, ns, m.onLease)
 	go m.watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{
-		"apiVersion": testenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
+		"apiVersion": devenv.WidgetGVK.GroupVersion().String(), "kind": "WidgetList"}}, ns, m.onWidget)
 	return m
 }
 
 func (m *monitor) watch(ctx context.Context, list client.ObjectList, ns string, on func(client.Object)) {
 	for ctx.Err() == nil {
-		w, err := k8sClient.Watch(ctx, list, client.InNamespace(ns))
+		w, err := cluster.Admin.Watch(ctx, list, client.InNamespace(ns))
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue

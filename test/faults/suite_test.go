@@ -12,6 +12,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,19 +27,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
-const (
-	operatorNamespace = "kubefence-system"
-	clientsGroup      = "kubefence:clients"
-)
-
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
 	// userConfigs and users are clients with only the rights config/rbac's editor
 	// role gives a lease client (plus full rights on Widgets).
 	userConfigs map[string]*rest.Config
@@ -53,14 +49,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if testenv.Short() {
+	if flag.Parse(); testing.Short() {
 		return 0 // every test here breaks a control plane; make test-unit runs none
 	}
-	var logOut io.Writer = io.Discard
-	if os.Getenv("FAULTS_LOG") != "" {
-		logOut = os.Stderr
-	}
-	testenv.Log(logOut)
 	var cancel context.CancelFunc
 	suiteCtx, cancel = context.WithCancel(context.Background())
 	defer cancel()
@@ -94,7 +85,11 @@ func setup() error {
 			logs[name] = f
 		}
 	}
-	cluster, err = testenv.StartCluster(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Configure: func(env *envtest.Environment) {
+	var logOut io.Writer = io.Discard
+	if os.Getenv("FAULTS_LOG") != "" {
+		logOut = os.Stderr
+	}
+	cluster, err = testenv.Start(suiteCtx, testenv.Input{Root: filepath.Join("..", ".."), CRDs: true, Webhooks: true, Namespace: "kubefence-system", Log: logOut, Configure: func(env *envtest.Environment) {
 		// Explicit directories: envtest then neither deletes nor regenerates them on
 		// Stop/Start, so etcd restarts with its data, and kube-apiserver restarts on
 		// the same port with the same serving and client CAs (every rest.Config
@@ -107,15 +102,14 @@ func setup() error {
 		// resources when it shuts down, and its graceful shutdown then waits for
 		// them (up to their timeout, tens of minutes) before envtest kills it.
 		env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
-	}}, operatorNamespace)
+	}})
 	if err != nil {
 		return err
 	}
-	k8sClient = cluster.Admin
-	// clientsGroup gets what config/rbac's editor role gives a lease client:
+	// Group kubefence:clients gets what config/rbac's editor role gives a lease client:
 	// read and update FencedLeases, nothing on status; and full rights on
 	// Widgets, so that only fencing refuses.
-	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", clientsGroup, testenv.ClientRules, "alice", "bob", "carol"); err != nil {
+	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", "kubefence:clients", devenv.ClientRules, "alice", "bob", "carol"); err != nil {
 		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that
@@ -171,7 +165,7 @@ const (
 // in a manager of its own). The test's cleanup kills it if it still runs.
 func startController(t *testing.T, o controllerOptions) *testenv.Manager {
 	t.Helper()
-	p, err := cluster.StartController(suiteCtx, operatorNamespace, func(c *rest.Config, opts *ctrl.Options) {
+	p, err := cluster.StartController(suiteCtx, cluster.Operator(), func(c *rest.Config, opts *ctrl.Options) {
 		if o.wrap != nil {
 			c.Wrap(o.wrap)
 		}

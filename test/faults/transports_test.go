@@ -7,12 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 )
 
 // The fault transports of the matrix: they wrap a controller's or a
 // client's transport (rest.Config.Wrap) and lose, hold back or slow down its
-// requests. A paused process or a partition is a testenv.Gate (Stall).
+// requests. A paused process or a partition is a fault.Gate (Stall).
 
 var errInjected = errors.New("connection reset by peer (injected fault)")
 
@@ -54,7 +54,7 @@ func newCrashingTransport(ns, name string, point crashPoint) *crashingTransport 
 }
 
 func (c *crashingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return fault.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if c.dead.Load() {
 			return nil, errInjected
 		}
@@ -97,7 +97,7 @@ type delayingTransport struct {
 }
 
 func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return fault.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if d.armed.Load() && req.Method == http.MethodPut && req.URL.Path == d.statusPath && d.fired.CompareAndSwap(false, true) {
 			time.Sleep(d.delay)
 			d.sentAt <- time.Now()
@@ -109,7 +109,7 @@ func (d *delayingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
 // slowWrites delays every write a client sends: a slower network path.
 func slowWrites(d time.Duration) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		return fault.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method != http.MethodGet {
 				time.Sleep(d)
 			}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -32,22 +33,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
-}
-
-func setup(ctx context.Context, c *testenv.Cluster) error {
-	cluster, suiteCtx = c, ctx
 	var logOut io.Writer = io.Discard
 	if os.Getenv("HEARTBEAT_LOG") != "" {
 		logOut = os.Stderr
 	}
-	testenv.Log(logOut)
+	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: logOut, Setup: setup}))
+}
+
+func setup(ctx context.Context, c *testenv.Cluster) error {
+	cluster, suiteCtx = c, ctx
 	if err := applyPolicy(ctx, c.Admin); err != nil {
 		return err
 	}
 	rules := append([]rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	}, testenv.ClientRules...)
+	}, devenv.ClientRules...)
 	var err error
 	if users, _, err = c.Clients(ctx, "heartbeat-clients", "heartbeat-clients", rules, "alice", "bob", "mallory"); err != nil {
 		return err
@@ -55,7 +55,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	// The operator as shipped in webhook mode: the controller, the
 	// FencedLease webhook and the fencing webhook, the admin trusted as the
 	// controller.
-	_, err = c.ServeOperator(ctx, testenv.Operator(operatorNamespace, c.AdminUser), nil)
+	_, err = c.ServeOperator(ctx, c.Operator(), nil)
 	return err
 }
 

@@ -25,7 +25,7 @@ var widgetWrites = writeMatch{key: []byte("/registry/example.kubefence.io/widget
 
 // connectProxy is an HTTP CONNECT proxy (the operator's HTTPS_PROXY) that
 // reaches the addresses the kube-apiservers advertise, and only those,
-// through dial (testenv.TwoAPIServers.Config's: each advertised address at
+// through dial (testenv.Cluster.Config's with two servers: each advertised address at
 // its server's bound one, as a network address translation would). The
 // operator addresses its configured server on a loopback address, which Go
 // never proxies; its barrier addresses every server at the address the

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"
@@ -111,7 +112,7 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 	if err != nil {
 		return 0, err
 	}
-	fc := fence.NewFencedClient(cl, canaryLease, testenv.FixedToken(token), fence.ClientConfig{Metrics: metrics})
+	fc := fence.NewFencedClient(cl, canaryLease, devenv.FixedToken(token), fence.ClientConfig{Metrics: metrics})
 	done := make(chan error, 1)
 	start := time.Now()
 	w := testenv.Widget(historyNamespace, canaryLease+"-0")

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +32,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -45,7 +45,7 @@ const (
 // cluster is etcd and kube-apiserver (envtest), with the kubefence operator
 // as a separate process (bin/manager built from cmd/), so that kill -9 and a
 // restart are real. In policy mode it is two kube-apiservers on one etcd
-// (testenv.StartTwo), the second reaching etcd through etcdProxy so that its
+// (testenv.Input.TwoAPIServers), the second reaching etcd through etcdProxy so that its
 // caches can be made to lag. Every kube-apiserver reaches etcd through a
 // proxy of etcdProxies, which can delay its Widget writes after admission
 // (commit-delay).
@@ -55,15 +55,17 @@ type cluster struct {
 	// the second's proxy to etcd (marking the ConfigMap storage's
 	// connection), and the operator's HTTPS_PROXY to the servers' advertised
 	// addresses, which its barrier probes.
-	two       *testenv.TwoAPIServers
+	two       *testenv.Cluster
 	etcdProxy *faultProxy
 	connect   *connectProxy
 	// etcdProxies are every kube-apiserver's way to etcd, the first's first
 	// (the second's is etcdProxy).
 	etcdProxies []*faultProxy
-	cfg         *rest.Config
-	scheme      *runtime.Scheme
-	admin       client.WithWatch
+	// tc is the control plane as testenv started it.
+	tc     *testenv.Cluster
+	cfg    *rest.Config
+	scheme *runtime.Scheme
+	admin  client.WithWatch
 	// adminUser is the envtest admin's username: the operator runs as it and
 	// the FencedLease webhook trusts it as the controller.
 	adminUser       string
@@ -102,81 +104,55 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 // test/crds and the webhook configurations of config/webhook, pointed at the
 // port and certificate envtest allocates for the operator.
 func startCluster(ctx context.Context, root, dir, managerBin string, leaseSeconds int32, enforcement string) (*cluster, error) {
-	scheme := testenv.NewScheme()
 	var (
-		configErr   error
 		etcdAddr    string // etcd's own address
 		etcdProxies []*faultProxy
-	)
-	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
-		env.ControlPlaneStartTimeout = 90 * time.Second
-		env.ControlPlaneStopTimeout = 30 * time.Second
-		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
-		if enforcement == operator.EnforcementPolicy {
-			configErr = testenv.PolicyModeWebhooks(root, env)
-		}
-		if err := testenv.EtcdVia(env, func(etcd string) (string, error) {
-			p, err := newEtcdProxy(etcd, nil, widgetWrites)
-			if err != nil {
-				return "", err
-			}
-			etcdAddr, etcdProxies = etcd, append(etcdProxies, p)
-			return p.Addr(), nil
-		}); err != nil && configErr == nil {
-			configErr = err
-		}
-	}}
-	var (
-		env       *envtest.Environment
-		cfg       *rest.Config
-		two       *testenv.TwoAPIServers
-		etcdProxy *faultProxy
-		err       error
+		etcdProxy   *faultProxy
 	)
 	closeProxies := func() {
 		for _, p := range etcdProxies {
 			p.Close()
 		}
 	}
-	if enforcement == operator.EnforcementPolicy {
+	policyMode := enforcement == operator.EnforcementPolicy
+	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Policy: policyMode, TwoAPIServers: policyMode,
+		EtcdVia: func(etcd string) (string, error) {
+			p, err := newEtcdProxy(etcd, nil, widgetWrites)
+			if err != nil {
+				return "", err
+			}
+			etcdAddr, etcdProxies = etcd, append(etcdProxies, p)
+			return p.Addr(), nil
+		},
+		Configure: func(env *envtest.Environment) {
+			env.ControlPlaneStartTimeout = 90 * time.Second
+			env.ControlPlaneStopTimeout = 30 * time.Second
+			env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
+		}}
+	if policyMode {
 		// The second server copies the first's flags, so its etcd address is
 		// the first's proxy: it gets its own, to etcd itself.
-		two, err = testenv.StartTwo(in, testenv.SecondEtcdVia(func(string) (string, error) {
+		in.SecondEtcdVia = func(string) (string, error) {
 			p, err := newEtcdProxy(etcdAddr, []byte(configMapsKey), widgetWrites)
 			if err != nil {
 				return "", err
 			}
 			etcdProxy, etcdProxies = p, append(etcdProxies, p)
 			return p.Addr(), nil
-		}))
-		if err == nil {
-			env, cfg = two.Env, two.Config
-		}
-	} else {
-		env, cfg, err = testenv.Start(in)
-	}
-	if err == nil && configErr != nil {
-		err = configErr
-		if two != nil {
-			_ = two.Stop()
-		} else {
-			_ = env.Stop()
 		}
 	}
+	tc, err := testenv.Start(ctx, in)
 	if err != nil {
 		closeProxies()
 		return nil, err
 	}
-	c := &cluster{env: env, cfg: cfg, two: two, etcdProxy: etcdProxy, etcdProxies: etcdProxies, scheme: scheme, dir: dir,
-		managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement}
-	if c.admin, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		return c, err
+	env, cfg := tc.Env, tc.Config
+	c := &cluster{env: env, cfg: cfg, etcdProxy: etcdProxy, etcdProxies: etcdProxies, scheme: tc.Scheme, dir: dir,
+		managerBin: managerBin, leaseSeconds: leaseSeconds, enforcement: enforcement,
+		tc: tc, admin: tc.Admin, adminUser: tc.AdminUser}
+	if policyMode {
+		c.two = tc
 	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.admin.Create(ctx, review); err != nil {
-		return c, fmt.Errorf("asking who the admin is: %w", err)
-	}
-	c.adminUser = review.Status.UserInfo.Username
 	c.adminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(c.adminKubeconfig, env.KubeConfig, 0o600); err != nil {
 		return c, err
@@ -202,8 +178,8 @@ func startCluster(ctx context.Context, root, dir, managerBin string, leaseSecond
 	if err := clientcmd.WriteToFile(*kc, c.operatorKubeconfig); err != nil {
 		return c, err
 	}
-	if two != nil {
-		if c.connect, err = newConnectProxy(two.Config.Dial, two.First.Host, two.Second.Host); err != nil {
+	if c.two != nil {
+		if c.connect, err = newConnectProxy(c.two.Config.Dial, c.two.First.Host, c.two.Second.Host); err != nil {
 			return c, err
 		}
 	}
@@ -222,8 +198,8 @@ func (c *cluster) setUp(ctx context.Context) error {
 	if err := installHeartbeatPolicy(ctx, c.admin); err != nil {
 		return err
 	}
-	rules := append([]rbacv1.PolicyRule{heartbeatRule}, testenv.ClientRules...)
-	return testenv.GrantClusterRole(ctx, c.admin, "kubefence-history-worker", workersGroup, rules...)
+	rules := append([]rbacv1.PolicyRule{heartbeatRule}, devenv.ClientRules...)
+	return devenv.GrantClusterRole(ctx, c.admin, "kubefence-history-worker", workersGroup, rules...)
 }
 
 // heartbeatRule lets a worker create and renew its heartbeat Leases (the
@@ -347,10 +323,7 @@ func (c *cluster) stop() error {
 	if c.operatorLog != nil {
 		_ = c.operatorLog.Close()
 	}
-	if c.two != nil {
-		return c.two.Stop()
-	}
-	return c.env.Stop()
+	return c.tc.Stop()
 }
 
 // createLease creates a FencedLease of the run's duration.

@@ -4,18 +4,18 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 // proc is a child process: the operator or a worker.
-type proc = testenv.Proc
+type proc = devenv.Proc
 
 // startProc starts bin with args, env added to this process's environment,
-// and its output to stdout and stderr (testenv.StartProc: it dies with the
+// and its output to stdout and stderr (devenv.StartProc: it dies with the
 // test).
 func startProc(name, bin string, args, env []string, stdout, stderr *os.File) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	return testenv.StartProc(name, cmd)
+	return devenv.StartProc(name, cmd)
 }

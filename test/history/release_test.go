@@ -16,6 +16,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/history/checker"
@@ -205,7 +206,7 @@ func (c *cluster) staleWriteAfterRelease(ctx context.Context, maxHold time.Durat
 	if err := electors["rel-a"].Release(ctx); err != nil {
 		return "", fmt.Errorf("rel-a's release: %w", err)
 	}
-	stale := fence.NewFencedClient(clients["rel-a"], releaseLease, testenv.FixedToken(token))
+	stale := fence.NewFencedClient(clients["rel-a"], releaseLease, devenv.FixedToken(token))
 	sent := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- stale.Create(ctx, w) }()

@@ -83,6 +83,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/policy"
 	leasewebhook "github.com/kubefence/kubefence/controllers/webhooks/fencedlease"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -159,7 +160,7 @@ func New(root string, o operator.Options) (*Admission, error) {
 		}
 		configs = append(configs, cfg)
 	} else {
-		for _, path := range testenv.WebhookPaths(root) {
+		for _, path := range devenv.WebhookPaths(root) {
 			cfg, err := readWebhooks(path)
 			if err != nil {
 				return nil, err

@@ -127,22 +127,26 @@ func startAPIServer(t *testing.T, crdPaths ...string) *apiServer {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = apiextensionsv1.AddToScheme(scheme)
-	env, cfg, err := testenv.Start(testenv.Input{Scheme: scheme, Configure: func(env *envtest.Environment) {
+	c, kc := startInstaller(t, testenv.Input{Scheme: scheme, Configure: func(env *envtest.Environment) {
 		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = crdPaths, true
-	}})
+	}}, t.TempDir())
+	return &apiServer{env: c.Env, c: c.Admin, kubectl: []string{filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "--kubeconfig=" + kc}}
+}
+
+// startInstaller starts the control plane of in (the test's cleanup stops
+// it) and writes into dir the kubeconfig of an installer (system:masters).
+func startInstaller(t *testing.T, in testenv.Input, dir string) (*testenv.Cluster, string) {
+	t.Helper()
+	c, err := testenv.Start(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	t.Cleanup(func() { _ = c.Stop() })
+	kc, err := c.Kubeconfig(dir, "installer", "system:masters")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := testenv.Kubeconfig(env, t.TempDir(), envtest.User{Name: "installer", Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &apiServer{env: env, c: c, kubectl: []string{filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "--kubeconfig=" + kc}}
+	return c, kc
 }
 
 // apply runs kubectl apply --server-side, with args (--dry-run=server, say),

@@ -179,14 +179,7 @@ func TestChartRails(t *testing.T) {
 		"--set", "podAnnotations.example\\.com/owner=platform", "--set", "networkPolicy.enabled=true",
 		"--set", "networkPolicy.metrics.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
 		"--set", "metrics.perLease=false"))
-	y := func(k string) string {
-		o, ok := objs[k]
-		if !ok {
-			t.Fatalf("no %s rendered; have %v", k, keysOf(objs))
-		}
-		b, _ := sigsyaml.Marshal(o)
-		return string(b)
-	}
+	y := func(k string) string { return renderedYAML(t, objs, k) }
 	dep := y("Deployment kubefence-system/kubefence-controller-manager")
 	for _, want := range []string{"- name: regcred", "team: platform", "example.com/owner: platform", "--metrics-per-lease=false",
 		"kubectl.kubernetes.io/default-container: manager"} {

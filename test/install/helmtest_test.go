@@ -34,35 +34,24 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
 func TestChartHelmTest(t *testing.T) {
 	testenv.SkipIfShort(t)
 	ctx := t.Context()
-	scheme := testenv.NewScheme()
-	env, cfg, err := testenv.Start(testenv.Input{Scheme: scheme, Configure: func(env *envtest.Environment) {
+	scheme := devenv.NewScheme()
+	dir := t.TempDir()
+	cluster, kc := startInstaller(t, testenv.Input{Scheme: scheme, Configure: func(env *envtest.Environment) {
 		// No webhook configurations (the chart installs them): only the
 		// serving port and certificate for the in-process webhooks.
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kc, err := testenv.Kubeconfig(env, dir, envtest.User{Name: "installer", Groups: []string{"system:masters"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}, dir)
+	env, c := cluster.Env, cluster.Admin
 	plugin := filepath.Join(dir, "kubectl-fence")
 	if b, err := exec.Command("go", "build", "-o", plugin, filepath.Join(root, "cmd", "kubectl-fence")).CombinedOutput(); err != nil {
 		t.Fatalf("building kubectl-fence: %v\n%s", err, b)
@@ -83,17 +72,17 @@ func TestChartHelmTest(t *testing.T) {
 
 	// The operator's webhooks, served in process; the chart's configurations
 	// pointed at them.
-	mgr, err := ctrl.NewManager(cfg, testenv.WebhookManagerOptions(env, scheme))
+	o := cluster.Webhooks()
+	o.ControllerUsers = []string{"system:serviceaccount:" + releaseNamespace + ":kubefence-controller-manager"}
+	m, err := cluster.ServeOperator(ctx, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.RegisterWebhooks(mgr, []string{"system:serviceaccount:" + releaseNamespace + ":kubefence-controller-manager"}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Serve(t, "operator webhooks", mgr.Start)
-	if err := testenv.WaitForWebhookServer(mgr, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() {
+		if err := m.Stop(30 * time.Second); err != nil {
+			t.Errorf("operator webhooks: %v", err)
+		}
+	})
 	w := env.WebhookInstallOptions
 	for _, name := range []string{"kubefence-validating-webhook-configuration", "kubefence-fencing-webhook-configuration"} {
 		var h admissionregistrationv1.ValidatingWebhookConfiguration
@@ -110,7 +99,7 @@ func TestChartHelmTest(t *testing.T) {
 		}
 	}
 
-	kubelet := startTestPodRunner(t, c, cfg.Host, cfg.CAData, plugin, dir)
+	kubelet := startTestPodRunner(t, c, cluster.Config.Host, cluster.Config.CAData, plugin, dir)
 	if out, err := helm("test", "kubefence", "--namespace", releaseNamespace, "--timeout", "2m"); err != nil {
 		t.Fatalf("helm test with the webhooks answering: %v", err)
 	} else {

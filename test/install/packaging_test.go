@@ -295,14 +295,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
 		"--set", "prometheusRule.labels.release=kube-prometheus-stack")
 	objs := normalizeRaw(t, out)
-	y := func(k string) string {
-		o, ok := objs[k]
-		if !ok {
-			t.Fatalf("no %s rendered; have %v", k, keysOf(objs))
-		}
-		b, _ := sigsyaml.Marshal(o)
-		return string(b)
-	}
+	y := func(k string) string { return renderedYAML(t, objs, k) }
 	dep := y("Deployment fence-ops/kubefence-controller-manager")
 	for _, want := range []string{"replicas: 3", "priorityClassName: system-cluster-critical",
 		"image: registry.example.com/kubefence:v9.9.9", "--controller-user=alice@example.com", "--lease-admin-group=platform-admins"} {
@@ -368,6 +361,18 @@ func TestChartValues(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "certificates/mode") {
 		t.Errorf("helm template with certificates.mode=vault: err %v, output %s; want a refusal naming certificates.mode", err, b)
 	}
+}
+
+// renderedYAML is the rendered object k ("Kind namespace/name") of objs, as
+// YAML; t fails if none was rendered.
+func renderedYAML(t *testing.T, objs map[string]map[string]any, k string) string {
+	t.Helper()
+	o, ok := objs[k]
+	if !ok {
+		t.Fatalf("no %s rendered; have %v", k, keysOf(objs))
+	}
+	b, _ := sigsyaml.Marshal(o)
+	return string(b)
 }
 
 func keysOf(m map[string]map[string]any) []string {

@@ -28,6 +28,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -177,7 +178,7 @@ func driveTraffic(t *testing.T, clientMetrics *fence.Metrics, n int) (ns string)
 		}
 	}
 
-	stale := fence.NewFencedClient(k8sClient, "job", testenv.FixedToken(na), fence.ClientConfig{Metrics: clientMetrics})
+	stale := fence.NewFencedClient(k8sClient, "job", devenv.FixedToken(na), fence.ClientConfig{Metrics: clientMetrics})
 	for i := range n {
 		if err := k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(w), w); err != nil {
 			t.Fatal(err)

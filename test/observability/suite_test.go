@@ -32,7 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
+	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Namespace: operatorNamespace, Setup: setup}))
 }
 
 // setup starts one manager as cmd/main.go runs it: the webhooks, the
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 func setup(ctx context.Context, c *testenv.Cluster) error {
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
-	_, err := cluster.ServeOperator(suiteCtx, testenv.Operator(operatorNamespace, cluster.AdminUser), func(_ *rest.Config, opts *ctrl.Options) {
+	_, err := cluster.ServeOperator(suiteCtx, cluster.Operator(), func(_ *rest.Config, opts *ctrl.Options) {
 		opts.LeaderElection = true
 		opts.LeaderElectionID = coordv1alpha1.LeaderElectionID
 		opts.LeaderElectionNamespace = operatorNamespace

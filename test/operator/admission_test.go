@@ -84,17 +84,7 @@ var _ = Describe("FencedLease admission (I6)", func() {
 	// allowInNamespace gives users extra rights in the spec's namespace (an
 	// over-broad RBAC set-up) and waits until the authorizer applies them.
 	allowInNamespace := func(rule rbacv1.PolicyRule, usernames ...string) {
-		name := "extra-" + strings.ReplaceAll(rule.Resources[0], "/", "-")
-		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: []rbacv1.PolicyRule{rule}}
-		Expect(k8sClient.Create(suiteCtx, role)).To(Succeed())
-		binding := &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		}
-		for _, u := range usernames {
-			binding.Subjects = append(binding.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u})
-		}
-		Expect(k8sClient.Create(suiteCtx, binding)).To(Succeed())
+		bindInNamespace(ns, "extra-"+strings.ReplaceAll(rule.Resources[0], "/", "-"), rule, usernames...)
 		_, subresource, _ := strings.Cut(rule.Resources[0], "/")
 		for _, u := range usernames {
 			Eventually(func() bool {

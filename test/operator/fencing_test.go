@@ -17,6 +17,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -26,7 +27,7 @@ var widget = testenv.GuardedWidget
 
 func getWidget(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(testenv.WidgetGVK)
+	u.SetGroupVersionKind(devenv.WidgetGVK)
 	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 	return u
 }
@@ -64,7 +65,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 		// The helper stopped A locally: its fenced client sends nothing.
 		Expect(fa.Update(suiteCtx, getWidget(ns, "w"))).To(MatchError(fence.ErrNotLeading))
 		// A buggy or paused A that writes anyway with its old token is refused by the API server.
-		staleA := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(tokenA))
+		staleA := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(tokenA))
 		w = getWidget(ns, "w")
 		_ = unstructured.SetNestedField(w.Object, "alice", "spec", "writer")
 		Expect(fence.IsStale(staleA.Update(suiteCtx, w))).To(BeTrue(), "update")
@@ -133,7 +134,7 @@ var _ = Describe("The seeds' scenario with the client helper", func() {
 					mine = last
 					cmu.Unlock()
 					if mine > 0 {
-						err := fence.NewFencedClient(users[user], "race", testenv.FixedToken(mine)).Patch(ctx, widget(ns, "w", "", "", ""),
+						err := fence.NewFencedClient(users[user], "race", devenv.FixedToken(mine)).Patch(ctx, widget(ns, "w", "", "", ""),
 							client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"writer":%q}}`, user))))
 						cmu.Lock()
 						writes++

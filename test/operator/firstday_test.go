@@ -16,6 +16,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -70,7 +71,7 @@ var _ = Describe("First-day mistakes in the client helper", func() {
 		Expect(c.errors(fence.ReasonForbidden) - before).To(BeNumerically("<=", 6))
 		Expect(len(c.log.get())).To(BeNumerically("<=", 2), "one line, and at most one more after 30 s: %v", c.log.get())
 
-		bindInNamespace(ns, "candidate", testenv.LeaseClientRule, name)
+		bindInNamespace(ns, "candidate", devenv.LeaseClientRule, name)
 		Eventually(c.journal.Identities, 20*time.Second).Should(Equal([]string{"eve"}))
 		Expect(c.Ready(nil)).To(Succeed())
 	})
@@ -155,22 +156,12 @@ func watchedElector(cl client.WithWatch, ns, lease, identity, user string, mutat
 
 // errors is kubefence_client_lease_errors_total of the elector's lease for reason.
 func (w *watchedClient) errors(reason string) float64 {
-	fams, err := w.reg.Gather()
+	n, ok, err := testenv.LeaseErrors(w.reg, reason)
 	Expect(err).NotTo(HaveOccurred())
-	for _, f := range fams {
-		if f.GetName() != "kubefence_client_lease_errors_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !ok {
+		Fail("no kubefence_client_lease_errors_total series for reason " + reason)
 	}
-	Fail("no kubefence_client_lease_errors_total series for reason " + reason)
-	return 0
+	return n
 }
 
 // logLines keeps the lines of a funcr logger.

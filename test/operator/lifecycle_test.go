@@ -28,6 +28,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/fencedlease"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 )
 
 var _ = Describe("FencedLease lifecycle", func() {
@@ -562,7 +563,7 @@ func (c *countingClient) writesOtherThanPatch() int {
 // pausableClient blocks writes while paused, like a stalled network path.
 type pausableClient struct {
 	client.WithWatch
-	gate testenv.Gate
+	gate fault.Gate
 }
 
 func (c *pausableClient) pause()  { c.gate.Close() }

@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
 	"github.com/kubefence/kubefence/test/testenv/specs"
 )
@@ -40,7 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
+	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: GinkgoWriter, Setup: setup}))
 }
 
 // The controller works in real time on a real API server; on a loaded CI
@@ -57,12 +58,11 @@ func TestControllers(t *testing.T) {
 // that controller managers can be stopped and started (restart, fail-over)
 // underneath it.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	testenv.Log(GinkgoWriter)
 	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
 	var err error
-	if users, _, err = c.Clients(ctx, "fencedlease-client", "kubefence:clients", append(testenv.ClientRules,
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: testenv.AllVerbs},
-		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: testenv.AllVerbs}),
+	if users, _, err = c.Clients(ctx, "fencedlease-client", "kubefence:clients", append(devenv.ClientRules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: devenv.AllVerbs},
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: devenv.AllVerbs}),
 		"alice", "bob", "carol", "dave"); err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 // FencedLease reconciler), which tests stop and start; with leaderElection it
 // competes for the manager lease like the deployed operator's replicas do.
 func startController(leaderElection bool) *controllerProcess {
-	m, err := cluster.StartController(suiteCtx, operatorNamespace, func(_ *rest.Config, opts *ctrl.Options) {
+	m, err := cluster.StartController(suiteCtx, cluster.Operator(), func(_ *rest.Config, opts *ctrl.Options) {
 		opts.LeaderElection = leaderElection
 		opts.LeaderElectionReleaseOnCancel = true
 	})

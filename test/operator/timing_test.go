@@ -5,10 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence/timing"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -28,14 +25,10 @@ var _ = Describe("The operator's clock contract", func() {
 		Expect(timing.Margin(seconds*time.Second, 0, timing.DefaultSkew, lag)).To(Equal(5 * time.Second))
 		Expect(timing.Margin(seconds*time.Second, 0, skew, timing.DefaultCommitLag)).To(Equal(5 * time.Second))
 
-		cfg, opts := rest.CopyConfig(cluster.Config), testenv.ControllerManagerOptions(cluster.Scheme, operatorNamespace)
-		mgr, err := ctrl.NewManager(cfg, opts)
-		Expect(err).NotTo(HaveOccurred())
-		o := testenv.Operator(operatorNamespace)
-		o.Webhooks = false
+		o := cluster.Operator()
 		o.Timing.CommitLag, o.WebhookSkew = lag, skew
-		Expect(operator.Setup(mgr, o)).To(Succeed())
-		m := cluster.Start(suiteCtx, mgr)
+		m, err := cluster.StartController(suiteCtx, o, nil)
+		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(m.Stop(30 * time.Second)).To(Succeed()) })
 
 		newLease(ns, "published", seconds, 0)

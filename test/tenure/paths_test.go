@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 func mergePatch(format string, args ...any) client.Patch {
@@ -99,7 +99,7 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 		Expect(fa.Apply(suiteCtx, cm, client.FieldOwner("alice"))).To(Succeed())
 		Expect(cm.UID).NotTo(BeNil(), "the API server's answer was not written back into the apply configuration")
 		var gotCM corev1.ConfigMap
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
 		Expect(gotCM.Labels).To(HaveKeyWithValue(coordv1alpha1.GuardLeaseLabel, "job"))
 		Expect(gotCM.Annotations).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(n, 10)))
 		Expect(gotCM.Data).To(HaveKeyWithValue("writer", "alice"))
@@ -116,11 +116,11 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 		Expect(nb).To(BeNumerically(">", n))
 		fb := bob.el.Client(users["bob"])
 		Expect(fb.Apply(suiteCtx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "bob"}), client.FieldOwner("alice"))).To(Succeed())
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
 		Expect(gotCM.Annotations).To(HaveKeyWithValue(coordv1alpha1.FencingTokenAnnotation, strconv.FormatInt(nb, 10)))
 
 		// Alice's apply with her old token is refused as stale, on both objects.
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		err := stale.Apply(suiteCtx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"writer": "alice"}), client.FieldOwner("alice"))
 		Expect(err).To(HaveOccurred(), "token %d applied after token %d was granted", n, nb)
 		Expect(fence.IsStale(err)).To(BeTrue(), "refusal not recognised as stale: %v", err)
@@ -128,7 +128,7 @@ var _ = Describe("FencedClient.Apply stamps server-side apply configurations", f
 		_ = unstructured.SetNestedField(w.Object, "alice-again", "spec", "writer")
 		err = stale.Apply(suiteCtx, client.ApplyConfigurationFromUnstructured(w), client.FieldOwner("alice"))
 		Expect(fence.IsStale(err)).To(BeTrue(), "stale apply of a Widget: %v", err)
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
+		Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "applied"}, &gotCM)).To(Succeed())
 		Expect(gotCM.Data).To(HaveKeyWithValue("writer", "bob"))
 		Expect(getWidget(ns, "applied").Object["spec"]).To(HaveKeyWithValue("writer", "init"))
 	})
@@ -145,11 +145,11 @@ var _ = Describe("Pod evictions are fenced", func() {
 		Expect(err).To(HaveOccurred(), "a non-holder evicted a guarded pod")
 		Expect(fence.IsStale(err)).To(BeTrue(), "refusal not recognised as stale: %v", err)
 		Expect(err.Error()).To(ContainSubstring("alice is not the holder of lease " + ns + "/job"))
-		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed())
+		Expect(cluster.Admin.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed())
 
 		Expect(evict("bob")).To(Succeed())
 		Eventually(func() bool {
-			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))
+			return apierrors.IsNotFound(cluster.Admin.Get(suiteCtx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))
 		}).Should(BeTrue(), "the holder's eviction did not delete the pod")
 		// An unguarded pod is not fenced: anyone RBAC allows evicts it.
 		free := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "free"}, Spec: pod.Spec}

@@ -23,7 +23,7 @@ import (
 // grantRevision watches lease ns/name and returns, once it comes, the
 // revision at which identity was granted.
 func grantRevision(ns, name, identity string) <-chan int64 {
-	w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
+	w, err := cluster.Admin.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(w.Stop)
 	rv := make(chan int64, 1)
@@ -145,7 +145,7 @@ var _ = Describe("A write admitted again after its client gave up commits before
 		Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
 		granted := grantRevision(ns, "job", "bob")
 		// The revision at which A's change shows.
-		w, err := k8sClient.Watch(suiteCtx, widget(ns, "x"), client.InNamespace(ns))
+		w, err := cluster.Admin.Watch(suiteCtx, widget(ns, "x"), client.InNamespace(ns))
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(w.Stop)
 		aCommitted := make(chan int64, 1)

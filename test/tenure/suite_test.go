@@ -30,18 +30,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/test/testenv/fault"
 	"github.com/kubefence/kubefence/test/testenv/specs"
 )
 
 const operatorNamespace = "kubefence-system"
 
 var (
-	// cluster is the control plane; k8sClient its admin's client.
-	cluster   *testenv.Cluster
-	k8sClient client.WithWatch
-	suiteCtx  context.Context
-	users     map[string]client.WithWatch
+	// cluster is the control plane (cluster.Admin its admin's client).
+	cluster  *testenv.Cluster
+	suiteCtx context.Context
+	users    map[string]client.WithWatch
 	// freeze holds the webhook manager's FencedLease watch: its informer
 	// cache then shows the leases as they were.
 	freeze = &watchFreezer{}
@@ -53,7 +54,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunCluster(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true}, operatorNamespace, setup))
+	os.Exit(testenv.Run(m, testenv.Input{Root: "../..", CRDs: true, Webhooks: true, Namespace: operatorNamespace, Log: GinkgoWriter, Setup: setup}))
 }
 
 func TestTenure(t *testing.T) {
@@ -67,15 +68,14 @@ func TestTenure(t *testing.T) {
 // runs the operator's webhooks on a manager whose FencedLease watch can be
 // frozen and whose answers can be delayed, and its reconciler.
 func setup(ctx context.Context, c *testenv.Cluster) error {
-	testenv.Log(GinkgoWriter)
-	suiteCtx, cluster, k8sClient = ctx, c, c.Admin
+	suiteCtx, cluster = ctx, c
 	var err error
 	if users, _, err = c.Clients(ctx, "tenure-client", "kubefence:clients", []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
 			Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
-		testenv.WidgetRule,
-		{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: testenv.AllVerbs},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: testenv.AllVerbs},
+		devenv.WidgetRule,
+		{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: devenv.AllVerbs},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: devenv.AllVerbs},
 	}, "alice", "bob", "mallory"); err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 		return err
 	}
 
-	_, err = c.StartController(ctx, operatorNamespace, nil)
+	_, err = c.StartController(ctx, c.Operator(), nil)
 	return err
 }
 
@@ -135,7 +135,7 @@ func (f *watchFreezer) gate() <-chan struct{} {
 }
 
 func (f *watchFreezer) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return fault.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err == nil && req.URL.Query().Get("watch") == "true" && strings.Contains(req.URL.Path, "/fencedleases") {
 			resp.Body = &frozenBody{ReadCloser: resp.Body, f: f}
@@ -206,7 +206,7 @@ func (r *readDelay) of(req *http.Request) time.Duration {
 }
 
 func (r *readDelay) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return fault.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		d := r.of(req)
 		resp, err := rt.RoundTrip(req)
 		time.Sleep(d)

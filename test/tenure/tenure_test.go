@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/hack/devenv"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -29,7 +29,7 @@ func widget(ns, name string) *unstructured.Unstructured {
 
 func getWidget(ns, name string) *unstructured.Unstructured {
 	u := widget(ns, name)
-	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
+	Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 	return u
 }
 
@@ -40,7 +40,7 @@ func newNamespace() string {
 }
 
 func newLease(ns, name string, seconds int32, requests ...coordv1alpha1.LeaseRequest) {
-	Expect(k8sClient.Create(suiteCtx, &coordv1alpha1.FencedLease{
+	Expect(cluster.Admin.Create(suiteCtx, &coordv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: seconds, Requests: requests},
 	})).To(Succeed())
@@ -48,7 +48,7 @@ func newLease(ns, name string, seconds int32, requests ...coordv1alpha1.LeaseReq
 
 func getLease(ns, name string) *coordv1alpha1.FencedLease {
 	l := &coordv1alpha1.FencedLease{}
-	Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, l)).To(Succeed())
+	Expect(cluster.Admin.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name}, l)).To(Succeed())
 	return l
 }
 
@@ -75,7 +75,7 @@ func leadsWithPod(user string) (string, client.Client, *corev1.Pod) {
 	ns, e, _ := leadsNew(user)
 	// Guarded pods live only in namespaces labelled kubefence.io/fencing,
 	// where their evictions are fenced (the pod-scope webhook entry).
-	Expect(k8sClient.Patch(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType,
+	Expect(cluster.Admin.Patch(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"`+coordv1alpha1.FencingNamespaceLabel+`":"enabled"}}}`)))).To(Succeed())
 	fc := e.el.Client(users[user])
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
@@ -178,7 +178,7 @@ var _ = Describe("The old holder's writes after its tenure ended, whatever the w
 			l := getLease(ns, "job")
 			Expect(users["operator"].Delete(suiteCtx, l)).To(Succeed())
 			Eventually(func() bool {
-				return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(l), &coordv1alpha1.FencedLease{}))
+				return apierrors.IsNotFound(cluster.Admin.Get(suiteCtx, client.ObjectKeyFromObject(l), &coordv1alpha1.FencedLease{}))
 			}).Should(BeTrue())
 			newLease(ns, "job", 30)
 		}},
@@ -215,7 +215,7 @@ var _ = Describe("The old holder's writes after its tenure ended, whatever the w
 
 			// The old holder's write with its old token, on an object the new
 			// holder has not written: refused as stale.
-			stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+			stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 			y := getWidget(ns, "y")
 			_ = unstructured.SetNestedField(y.Object, "alice", "spec", "writer")
 			err := stale.Update(suiteCtx, y)
@@ -241,26 +241,14 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 			coordv1alpha1.LeaseRequest{HolderIdentity: "bob", User: "bob"})
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
 		n := getLease(ns, "job").Status.FencingToken
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		const writers = 5
 		for i := range writers {
 			Expect(stale.Create(suiteCtx, widget(ns, fmt.Sprintf("w%d", i)))).To(Succeed())
 		}
 
 		// Record the revision at which bob's grant committed.
-		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		defer w.Stop()
-		grantRV := make(chan int64, 1)
-		go func() {
-			for ev := range w.ResultChan() {
-				if l, ok := ev.Object.(*coordv1alpha1.FencedLease); ok && l.Status.HolderIdentity == "bob" {
-					rv, _ := strconv.ParseInt(l.ResourceVersion, 10, 64)
-					grantRV <- rv
-					return
-				}
-			}
-		}()
+		grantRV := grantRevision(ns, "job", "bob")
 
 		answerDelay.Store(int64(500 * time.Millisecond))
 		defer answerDelay.Store(0)
@@ -317,40 +305,25 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		// controller user, which the FencedLease webhook does not check).
 		_, cfg, err := cluster.User("operator", "system:masters")
 		Expect(err).NotTo(HaveOccurred())
-		warned := &warnings{}
-		cfg = rest.CopyConfig(cfg)
-		cfg.WarningHandler, cfg.WarningHandlerWithContext = nil, warned
-		operator, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
+		operator, warned, err := cluster.Warned(cfg)
 		Expect(err).NotTo(HaveOccurred())
 		lease := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
 			Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 2}}
 		Expect(operator.Create(suiteCtx, lease)).To(Succeed())
-		Expect(warned.all()).To(ContainElement(ContainSubstring("commit-lag bound shrinks to L/10 = 200ms")),
+		Expect(warned.All()).To(ContainElement(ContainSubstring("commit-lag bound shrinks to L/10 = 200ms")),
 			"creating a 2 s lease gave no warning that its commit-lag bound shrinks")
 		// alice, then bob, queue (written as the controller, in one step).
-		Expect(k8sClient.Patch(suiteCtx, lease, client.RawPatch(types.MergePatchType,
+		Expect(cluster.Admin.Patch(suiteCtx, lease, client.RawPatch(types.MergePatchType,
 			[]byte(`{"spec":{"requests":[{"holderIdentity":"alice","user":"alice"},{"holderIdentity":"bob","user":"bob"}]}}`)))).To(Succeed())
 		// alice is granted and never renews: the controller expires her at
 		// expireTime E and grants bob.
 		Eventually(func() string { return getLease(ns, "job").Status.HolderIdentity }).Should(Equal("alice"))
 		l := getLease(ns, "job")
 		n, e := l.Status.FencingToken, l.Status.ExpireTime.Time
-		stale := fence.NewFencedClient(users["alice"], "job", testenv.FixedToken(n))
+		stale := fence.NewFencedClient(users["alice"], "job", devenv.FixedToken(n))
 		Expect(stale.Create(suiteCtx, widget(ns, "w"))).To(Succeed())
 
-		w, err := k8sClient.Watch(suiteCtx, &coordv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		defer w.Stop()
-		grantRV := make(chan int64, 1)
-		go func() {
-			for ev := range w.ResultChan() {
-				if l, ok := ev.Object.(*coordv1alpha1.FencedLease); ok && l.Status.HolderIdentity == "bob" {
-					rv, _ := strconv.ParseInt(l.ResourceVersion, 10, 64)
-					grantRV <- rv
-					return
-				}
-			}
-		}()
+		grantRV := grantRevision(ns, "job", "bob")
 
 		slowReads.set(ns, 400*time.Millisecond)
 		defer slowReads.set("", 0)
@@ -398,21 +371,3 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		}
 	})
 })
-
-// warnings records the admission warnings a client was given.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, text)
-}
-
-func (w *warnings) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.msgs...)
-}

@@ -26,63 +26,41 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// The addresses of the two kube-apiservers of StartTwo. Each binds a
-// loopback address, the same port on both (--bind-address), and advertises a
-// documentation address (TEST-NET-3, routed nowhere; --advertise-address):
-// kube-apiserver refuses a loopback advertise address with its endpoint
-// reconciler ("may not be in the loopback range"), so the endpoints of the
-// default/kubernetes Service list the advertised addresses, and
-// TwoAPIServers.Config dials each advertised address at its server's bound
-// one, as a network address translation would.
+// The addresses of the two kube-apiservers of Input.TwoAPIServers. Each
+// binds a loopback address, the same port on both (--bind-address), and
+// advertises a documentation address (TEST-NET-3, routed nowhere;
+// --advertise-address): kube-apiserver refuses a loopback advertise address
+// with its endpoint reconciler ("may not be in the loopback range"), so the
+// endpoints of the default/kubernetes Service list the advertised addresses,
+// and Cluster.Config dials each advertised address at its server's bound one,
+// as a network address translation would.
+//
+// The second server has the first's flags, certificates, service-account keys
+// and client CA. Both use the lease endpoint reconciler (kube-apiserver's
+// default), so each lists itself in the endpoints of default/kubernetes and a
+// killed one leaves them when its master lease expires. The serving
+// certificate is envtest's, shared: valid for localhost and firstIP, not for
+// secondIP. A client that addresses the second server directly verifies it
+// under a name the certificate holds (tls ServerName firstIP), as a client of
+// a real control plane verifies every member under the load balancer's name.
+// It works on Linux only (it reads the first server's command line from
+// /proc).
 const (
-	FirstAPIServerIP  = "127.0.0.1"
-	SecondAPIServerIP = "127.0.0.2"
+	firstIP  = "127.0.0.1"
+	secondIP = "127.0.0.2"
 
-	FirstAdvertisedIP  = "203.0.113.1"
-	SecondAdvertisedIP = "203.0.113.2"
+	firstAdvertisedIP  = "203.0.113.1"
+	secondAdvertisedIP = "203.0.113.2"
 )
 
 // twoStartTimeout bounds the start of the second kube-apiserver and the wait
 // for both to be listed in the kubernetes Service's endpoints.
 const twoStartTimeout = 60 * time.Second
 
-// TwoAPIServers is a control plane of two kube-apiservers on one etcd (the
-// shape of a highly available control plane): envtest's, and a second one
-// with the same flags, certificates, service-account keys and client CA,
-// bound to SecondAPIServerIP on the same port (see FirstAPIServerIP for the
-// addresses they advertise). Both use the lease endpoint
-// reconciler (kube-apiserver's default), so each lists itself in the
-// endpoints of default/kubernetes and a killed one leaves them when its
-// master lease expires.
-//
-// The serving certificate is envtest's, shared: valid for localhost and
-// FirstAPIServerIP, not for SecondAPIServerIP. A client that addresses the
-// second server directly verifies it under a name the certificate holds
-// (tls ServerName FirstAPIServerIP), as a client of a real control plane
-// verifies every member under the load balancer's name.
-//
-// Start it with StartTwo and stop it with Stop. It works on Linux only (it
-// reads the first server's command line from /proc).
-type TwoAPIServers struct {
-	// Env is envtest's environment; its API server is First.
-	Env *envtest.Environment
-	// Config is the admin's configuration, addressing First (as Start's),
-	// with a Dial function that reaches each advertised address (IP:port) at
-	// its server's bound one: configurations copied from it reach the
-	// servers at the addresses the kubernetes Service lists.
-	Config *rest.Config
-	// First is envtest's kube-apiserver: it can be paused, not killed or
-	// restarted (envtest stops it).
-	First *APIServerProcess
-	// Second is the additional kube-apiserver: it can be paused, stopped,
-	// killed and started again.
-	Second *APIServerProcess
-}
-
-// APIServerProcess is one kube-apiserver process of TwoAPIServers.
+// APIServerProcess is one kube-apiserver process of Input.TwoAPIServers.
 type APIServerProcess struct {
 	// Host is the address it advertises, IP:port, as the endpoints of the
-	// kubernetes Service list it (reachable with TwoAPIServers.Config's Dial).
+	// kubernetes Service list it (reachable with Cluster.Config's Dial).
 	Host string
 	// Bind is the address it listens on, IP:port.
 	Bind string
@@ -120,88 +98,54 @@ func (t *tail) String() string {
 	return string(t.buf)
 }
 
-// TwoOption changes how StartTwo starts the second kube-apiserver.
-type TwoOption func(*twoOptions)
-
-type twoOptions struct {
-	secondEtcd func(etcd string) (string, error)
-}
-
-// SecondEtcdVia makes the second kube-apiserver reach etcd at the address
-// (host:port) via returns for etcd's own, for instance a proxy's that can
-// delay what etcd sends it, so that its caches fall behind the first's.
-func SecondEtcdVia(via func(etcd string) (string, error)) TwoOption {
-	return func(o *twoOptions) { o.secondEtcd = via }
-}
-
-// StartTwo starts the control plane of in (as Start does) with its
-// kube-apiserver on FirstAPIServerIP advertising FirstAdvertisedIP, then a
-// second kube-apiserver on SecondAPIServerIP advertising SecondAdvertisedIP,
-// and waits until both serve and both are listed in the endpoints of the
-// kubernetes Service.
-func StartTwo(in Input, opts ...TwoOption) (*TwoAPIServers, error) {
-	var o twoOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+// bindFirst binds env's kube-apiserver to firstIP, on a port free on
+// secondIP too, advertising firstAdvertisedIP; it returns the port.
+func bindFirst(env *envtest.Environment) (string, error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	configure := in.Configure
-	in.Configure = func(env *envtest.Environment) {
-		if configure != nil {
-			configure(env)
-		}
-		api := env.ControlPlane.GetAPIServer()
-		api.SecureServing.Address = FirstAPIServerIP
-		api.SecureServing.Port = port
-		// Without it kube-apiserver advertises the host's default interface
-		// (a loopback bind address does not count), the same for both.
-		api.Configure().Set("advertise-address", FirstAdvertisedIP)
-	}
-	env, cfg, err := Start(in)
-	if err != nil {
-		return nil, err
-	}
-	two := &TwoAPIServers{Env: env, Config: cfg}
-	if err := two.startSecond(o); err != nil {
-		_ = two.Stop()
-		return nil, err
-	}
-	return two, nil
+	api := env.ControlPlane.GetAPIServer()
+	api.SecureServing.Address = firstIP
+	api.SecureServing.Port = port
+	// Without it kube-apiserver advertises the host's default interface
+	// (a loopback bind address does not count), the same for both.
+	api.Configure().Set("advertise-address", firstAdvertisedIP)
+	return port, nil
 }
 
-// freePort is a port free on both FirstAPIServerIP and SecondAPIServerIP.
+// freePort is a port free on both firstIP and secondIP.
 func freePort() (string, error) {
 	for range 10 {
-		l1, err := net.Listen("tcp", net.JoinHostPort(FirstAPIServerIP, "0"))
+		l1, err := net.Listen("tcp", net.JoinHostPort(firstIP, "0"))
 		if err != nil {
 			return "", err
 		}
 		_, port, _ := net.SplitHostPort(l1.Addr().String())
-		l2, err := net.Listen("tcp", net.JoinHostPort(SecondAPIServerIP, port))
+		l2, err := net.Listen("tcp", net.JoinHostPort(secondIP, port))
 		_ = l1.Close()
 		if err == nil {
 			_ = l2.Close()
 			return port, nil
 		}
 	}
-	return "", fmt.Errorf("no port free on both %s and %s after 10 tries", FirstAPIServerIP, SecondAPIServerIP)
+	return "", fmt.Errorf("no port free on both %s and %s after 10 tries", firstIP, secondIP)
 }
 
-func (two *TwoAPIServers) startSecond(o twoOptions) error {
-	api := two.Env.ControlPlane.APIServer
-	if api.SecureServing.Address != FirstAPIServerIP {
-		return fmt.Errorf("envtest's kube-apiserver listens on %s, not on %s", api.SecureServing.Address, FirstAPIServerIP)
+// startSecond starts the second kube-apiserver: the first's flags, but bound
+// to and advertising the second address, reaching etcd through etcdVia if
+// not nil.
+func (c *Cluster) startSecond(port string, etcdVia func(etcd string) (string, error)) error {
+	api := c.Env.ControlPlane.APIServer
+	if api.SecureServing.Address != firstIP {
+		return fmt.Errorf("envtest's kube-apiserver listens on %s, not on %s", api.SecureServing.Address, firstIP)
 	}
 	pid, args, err := findProcess(api.Path, "--cert-dir="+api.CertDir)
 	if err != nil {
 		return fmt.Errorf("finding envtest's kube-apiserver: %w", err)
 	}
-	port := api.SecureServing.Port
-	two.First = &APIServerProcess{
-		Host: net.JoinHostPort(FirstAdvertisedIP, port), Bind: net.JoinHostPort(FirstAPIServerIP, port),
+	c.First = &APIServerProcess{
+		Host: net.JoinHostPort(firstAdvertisedIP, port), Bind: net.JoinHostPort(firstIP, port),
 		path: api.Path, args: args, pid: pid,
 	}
 	// The same flags, but bound to and advertising the second address; the
@@ -210,23 +154,23 @@ func (two *TwoAPIServers) startSecond(o twoOptions) error {
 	second := slices.DeleteFunc(slices.Clone(args), func(a string) bool {
 		return strings.HasPrefix(a, "--bind-address=") || strings.HasPrefix(a, "--advertise-address=")
 	})
-	second = append(second, "--bind-address="+SecondAPIServerIP, "--advertise-address="+SecondAdvertisedIP)
-	if o.secondEtcd != nil {
-		if second, err = viaEtcd(second, o.secondEtcd); err != nil {
+	second = append(second, "--bind-address="+secondIP, "--advertise-address="+secondAdvertisedIP)
+	if etcdVia != nil {
+		if second, err = viaEtcd(second, etcdVia); err != nil {
 			return err
 		}
 	}
-	two.Second = &APIServerProcess{
-		Host: net.JoinHostPort(SecondAdvertisedIP, port), Bind: net.JoinHostPort(SecondAPIServerIP, port),
+	c.Second = &APIServerProcess{
+		Host: net.JoinHostPort(secondAdvertisedIP, port), Bind: net.JoinHostPort(secondIP, port),
 		owned: true, path: api.Path, args: second,
 	}
-	two.Config.Dial = two.dial
+	c.Config.Dial = c.dial
 	ctx, cancel := context.WithTimeout(context.Background(), twoStartTimeout)
 	defer cancel()
-	if err := two.Second.Start(ctx, two.Config); err != nil {
+	if err := c.Second.Start(ctx, c.Config); err != nil {
 		return err
 	}
-	return two.WaitListed(ctx, two.First.Host, two.Second.Host)
+	return c.WaitListed(ctx, c.First.Host, c.Second.Host)
 }
 
 // viaEtcd replaces the etcd address of --etcd-servers=http://<host:port> in
@@ -253,8 +197,8 @@ func viaEtcd(args []string, via func(etcd string) (string, error)) ([]string, er
 
 // dial dials the advertised address of either server at its bound address,
 // and any other address as it is.
-func (two *TwoAPIServers) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	for _, p := range []*APIServerProcess{two.First, two.Second} {
+func (c *Cluster) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	for _, p := range []*APIServerProcess{c.First, c.Second} {
 		if address == p.Host {
 			address = p.Bind
 		}
@@ -263,28 +207,24 @@ func (two *TwoAPIServers) dial(ctx context.Context, network, address string) (ne
 	return d.DialContext(ctx, network, address)
 }
 
-// Stop resumes a paused server, stops the second kube-apiserver, then
-// envtest's control plane.
-func (two *TwoAPIServers) Stop() error {
+// stopSecond resumes a paused server and stops the second kube-apiserver.
+func (c *Cluster) stopSecond() error {
 	var errs []error
-	for _, p := range []*APIServerProcess{two.First, two.Second} {
+	for _, p := range []*APIServerProcess{c.First, c.Second} {
 		if p != nil {
 			errs = append(errs, p.Resume())
 		}
 	}
-	if two.Second != nil {
-		errs = append(errs, two.Second.Stop())
-	}
-	if err := two.Env.Stop(); err != nil {
-		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+	if c.Second != nil {
+		errs = append(errs, c.Second.Stop())
 	}
 	return errors.Join(errs...)
 }
 
 // Listed are the addresses (IP:port) the endpoints of the kubernetes Service
 // list, sorted, read through the first server.
-func (two *TwoAPIServers) Listed(ctx context.Context) ([]string, error) {
-	cs, err := kubernetes.NewForConfig(two.Config)
+func (c *Cluster) Listed(ctx context.Context) ([]string, error) {
+	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -312,13 +252,13 @@ func (two *TwoAPIServers) Listed(ctx context.Context) ([]string, error) {
 
 // WaitListed waits until the endpoints of the kubernetes Service list exactly
 // hosts.
-func (two *TwoAPIServers) WaitListed(ctx context.Context, hosts ...string) error {
+func (c *Cluster) WaitListed(ctx context.Context, hosts ...string) error {
 	want := slices.Clone(hosts)
 	sortUnique(&want)
 	var got []string
 	var err error
 	for {
-		if got, err = two.Listed(ctx); err == nil && slices.Equal(got, want) {
+		if got, err = c.Listed(ctx); err == nil && slices.Equal(got, want) {
 			return nil
 		}
 		select {

@@ -7,18 +7,11 @@ import (
 	"github.com/kubefence/kubefence/hack/devenv"
 )
 
-// WidgetGVK is the guarded example kind (devenv.WidgetGVK).
-var WidgetGVK = devenv.WidgetGVK
-
-// FixedToken is a fence.TokenSource that always offers one token
-// (devenv.FixedToken).
-type FixedToken = devenv.FixedToken
-
-// Widget is an empty Widget named ns/name: a reference to get into, or the
+// Widget is an empty Widget (devenv.WidgetGVK, the guarded example kind) named ns/name: a reference to get into, or the
 // start of one to create.
 func Widget(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(WidgetGVK)
+	u.SetGroupVersionKind(devenv.WidgetGVK)
 	u.SetNamespace(ns)
 	u.SetName(name)
 	return u

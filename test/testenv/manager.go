@@ -5,26 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 )
 
-// Webhooks are the options of the operator's webhooks alone (no
-// reconciler), the admin trusted as the controller: RegisterWebhooks.
-func (c *Cluster) Webhooks() operator.Options { return webhooksOnly([]string{c.AdminUser}) }
-
 // ServeOperator starts a manager running the operator o (operator.Setup)
-// until ctx ends, and returns it once its webhook server serves. Its options
-// are WebhookManagerOptions and its rest config a copy of Config, both
-// changed by configure first if it is not nil (to wrap the transport or the
-// webhook server, or to elect a leader).
+// until ctx ends, and returns it once its webhook server serves. Its webhook
+// server listens where Env.WebhookInstallOptions (prepared by Start) points
+// the API server, with their certificates; it has no metrics server, and
+// controller names may repeat across the managers of one process. Its rest
+// config is a copy of Config. configure, if not nil, changes both first (to
+// wrap the transport or the webhook server, or to elect a leader).
 func (c *Cluster) ServeOperator(ctx context.Context, o operator.Options, configure func(*rest.Config, *ctrl.Options)) (*Manager, error) {
-	cfg, opts := rest.CopyConfig(c.Config), WebhookManagerOptions(c.Env, c.Scheme)
+	wopts := c.Env.WebhookInstallOptions
+	cfg, opts := rest.CopyConfig(c.Config), managerOptions(c.Scheme)
+	opts.WebhookServer = webhook.NewServer(webhook.Options{
+		Host: wopts.LocalServingHost, Port: wopts.LocalServingPort, CertDir: wopts.LocalServingCertDir,
+	})
 	if configure != nil {
 		configure(cfg, &opts)
 	}
@@ -36,20 +43,30 @@ func (c *Cluster) ServeOperator(ctx context.Context, o operator.Options, configu
 		return nil, err
 	}
 	m := c.Start(ctx, mgr)
-	if err := WaitForWebhookServer(mgr, 30*time.Second); err != nil {
-		m.cancel()
-		return nil, errors.Join(err, m.Err())
+	for deadline := time.Now().Add(30 * time.Second); mgr.GetWebhookServer().StartedChecker()(nil) != nil; {
+		if time.Now().After(deadline) {
+			m.cancel()
+			return nil, errors.Join(errors.New("the webhook server did not start within 30s"), m.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return m, nil
 }
 
 // StartController starts a controller process until ctx ends: a manager
-// running the FencedLease reconciler alone (SetupReconciler, its epoch store
-// in namespace). Its options are ControllerManagerOptions and its rest config
-// a copy of Config; configure, if not nil, changes them first (leader
-// election, a fault transport). Stop stops it.
-func (c *Cluster) StartController(ctx context.Context, namespace string, configure func(*rest.Config, *ctrl.Options)) (*Manager, error) {
-	cfg, opts := rest.CopyConfig(c.Config), ControllerManagerOptions(c.Scheme, namespace)
+// running the reconciler of the operator o alone (operator.Setup with
+// o.Webhooks false; its epoch store in o.Namespace), as cmd/main.go sets it
+// up. It has no metrics or probe servers, controller names may repeat across
+// the managers of one process, and, should configure turn leader election
+// on, it elects with the deployed operator's Lease
+// (coordv1alpha1.LeaderElectionID in o.Namespace). Its rest config is a copy
+// of Config; configure, if not nil, changes both first (leader election, a
+// fault transport). Stop stops it.
+func (c *Cluster) StartController(ctx context.Context, o operator.Options, configure func(*rest.Config, *ctrl.Options)) (*Manager, error) {
+	cfg, opts := rest.CopyConfig(c.Config), managerOptions(c.Scheme)
+	opts.HealthProbeBindAddress = "0"
+	opts.LeaderElectionID = coordv1alpha1.LeaderElectionID
+	opts.LeaderElectionNamespace = o.Namespace
 	if configure != nil {
 		configure(cfg, &opts)
 	}
@@ -57,22 +74,42 @@ func (c *Cluster) StartController(ctx context.Context, namespace string, configu
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
-	if err := SetupReconciler(mgr, namespace); err != nil {
+	o.Webhooks = false
+	if err := operator.Setup(mgr, o); err != nil {
 		return nil, fmt.Errorf("setting up the reconciler: %w", err)
 	}
 	return c.Start(ctx, mgr), nil
 }
 
-// Start starts mgr until ctx ends (StartManager); Stop stops it.
+// Start starts mgr in a goroutine until ctx ends or the Manager's Stop is
+// called; the Cluster's Stop stops it too.
 func (c *Cluster) Start(ctx context.Context, mgr ctrl.Manager) *Manager {
-	m := StartManager(ctx, mgr)
+	ctx, cancel := context.WithCancel(ctx)
+	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.err = mgr.Start(ctx)
+	}()
 	c.running.add(m)
 	return m
 }
 
-// Stop stops the managers ServeOperator and Start started, each within 30 s,
-// then the control plane; it returns what went wrong: a manager that did not
-// stop or whose Start returned an error, a control plane that did not stop.
+// managerOptions are what every manager of a suite starts from: scheme, no
+// metrics server, and controller names that may repeat across the managers of
+// one process.
+func managerOptions(scheme *runtime.Scheme) ctrl.Options {
+	return ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
+// Stop stops the managers ServeOperator, StartController and Start started,
+// each within 30 s, then the control plane (a paused kube-apiserver resumed,
+// the second stopped, then envtest's); it returns what went wrong: a manager
+// that did not stop or whose Start returned an error, a control plane that
+// did not stop.
 func (c *Cluster) Stop() error {
 	var errs []error
 	for _, m := range c.running.take() {
@@ -80,6 +117,7 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, fmt.Errorf("manager: %w", err))
 		}
 	}
+	errs = append(errs, c.stopSecond())
 	if err := c.Env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
 	}
@@ -87,24 +125,13 @@ func (c *Cluster) Stop() error {
 }
 
 // Manager is a controller-runtime manager running in a goroutine of its own
-// (StartManager), as an operator process would: Stop ends it, Done tells
+// (Cluster.Start), as an operator process would: Stop ends it, Done tells
 // that it ended, Err what its Start returned.
 type Manager struct {
 	ctrl.Manager
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // Start's result, once done is closed
-}
-
-// StartManager starts mgr in a goroutine until ctx ends or Stop is called.
-func StartManager(ctx context.Context, mgr ctrl.Manager) *Manager {
-	ctx, cancel := context.WithCancel(ctx)
-	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		m.err = mgr.Start(ctx)
-	}()
-	return m
 }
 
 // Done is closed once the manager's Start returned.
@@ -133,21 +160,6 @@ func (m *Manager) Stop(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("%w within %v", ErrStillRunning, timeout)
 	}
-}
-
-// Serve runs start (a manager's or a server's Start) in a goroutine until t
-// ends: t's cleanup cancels its context, waits for it to return, and fails t
-// if it returned an error (what names it in the failure).
-func Serve(t testing.TB, what string, start func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-	})
 }
 
 // managers are the Managers a Cluster started; safe for concurrent use.

@@ -8,25 +8,8 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
 )
-
-// PolicyModeWebhooks configures env for an operator in policy mode
-// (config/components/policy): no FencedLease webhook (the policy
-// kubefence-fencedleases judges FencedLease writes), and the fencing webhook
-// configuration as the component's own patches leave it (PolicyModeFencingWebhooks):
-// the entries for /scale (in required namespaces too) and evictions, whose
-// objects carry no labels for a policy to read.
-func PolicyModeWebhooks(root string, env *envtest.Environment) error {
-	cfg, err := PolicyModeFencingWebhooks(root)
-	if err != nil {
-		return err
-	}
-	env.WebhookInstallOptions.Paths = nil
-	env.WebhookInstallOptions.ValidatingWebhooks = []*admissionv1.ValidatingWebhookConfiguration{cfg}
-	return nil
-}
 
 // fencingConfigName is the name of config/webhook/fencing.yaml's configuration
 // as the component's patch targets see it (config/default's namePrefix).
@@ -90,15 +73,4 @@ func PolicyModeFencingWebhooks(root string) (*admissionv1.ValidatingWebhookConfi
 		return nil, err
 	}
 	return &cfg, nil
-}
-
-// ListenOnEveryAddress makes env's kube-apiserver listen on every address of
-// the host (--bind-address 0.0.0.0) instead of the loopback address only, so
-// that the address it lists for itself in the kubernetes Service's endpoints
-// (its advertise address: the host's default interface) reaches it, as
-// policy mode's barrier needs (policy.APIServers); clients still address
-// and verify it at the loopback address. Not for StartTwo, whose servers
-// share one port on two loopback addresses.
-func ListenOnEveryAddress(env *envtest.Environment) {
-	env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0")
 }

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
-	"github.com/kubefence/kubefence/test/testenv"
+	"github.com/kubefence/kubefence/hack/devenv"
 )
 
 const (
@@ -30,7 +30,7 @@ const (
 // proc is a child process (an operator replica or a holder; it dies with the
 // test) with its stdout in the file out and its stderr in log.
 type proc struct {
-	*testenv.Proc
+	*devenv.Proc
 	out, log string
 }
 
@@ -51,7 +51,7 @@ func startProc(name, bin, outPath string, args, env []string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, errf
-	p, err := testenv.StartProc(name, cmd)
+	p, err := devenv.StartProc(name, cmd)
 	if err != nil {
 		return nil, err
 	}

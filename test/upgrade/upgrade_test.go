@@ -26,11 +26,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -54,14 +51,13 @@ var suite struct {
 
 func TestMain(m *testing.M) {
 	logf.SetLogger(logr.Discard())
-	scheme := testenv.NewScheme()
 	// The CRD is this tree's: a rolling upgrade applies the new CRD first
 	// (it only adds optional fields), then rolls the Deployment.
-	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Scheme: scheme, Configure: func(env *envtest.Environment) {
+	in := testenv.Input{Root: root, CRDs: true, Webhooks: true, Setup: setUp, Configure: func(env *envtest.Environment) {
 		env.ControlPlaneStartTimeout = 90 * time.Second
 		env.WebhookInstallOptions.LocalServingHost = "127.0.0.1"
 	}}
-	code := testenv.Run(m, in, func(env *envtest.Environment, cfg *rest.Config) error { return setUp(env, cfg, scheme) })
+	code := testenv.Run(m, in)
 	if suite.svc != nil {
 		suite.svc.close()
 	}
@@ -71,9 +67,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func setUp(env *envtest.Environment, cfg *rest.Config, scheme *runtime.Scheme) error {
-	ctx := context.Background()
-	suite.env = env
+func setUp(ctx context.Context, c *testenv.Cluster) error {
+	env := c.Env
+	suite.env, suite.admin, suite.adminUser = env, c.Admin, c.AdminUser
 	dir, err := os.MkdirTemp("", "kubefence-upgrade-*")
 	if err != nil {
 		return err
@@ -85,14 +81,6 @@ func setUp(env *envtest.Environment, cfg *rest.Config, scheme *runtime.Scheme) e
 	if suite.cur, err = buildCurrent(ctx, root, dir); err != nil {
 		return err
 	}
-	if suite.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := suite.admin.Create(ctx, review); err != nil {
-		return fmt.Errorf("asking who the admin is: %w", err)
-	}
-	suite.adminUser = review.Status.UserInfo.Username
 	suite.adminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(suite.adminKubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err

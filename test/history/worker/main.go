@@ -45,10 +45,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubefence/kubefence/hack/devenv"
 	workercore "github.com/kubefence/kubefence/hack/worker"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/history/checker"
-	"github.com/kubefence/kubefence/test/testenv"
 )
 
 type options struct {
@@ -258,7 +258,7 @@ func (lw *leaseWorker) lead(ctx context.Context, token int64) {
 	tenureEnd := time.Now().Add(w.between(w.o.minTenure, w.o.maxTenure))
 	// Honest: each write takes the token from the elector first (the check),
 	// and a stale refusal makes the elector step down.
-	fc := fence.NewFencedClient(w.c, lw.lease, testenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { lw.elector.StepDown() }})
+	fc := fence.NewFencedClient(w.c, lw.lease, devenv.FixedToken(token), fence.ClientConfig{OnStale: func(error) { lw.elector.StepDown() }})
 	for ctx.Err() == nil && !w.stopped() {
 		if time.Now().After(tenureEnd) {
 			rctx, cancel := context.WithTimeout(context.Background(), w.o.writeTimeout)
@@ -277,7 +277,7 @@ func (lw *leaseWorker) lead(ctx context.Context, token int64) {
 		return
 	}
 	n := 1 + int(w.random(func(r *rand.Rand) float64 { return float64(r.Intn(w.o.maxStaleWrites)) }))
-	stale := fence.NewFencedClient(w.c, lw.lease, testenv.FixedToken(token))
+	stale := fence.NewFencedClient(w.c, lw.lease, devenv.FixedToken(token))
 	for i := 0; i < n && !w.stopped(); i++ {
 		time.Sleep(w.between(0, 150*time.Millisecond))
 		lw.write(stale, token, "stale")
@@ -305,7 +305,7 @@ func (lw *leaseWorker) write(fc *fence.FencedClient, token int64, phase string) 
 		key := types.NamespacedName{Namespace: w.o.namespace, Name: name}
 
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(testenv.WidgetGVK)
+		obj.SetGroupVersionKind(devenv.WidgetGVK)
 		read := checker.Record{Type: checker.TypeOp, ID: fmt.Sprintf("%s/r%d", w.o.identity, w.nextSeq()), Lease: lw.lease, Object: name,
 			Op: checker.Read, Phase: phase}
 		ctx, cancel := context.WithTimeout(context.Background(), w.o.writeTimeout)

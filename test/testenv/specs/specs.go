@@ -15,7 +15,7 @@ import (
 )
 
 // Run is the entry point of a Ginkgo suite whose control plane TestMain
-// started (testenv.RunCluster): it skips under -short (testenv.SkipIfShort),
+// started (testenv.Run): it skips under -short (testenv.SkipIfShort),
 // registers Gomega's fail handler, sets Eventually's default timeout to
 // eventually (polling every 20 ms) unless it is zero, and runs the specs.
 func Run(t *testing.T, description string, eventually time.Duration) {

@@ -1,4 +1,8 @@
-package testenv
+// Package fault holds the faults the suites inject into a client's traffic:
+// a Gate that stalls whoever waits on it, as a paused process or a partition
+// would, and the transports that wrap a rest.Config's round tripper with it
+// (Stall, StallWrites, RoundTripperFunc for a suite's own).
+package fault
 
 import (
 	"context"

@@ -72,7 +72,14 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 		out = append(out, succ{pClient0 + i, fmt.Sprintf("%s crashes (its writes under way go on)", name), n})
 	}
 	if m.leading(s, i) {
-		if c.renewals < spec.Renewals {
+		switch {
+		case c.renewals >= spec.Renewals:
+		case spec.Heartbeat && holder && lease.Status.FencingToken == c.token:
+			// Elector.beat: one update at a time, while its view names it.
+			if !s.hb.flight {
+				out = append(out, m.beat(s, i))
+			}
+		default:
 			out = append(out, m.renew(s, i, false))
 		}
 		if c.writes < spec.Writes && (spec.SplitGate || writeGateSplit()) {
@@ -174,7 +181,7 @@ func (m *model) join(s *state, i int, identity string, counts bool) succ {
 	spec := &m.cfg.Clients[i]
 	n := s.clone()
 	updated := n.lease.obj.DeepCopy()
-	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: spec.Name})
+	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: spec.Name, Heartbeat: m.heartbeatOf(i)})
 	label := fmt.Sprintf("%s queues a request as %q", spec.Name, identity)
 	if counts {
 		n.clients[i].joins++

@@ -88,6 +88,9 @@ func (m *model) reconcile(s *state) (*state, string) {
 		// heartbeat may commit in between.
 		n.ctrl.live = m.readLive(n)
 		n.ctrl.loop = v
+		if n.ctrl.live.RenewTime.IsZero() {
+			return n, fmt.Sprintf("asks for the heartbeat live on rev %d and reads no renewTime", v.rev)
+		}
 		return n, fmt.Sprintf("asks for the heartbeat live on rev %d and reads renewTime %s (sighted %s)",
 			v.rev, m.fmtClock(n.ctrl.live.RenewTime), m.fmtClock(n.ctrl.live.Sighted))
 	}

@@ -385,8 +385,9 @@ func TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant(t *testing
 // "Heartbeats"): she acknowledges her grant with a renewal patch, then
 // beats (an update of the heartbeat, in flight up to heartbeatDelay ticks:
 // it may commit after the controller's last look) and writes; bob waits.
-// The controller's heartbeat informer sights a beat up to 3 ticks after its
-// commit; at the expiry the controller reads the heartbeat live, removes the
+// The controller's heartbeat informer sights a beat up to 600 ms after its
+// commit (more than the holder's margin: a beat it counted may not be
+// sighted by the controller's expiry); at the expiry the controller reads the heartbeat live, removes the
 // request, reads it again, and the grant waits C if it moved in between. A
 // 2 s lease in ticks of 100 ms; the fencing webhook's decisions take up to
 // 500 ms (C/2), commits come with their answer.
@@ -399,7 +400,7 @@ func heartbeat(b string) Config {
 			{Name: "alice", Identity: "alice", Queued: true, Heartbeat: true, Renewals: 1, Writes: 1},
 			{Name: "bob", Identity: "bob", Queued: true},
 		},
-		DecisionDelay: 5, ControllerDelay: 0, ClientDelay: 1, HeartbeatDelay: 5, HeartbeatLag: 3,
+		DecisionDelay: 5, ControllerDelay: 0, ClientDelay: 1, HeartbeatDelay: 5, HeartbeatLag: 6,
 	}
 	switch b {
 	case boundLarge:

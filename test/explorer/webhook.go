@@ -26,9 +26,9 @@ import (
 // the model's read saw, and it moves the webhook's clock to the answer, so
 // the handler measures the decision's time as the model chose it.
 type snapshotReader struct {
-	snap   *coordv1alpha1.FencedLease
+	snap *coordv1alpha1.FencedLease
 	// hb is the heartbeat Lease as stored (nil: none in the model).
-	hb *coordinationv1.Lease
+	hb     *coordinationv1.Lease
 	clock  *clocktesting.FakePassiveClock
 	answer time.Time
 }

@@ -74,6 +74,8 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 	if m.leading(s, i) {
 		switch {
 		case c.renewals >= spec.Renewals:
+		case spec.Session:
+			// Below: a session beats whether it leads or not.
 		case spec.Heartbeat && holder && lease.Status.FencingToken == c.token:
 			// Elector.beat: one update at a time, while its view names it.
 			if !s.hb.flight {
@@ -111,6 +113,9 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 			n.clients[i].phase = cLost
 			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sees the lease no longer names it with token %d and stops leading", name, c.token), n})
 		}
+	}
+	if spec.Session && !s.hb.flight && c.renewals < spec.Renewals {
+		out = append(out, m.beat(s, i))
 	}
 	if c.taken > 0 {
 		// ... then, later, the count and the write (whatever the gate says

@@ -109,6 +109,10 @@ type ClientSpec struct {
 	// Heartbeat: its requests name a heartbeat Lease, which renews its
 	// tenures once acknowledged (heartbeat.go; one client at most).
 	Heartbeat bool
+	// Session: the heartbeat is its process's session heartbeat, which
+	// beats for its other tenures too: at any time, leading this lease or
+	// not (pkg/fence Heartbeat.Session).
+	Session bool
 }
 
 func (c *Config) validate() error {

@@ -421,3 +421,17 @@ func TestHeartbeatRenewalsKeepTheInvariants(t *testing.T) {
 	t.Parallel()
 	expectNone(t, heartbeat(bound(t)))
 }
+
+// A session heartbeat beats for its process's other tenures too: alice's
+// beat may come at any time, before her grant is acknowledged, after her
+// tenure expired, and after she queued again (under the same heartbeat).
+func TestSessionHeartbeatKeepsTheInvariants(t *testing.T) {
+	t.Parallel()
+	c := heartbeat(bound(t))
+	c.Name = "session heartbeat"
+	c.Clients[0].Session, c.Clients[0].Joins = true, 1
+	if bound(t) != boundLarge {
+		c.Offsets = nil
+	}
+	expectNone(t, c)
+}

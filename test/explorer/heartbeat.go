@@ -26,6 +26,9 @@ import (
 // reads it as stored, in a step of its own, and decides again with it in a
 // later one: a heartbeat may commit in between, and the fencing webhook, which
 // reads the lease and then the heartbeat's renewTime, may admit under it.
+// A session heartbeat (ClientSpec.Session) is one a process's other
+// tenures keep beating: its client beats whether it leads this lease or
+// not, and queues again with the same heartbeat.
 
 // hbState is the heartbeat Lease, the update under way and what the
 // controller's tracker holds.

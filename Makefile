@@ -146,11 +146,13 @@ soak-explorer: ## Run the protocol explorer with its large bounds (EXPLORER_BOUN
 	EXPLORER_BOUND=large go test ./test/explorer/ -count=1 -timeout 0 -v -run '^Test'
 
 .PHONY: explorer-reverts
-explorer-reverts: ## Check that the protocol explorer finds findings 1, 2 and 4 of the 2026-12-01 review, and its own (a write admitted again after its client gave up), with each fix reverted in turn (hack/explorer-revert.sh, on a copy of the tree; EXPLORER_BOUND passes through).
+explorer-reverts: ## Check that the protocol explorer finds findings 1, 2 and 4 of the 2026-12-01 review, its own (a write admitted again after its client gave up), and the heartbeat rules (heartbeatLagged, the live read before removal), with each fix reverted in turn (hack/explorer-revert.sh, on a copy of the tree; EXPLORER_BOUND passes through).
 	./hack/explorer-revert.sh f1
 	./hack/explorer-revert.sh f2
 	./hack/explorer-revert.sh f4
 	./hack/explorer-revert.sh f-readmit
+	./hack/explorer-revert.sh hb-lagged
+	./hack/explorer-revert.sh hb-live
 
 FUZZTIME ?= 10s
 

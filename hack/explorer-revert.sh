@@ -4,7 +4,7 @@
 # admitted again after its client gave up) reverted, and checks that it finds
 # a counterexample (docs/reliability.md, "Protocol explorer").
 #
-#   hack/explorer-revert.sh f1|f2|f4|f-readmit [go test flags...]
+#   hack/explorer-revert.sh f1|f2|f4|f-readmit|hb-lagged|hb-live [go test flags...]
 #
 # The patch (test/explorer/testdata/revert/<finding>.patch) undoes the fix in
 # the shipped code; the explorer test that passes on this tree must fail on
@@ -17,11 +17,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 usage() {
-  echo "usage: $0 f1|f2|f4|f-readmit [go test flags...]" >&2
+  echo "usage: $0 f1|f2|f4|f-readmit|hb-lagged|hb-live [go test flags...]" >&2
   echo "  f1: finding 1 (status.holderUser test in HolderRequestIndex, requeued-holder refusal)" >&2
   echo "  f2: finding 2 (the fencing webhook's AnswerBy refusal)" >&2
   echo "  f4: finding 4 (fence.Writes.Begin takes the token and counts the write in one step)" >&2
   echo "  f-readmit: the explorer's (a release after a write without an answer keeps the request: fence.Writes.Quiesce)" >&2
+  echo "  hb-lagged: heartbeats (the grant waits C if the heartbeat moved between the looks around the removal: heartbeatLagged)" >&2
+  echo "  hb-live: heartbeats (the heartbeat read live before a heartbeat tenure's request is removed: expireHeartbeat)" >&2
   exit 2
 }
 
@@ -32,7 +34,8 @@ case "$finding" in
   f2) test='^TestShortLeaseWritesBeforeTheCutOffCommitBeforeTheNextGrant$' ;;
   f4) test='^TestReleaseWaitsForEveryWriteOfTheTenure$' ;;
   f-readmit) test='^TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant$' ;;
-  *) echo "unknown finding \"$finding\": expected f1, f2, f4 or f-readmit" >&2; usage ;;
+  hb-lagged|hb-live) test='^TestHeartbeatRenewalsKeepTheInvariants$' ;;
+  *) echo "unknown finding \"$finding\": expected f1, f2, f4, f-readmit, hb-lagged or hb-live" >&2; usage ;;
 esac
 patch="$ROOT/test/explorer/testdata/revert/$finding.patch"
 

@@ -54,6 +54,13 @@ type Observed struct {
 	// Acknowledged is false from a grant until the new holder's first
 	// renewal was observed.
 	Acknowledged bool
+	// Heartbeat is the heartbeat Lease the tenure's request names (empty:
+	// none); HeartbeatRenew the latest renewTime counted from it,
+	// HeartbeatAcknowledged whether heartbeats renew the tenure,
+	// HeartbeatAhead whether a counted stamp ran ahead of its sighting.
+	Heartbeat                             string
+	HeartbeatRenew                        time.Time
+	HeartbeatAcknowledged, HeartbeatAhead bool
 }
 
 // Observed returns what the memory holds; false when it holds nothing.
@@ -62,7 +69,8 @@ func (m Memory) Observed() (Observed, bool) {
 		return Observed{}, false
 	}
 	o := m.obs
-	return Observed{Holder: o.holder, Token: o.token, RenewSequence: o.renewSequence, At: o.at, Recorded: o.recorded, Acknowledged: o.acked}, true
+	return Observed{Holder: o.holder, Token: o.token, RenewSequence: o.renewSequence, At: o.at, Recorded: o.recorded, Acknowledged: o.acked,
+		Heartbeat: o.heartbeat, HeartbeatRenew: o.hbRenew, HeartbeatAcknowledged: o.hbAcked, HeartbeatAhead: o.hbAhead}, true
 }
 
 func (m Memory) String() string {

@@ -76,8 +76,8 @@ func TestRevertPatchesApply(t *testing.T) {
 		t.Skip("git is not installed: cannot check the revert patches")
 	}
 	patches, err := filepath.Glob(filepath.Join("testdata", "revert", "*.patch"))
-	if err != nil || len(patches) != 4 {
-		t.Fatalf("expected the revert patches of findings 1, 2 and 4 and of the re-admission after a give-up in testdata/revert, found %v (%v)", patches, err)
+	if err != nil || len(patches) != 6 {
+		t.Fatalf("expected the revert patches of findings 1, 2 and 4, of the re-admission after a give-up and of the two heartbeat rules (hb-lagged, hb-live) in testdata/revert, found %v (%v)", patches, err)
 	}
 	for _, p := range patches {
 		abs, err := filepath.Abs(p)

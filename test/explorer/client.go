@@ -72,7 +72,16 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 		out = append(out, succ{pClient0 + i, fmt.Sprintf("%s crashes (its writes under way go on)", name), n})
 	}
 	if m.leading(s, i) {
-		if c.renewals < spec.Renewals {
+		switch {
+		case c.renewals >= spec.Renewals:
+		case spec.Session:
+			// Below: a session beats whether it leads or not.
+		case spec.Heartbeat && holder && lease.Status.FencingToken == c.token:
+			// Elector.beat: one update at a time, while its view names it.
+			if !s.hb.flight {
+				out = append(out, m.beat(s, i))
+			}
+		default:
 			out = append(out, m.renew(s, i, false))
 		}
 		if c.writes < spec.Writes && (spec.SplitGate || writeGateSplit()) {
@@ -104,6 +113,9 @@ func (m *model) clientActions(s *state, i int, out []succ) []succ {
 			n.clients[i].phase = cLost
 			out = append(out, succ{pClient0 + i, fmt.Sprintf("%s sees the lease no longer names it with token %d and stops leading", name, c.token), n})
 		}
+	}
+	if spec.Session && !s.hb.flight && c.renewals < spec.Renewals {
+		out = append(out, m.beat(s, i))
 	}
 	if c.taken > 0 {
 		// ... then, later, the count and the write (whatever the gate says
@@ -174,7 +186,7 @@ func (m *model) join(s *state, i int, identity string, counts bool) succ {
 	spec := &m.cfg.Clients[i]
 	n := s.clone()
 	updated := n.lease.obj.DeepCopy()
-	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: spec.Name})
+	updated.Spec.Requests = append(updated.Spec.Requests, coordv1alpha1.LeaseRequest{HolderIdentity: identity, User: spec.Name, Heartbeat: m.heartbeatOf(i)})
 	label := fmt.Sprintf("%s queues a request as %q", spec.Name, identity)
 	if counts {
 		n.clients[i].joins++

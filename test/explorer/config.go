@@ -69,6 +69,10 @@ type Config struct {
 	// WriteRetries bounds how often a guarded write is admitted again
 	// because the object changed before it committed.
 	WriteRetries int
+	// HeartbeatDelay bounds, in ticks, the time from a heartbeat update's
+	// sending to its commit; HeartbeatLag how long after its commit the
+	// controller's heartbeat informer sights it (ClientSpec.Heartbeat).
+	HeartbeatDelay, HeartbeatLag int
 }
 
 // ClientSpec is one party competing for the lease.
@@ -102,6 +106,13 @@ type ClientSpec struct {
 	// flight in two steps; NoQuiesce, the resourcelock Lock of 40a8d95,
 	// whose release withdrew without waiting for writes under way.
 	SplitGate, NoQuiesce bool
+	// Heartbeat: its requests name a heartbeat Lease, which renews its
+	// tenures once acknowledged (heartbeat.go; one client at most).
+	Heartbeat bool
+	// Session: the heartbeat is its process's session heartbeat, which
+	// beats for its other tenures too: at any time, leading this lease or
+	// not (pkg/fence Heartbeat.Session).
+	Session bool
 }
 
 func (c *Config) validate() error {
@@ -110,6 +121,15 @@ func (c *Config) validate() error {
 	}
 	if len(c.Clients) == 0 || len(c.Clients) > maxClients {
 		return fmt.Errorf("config %s: 1 to %d clients", c.Name, maxClients)
+	}
+	hb := 0
+	for _, cl := range c.Clients {
+		if cl.Heartbeat {
+			hb++
+		}
+	}
+	if hb > 1 {
+		return fmt.Errorf("config %s: at most one client renews by a heartbeat, got %d", c.Name, hb)
 	}
 	return nil
 }

@@ -73,7 +73,27 @@ func (m *model) reconcile(s *state) (*state, string) {
 	if lease.Status.ObservedGeneration == 0 {
 		stored = n.epoch
 	}
-	step, err := fencedlease.Decide(lease, n.ctrl.mem, stored, now, m.cfg.Timing)
+	hb, live := m.tracked(n, v), n.ctrl.live != nil
+	if live {
+		hb, n.ctrl.live = n.ctrl.live, nil
+	}
+	step, err := fencedlease.Decide(lease, n.ctrl.mem.WithHeartbeat(hb), stored, now, m.cfg.Timing)
+	if err == nil && step.NeedsLiveHeartbeat() {
+		if live {
+			n.ctrl.done, n.ctrl.requeue = v.rev, n.t+1
+			return n, "asks for the heartbeat live again after a live read"
+		}
+		// The reconciler reads the heartbeat from the API server, then
+		// decides again on the same lease: a step of its own, so that a
+		// heartbeat may commit in between.
+		n.ctrl.live = m.readLive(n)
+		n.ctrl.loop = v
+		if n.ctrl.live.RenewTime.IsZero() {
+			return n, fmt.Sprintf("asks for the heartbeat live on rev %d and reads no renewTime", v.rev)
+		}
+		return n, fmt.Sprintf("asks for the heartbeat live on rev %d and reads renewTime %s (sighted %s)",
+			v.rev, m.fmtClock(n.ctrl.live.RenewTime), m.fmtClock(n.ctrl.live.Sighted))
+	}
 	if err != nil {
 		n.ctrl.done, n.ctrl.requeue = v.rev, n.t+1
 		return n, fmt.Sprintf("decides: %v", err)

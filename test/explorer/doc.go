@@ -16,11 +16,20 @@
 //     hand-over (pkg/fence/protocol), the client's local deadline (pkg/fence
 //     Config.Deadline), the interleaving its write gate allows, and what its
 //     release does after a write without an answer (pkg/fence Writes, each
-//     asked once by a probe: gate.go).
+//     asked once by a probe: gate.go);
+//   - heartbeat renewals (heartbeat.go): the controller's live read of the
+//     heartbeat when Step.NeedsLiveHeartbeat asks for it, its
+//     HeartbeatTracker's sighting rule, and the fencing webhook's read of the
+//     heartbeat's renewTime; the client's heartbeat update is a separate
+//     object's write, in flight until it commits (possibly after the
+//     controller's last look), counted for its deadline as pkg/fence's
+//     Elector counts it.
 //
 // Each of findings 1, 2 and 4a of the 2026-12-01 safety review, and the gap
 // the explorer found itself (a write given up on admitted again, closed
-// since: f-readmit), is found with its fix undone in the shipped code:
+// since: f-readmit), and each of the heartbeat expiry's rules (hb-lagged:
+// heartbeatLagged's wait; hb-live: the live read before the removal), is
+// found with its fix undone in the shipped code:
 // hack/explorer-revert.sh applies testdata/revert/<finding>.patch to a copy
 // of the tree and runs the test that passes here (make explorer-reverts).
 //

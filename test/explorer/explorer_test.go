@@ -380,3 +380,58 @@ func TestAWriteAdmittedAgainAfterItsClientGaveUpCommitsBeforeTheGrant(t *testing
 	c.Clients[0].Writes, c.Clients[0].Timeouts = 2, 1
 	expectNone(t, c)
 }
+
+// heartbeat: alice renews by her heartbeat Lease (docs/design.md,
+// "Heartbeats"): she acknowledges her grant with a renewal patch, then
+// beats (an update of the heartbeat, in flight up to heartbeatDelay ticks:
+// it may commit after the controller's last look) and writes; bob waits.
+// The controller's heartbeat informer sights a beat up to 600 ms after its
+// commit (more than the holder's margin: a beat it counted may not be
+// sighted by the controller's expiry); at the expiry the controller reads the heartbeat live, removes the
+// request, reads it again, and the grant waits C if it moved in between. A
+// 2 s lease in ticks of 100 ms; the fencing webhook's decisions take up to
+// 500 ms (C/2), commits come with their answer.
+func heartbeat(b string) Config {
+	c := Config{
+		Name: "heartbeat", Tick: 100 * time.Millisecond,
+		LeaseSeconds: 2, Skew: skew, CommitLag: time.Second, Timing: timing,
+		Offsets: map[string][]time.Duration{"fencing webhook": {-skew, 0}},
+		Clients: []ClientSpec{
+			{Name: "alice", Identity: "alice", Queued: true, Heartbeat: true, Renewals: 1, Writes: 1},
+			{Name: "bob", Identity: "bob", Queued: true},
+		},
+		DecisionDelay: 5, ControllerDelay: 0, ClientDelay: 1, HeartbeatDelay: 5, HeartbeatLag: 6,
+	}
+	switch b {
+	case boundLarge:
+		c.Offsets["alice"] = []time.Duration{-skew, 0, skew}
+		c.Clients[0].Renewals, c.Clients[0].Writes = 2, 2
+		c.ControllerDelay, c.ControllerRestarts = 1, 1
+	}
+	return c
+}
+
+// A heartbeat that commits after the controller's live look before the
+// expiry, under which the fencing webhook admits a write, makes the grant
+// wait the commit lag (heartbeatLagged); a beat committed but not yet
+// sighted is read live before the request is removed (expireHeartbeat), so
+// a holder inside its deadline is not expired. With either undone
+// (testdata/revert/hb-lagged.patch, hb-live.patch) a counterexample is found.
+func TestHeartbeatRenewalsKeepTheInvariants(t *testing.T) {
+	t.Parallel()
+	expectNone(t, heartbeat(bound(t)))
+}
+
+// A session heartbeat beats for its process's other tenures too: alice's
+// beat may come at any time, before her grant is acknowledged, after her
+// tenure expired, and after she queued again (under the same heartbeat).
+func TestSessionHeartbeatKeepsTheInvariants(t *testing.T) {
+	t.Parallel()
+	c := heartbeat(bound(t))
+	c.Name = "session heartbeat"
+	c.Clients[0].Session, c.Clients[0].Joins = true, 1
+	if bound(t) != boundLarge {
+		c.Offsets = nil
+	}
+	expectNone(t, c)
+}

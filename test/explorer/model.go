@@ -54,7 +54,7 @@ func (m *model) initial() []*state {
 	var insts []instance
 	for i, c := range m.cfg.Clients {
 		if c.Queued {
-			requests = append(requests, coordv1alpha1.LeaseRequest{HolderIdentity: c.Identity, User: c.Name})
+			requests = append(requests, coordv1alpha1.LeaseRequest{HolderIdentity: c.Identity, User: c.Name, Heartbeat: m.heartbeatOf(i)})
 			insts = append(insts, instance{identity: c.Identity, id: len(insts), owner: i})
 		}
 	}
@@ -168,6 +168,14 @@ func (m *model) settle(s *state) {
 // creates it again.
 func (m *model) environmentActions(s *state, out []succ) []succ {
 	c := &s.ctrl
+	if behind, _ := m.hbBehind(s); behind {
+		n := s.clone()
+		m.sight(n)
+		out = append(out, succ{pController, fmt.Sprintf("the controller's heartbeat informer sights renewTime %s", m.fmtClock(n.hb.renew)), n})
+	}
+	if s.hb.flight {
+		out = append(out, m.beatCommits(s))
+	}
 	if behind, _ := m.cacheDue(s); behind {
 		n := s.clone()
 		n.ctrl.cache = n.lease
@@ -181,6 +189,9 @@ func (m *model) environmentActions(s *state, out []succ) []succ {
 	case !c.up:
 		n := s.clone()
 		n.ctrl.up, n.ctrl.cache = true, n.lease
+		if m.hbClient() >= 0 {
+			m.sight(n) // its heartbeat informer's list
+		}
 		out = append(out, succ{pController, "the controller starts, remembering nothing", n})
 	}
 	lease := s.lease.obj
@@ -234,6 +245,12 @@ func (m *model) canTick(s *state) bool {
 		return false
 	}
 	if _, urgent := m.cacheDue(s); urgent {
+		return false
+	}
+	if _, urgent := m.hbBehind(s); urgent {
+		return false
+	}
+	if s.hb.flight && s.t-s.hb.flightSent >= m.cfg.HeartbeatDelay {
 		return false
 	}
 	for i := range m.cfg.Clients {

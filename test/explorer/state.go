@@ -159,6 +159,9 @@ type ctrlState struct {
 	requeue int
 	// restarts counts its restarts; operator counts the operator's actions.
 	restarts, operator int
+	// live is the heartbeat its loop read live for its next decision
+	// (Step.NeedsLiveHeartbeat), nil when none.
+	live *fencedlease.Heartbeat
 }
 
 // Client phases.
@@ -250,6 +253,8 @@ type state struct {
 	ctrl        ctrlState
 	clients     [maxClients]clientState
 	writes      []write
+	// hb is the heartbeat Lease (heartbeat.go).
+	hb hbState
 
 	// Ground truth: the live tenure (token 0: none), the highest token
 	// granted (by commit order) and who owns each granted token (the client
@@ -444,6 +449,7 @@ func (m *model) keyBytes(s *state) []byte {
 		}
 		put(b2i(w.old.exists), b2i(w.old.hasToken), w.old.token, rank(w.old.rev))
 	}
+	m.hbKey(s, put, putTime)
 	b = append(b, s.live.identity...)
 	put(s.live.token, int64(s.live.owner), s.maxGranted)
 	for _, o := range s.owners {

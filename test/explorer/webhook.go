@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -25,13 +26,22 @@ import (
 // the model's read saw, and it moves the webhook's clock to the answer, so
 // the handler measures the decision's time as the model chose it.
 type snapshotReader struct {
-	snap   *coordv1alpha1.FencedLease
+	snap *coordv1alpha1.FencedLease
+	// hb is the heartbeat Lease as stored (nil: none in the model).
+	hb     *coordinationv1.Lease
 	clock  *clocktesting.FakePassiveClock
 	answer time.Time
 }
 
 func (r *snapshotReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	r.clock.SetTime(r.answer)
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		if r.hb == nil || key.Name != r.hb.Name {
+			return apierrors.NewNotFound(coordinationv1.Resource("leases"), key.Name)
+		}
+		r.hb.DeepCopyInto(l)
+		return nil
+	}
 	if r.snap == nil || key.Name != leaseName {
 		return apierrors.NewNotFound(coordv1alpha1.GroupVersion.WithResource("fencedleases").GroupResource(), key.Name)
 	}
@@ -82,9 +92,13 @@ func (m *model) admitGuarded(s *state, w *write, answerAt int) verdict {
 	clock := clocktesting.NewFakePassiveClock(start)
 	snap := s.lease.obj
 	old := w.old
+	var hb *coordinationv1.Lease
+	if m.hbClient() >= 0 {
+		hb = m.hbLease(s)
+	}
 	h := &fencing.Handler{
 		Mode:      fencing.ModeGuarded,
-		Leases:    &fencing.LeaseReader{Reader: &snapshotReader{snap: snap, clock: clock, answer: answer}},
+		Leases:    &fencing.LeaseReader{Reader: &snapshotReader{snap: snap, hb: hb, clock: clock, answer: answer}},
 		Clock:     clock,
 		Skew:      m.cfg.Skew,
 		CommitLag: m.cfg.CommitLag,

@@ -334,7 +334,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		return err
 	}
 	defer stopProfile()
-	w, err := b.measure(ctx, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
+	w, err := b.measure(ctx, "kubefence", "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
 	stopProfile()
 	if err != nil {
 		return err
@@ -494,7 +494,7 @@ func (b *bench) scaleHeartbeats(ctx context.Context, s *scaleRun, mode string, k
 	if mode == "session" {
 		name = "kubefence, one session heartbeat Lease (one process; renewals = tenures × window / (L/3))"
 	}
-	w, err := b.measure(ctx, name, scaleOpts.steady, len(keys), ps, nil)
+	w, err := b.measure(ctx, "hb-"+mode, name, scaleOpts.steady, len(keys), ps, nil)
 	if err != nil {
 		return err
 	}
@@ -528,7 +528,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 		return err
 	}
 	length := cmp.Or(scaleOpts.baseline, scaleOpts.steady)
-	w, err := b.measure(ctx, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
+	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
 	if err != nil {
 		return err
 	}
@@ -539,8 +539,9 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 
 // measure runs one steady-state window: the writes and renewals of the
 // holders (and of others, the waiters), the controller's writes, and CPU and
-// peak RSS (sampled every 10 s) of each part.
-func (b *bench) measure(ctx context.Context, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
+// peak RSS (sampled every 10 s) of each part. With -apiserver-profile, the
+// kube-apiserver's CPU profile of its first 5 s goes to <prefix>-<tag>.pprof.
+func (b *bench) measure(ctx context.Context, tag, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
 	w := window{name: name, held: held, length: length, usage: map[string]usage{}}
 	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(slices.Clone(holders), others...)
@@ -549,6 +550,9 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 		c0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlRT.counted("")
+	if b.opts.apiserverProfile != "" {
+		b.profileAPIServer(ctx, b.opts.apiserverProfile+"-"+tag+".pprof")
+	}
 	var u0 map[string]usage // the first sample
 	for end := time.Now().Add(length); ; {
 		u, err := b.usages(ctx, procs)

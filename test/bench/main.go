@@ -59,7 +59,8 @@ type options struct {
 	// (unguarded, allow-all, the lease reader before and after; 0: skip).
 	baselineWrites int
 	// apiserverProfile, if set, is the path prefix of the kube-apiserver's
-	// CPU profiles taken during each policy-mode pass's measured pairs.
+	// CPU profiles taken during each policy-mode pass's measured pairs and
+	// each scale window.
 	apiserverProfile string
 }
 
@@ -79,7 +80,7 @@ func main() {
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
 	flag.IntVar(&o.reconcilers, "reconcilers", 0, "the controller's concurrent reconciles (--max-concurrent-reconciles; 0: the operator's default)")
 	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and a guarded one (0: skip)")
-	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile of each policy-mode pass's measured pairs to <prefix>-<pass>.pprof")
+	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile (5 s) of each policy-mode pass's measured pairs, or of each scale window's start, to <prefix>-<pass or window>.pprof")
 	flag.Parse()
 
 	if err := run(o); err != nil {

@@ -24,11 +24,10 @@ import (
 	"sync"
 	"time"
 
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -55,6 +54,10 @@ type scaleOptions struct {
 	steady, baseline             time.Duration
 	// skipBaseline leaves out the client-go windows (fail-over rows only).
 	skipBaseline bool
+	// heartbeats adds two windows after the fail-over: the mass group held
+	// by one process renewing on heartbeat Leases, one per lease, then on
+	// one session Lease.
+	heartbeats bool
 	// profile, if set, is the path prefix of the bench process's CPU
 	// profiles (the operator runs in it): <profile>-steady.pprof over the
 	// kubefence window, <profile>-failover.pprof from the mass kill until
@@ -75,6 +78,7 @@ func init() {
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of the kubefence steady-state window")
 	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
 	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go windows (for the fail-over and controller rows alone)")
+	flag.BoolVar(&scaleOpts.heartbeats, "scale-heartbeats", false, "scale: after the fail-over, hold the -scale-mass leases in one process renewing on heartbeat Leases (one per lease, then one session Lease) for a window each")
 	flag.StringVar(&scaleOpts.profile, "scale-profile", "", "scale: write the operator's (this process's) CPU profiles to <prefix>-steady.pprof (kubefence window) and <prefix>-failover.pprof (mass kill until all granted)")
 }
 
@@ -193,6 +197,14 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 
 	if err := b.scaleKubefence(ctx, s, massKeys, sampleKeys); err != nil {
 		return err
+	}
+	for _, mode := range []string{"lease", "session"} {
+		if !o.heartbeats {
+			break
+		}
+		if err := b.scaleHeartbeats(ctx, s, mode, massKeys); err != nil {
+			return err
+		}
 	}
 	for _, phase := range []struct {
 		ns, what string
@@ -322,7 +334,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 		return err
 	}
 	defer stopProfile()
-	w, err := b.measure(ctx, "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
+	w, err := b.measure(ctx, "kubefence", "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
 	stopProfile()
 	if err != nil {
 		return err
@@ -459,6 +471,41 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	return nil
 }
 
+// scaleHeartbeats holds keys in one process whose electors renew on
+// heartbeat Leases (mode "lease": one each; "session": one for them all) and
+// measures a steady window. A session's renewals are counted per tenure: held
+// leases × the window / the renewal interval (L/3), what the electors would
+// have written without the session.
+func (b *bench) scaleHeartbeats(ctx context.Context, s *scaleRun, mode string, keys []string) error {
+	fmt.Fprintf(os.Stderr, "bench: scale: heartbeats (%s): %d holders acquiring\n", mode, len(keys))
+	ps, err := b.startHolders(ctx, s, "hb-"+mode, "kf", keys, len(keys), "-heartbeat", mode)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "every heartbeat holder to lead", func(context.Context) (bool, error) {
+		return leadCount(ps) == len(keys), nil
+	}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, scaleSettle); err != nil {
+		return err
+	}
+	name := "kubefence, heartbeat Lease per lease (one process)"
+	if mode == "session" {
+		name = "kubefence, one session heartbeat Lease (one process; renewals = tenures × window / (L/3))"
+	}
+	w, err := b.measure(ctx, "hb-"+mode, name, scaleOpts.steady, len(keys), ps, nil)
+	if err != nil {
+		return err
+	}
+	if mode == "session" {
+		w.holderRenewals = int64(float64(len(keys)) * w.length.Seconds() / (b.lease / 3).Seconds())
+	}
+	s.rep.windows = append(s.rep.windows, w)
+	s.stopAll()
+	return sleep(ctx, b.lease)
+}
+
 func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string, held int, retry time.Duration) error {
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
@@ -481,7 +528,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 		return err
 	}
 	length := cmp.Or(scaleOpts.baseline, scaleOpts.steady)
-	w, err := b.measure(ctx, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
+	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
 	if err != nil {
 		return err
 	}
@@ -492,8 +539,9 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 
 // measure runs one steady-state window: the writes and renewals of the
 // holders (and of others, the waiters), the controller's writes, and CPU and
-// peak RSS (sampled every 10 s) of each part.
-func (b *bench) measure(ctx context.Context, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
+// peak RSS (sampled every 10 s) of each part. With -apiserver-profile, the
+// kube-apiserver's CPU profile of its first 5 s goes to <prefix>-<tag>.pprof.
+func (b *bench) measure(ctx context.Context, tag, name string, length time.Duration, held int, holders, others []*scaleProc) (window, error) {
 	w := window{name: name, held: held, length: length, usage: map[string]usage{}}
 	fmt.Fprintf(os.Stderr, "bench: scale: steady state %v: %s\n", length, name)
 	procs := append(slices.Clone(holders), others...)
@@ -502,6 +550,9 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 		c0[p] = p.snapshot()
 	}
 	ctrl0 := b.ctrlRT.counted("")
+	if b.opts.apiserverProfile != "" {
+		b.profileAPIServer(ctx, b.opts.apiserverProfile+"-"+tag+".pprof")
+	}
 	var u0 map[string]usage // the first sample
 	for end := time.Now().Add(length); ; {
 		u, err := b.usages(ctx, procs)
@@ -534,23 +585,21 @@ func (b *bench) measure(ctx context.Context, name string, length time.Duration, 
 }
 
 // installFlowControl creates the FlowSchemas and priority level of
-// config/flowcontrol, as written there.
+// config/flowcontrol and the heartbeat Leases' admission policy of
+// config/heartbeat, as written there.
 func (b *bench) installFlowControl(ctx context.Context) error {
 	root, err := devenv.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
+	for _, f := range []string{"flowcontrol/priority_level.yaml", "flowcontrol/flow_schemas.yaml", "heartbeat/heartbeat_policy.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", f))
 		if err != nil {
 			return err
 		}
 		for _, doc := range strings.Split(string(raw), "\n---") {
-			var obj client.Object = &flowcontrolv1.FlowSchema{}
-			if f == "priority_level.yaml" {
-				obj = &flowcontrolv1.PriorityLevelConfiguration{}
-			}
-			if err := sigsyaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			obj := &unstructured.Unstructured{}
+			if err := sigsyaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
 				return fmt.Errorf("%s: %w", f, err)
 			}
 			if err := b.admin.Create(ctx, obj); err != nil {

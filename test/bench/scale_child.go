@@ -69,12 +69,13 @@ func scaleChild(args []string) int {
 	lease := fs.Duration("lease", 15*time.Second, "lease duration (cg)")
 	retry := fs.Duration("retry", 2*time.Second, "client-go RetryPeriod (cg)")
 	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "client-go RenewDeadline (cg)")
+	heartbeat := fs.String("heartbeat", "", "kf: renew on heartbeat Leases, one per lease (lease) or one for the process (session, all electors under the identity -id); empty: FencedLease patches")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	logf.SetLogger(logr.Discard())
 	klog.SetLogger(logr.Discard())
-	if err := runChild(*kind, *kubeconfig, *leases, *id, *user, *lease, *retry, *renewDeadline); err != nil {
+	if err := runChild(*kind, *heartbeat, *kubeconfig, *leases, *id, *user, *lease, *retry, *renewDeadline); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
@@ -84,7 +85,7 @@ func scaleChild(args []string) int {
 // runChild runs one elector per lease until SIGTERM. It reports on stdout
 // "lead <key> <started> <leading>" (Unix ns) when an elector leads, and
 // every 500 ms "count <writes> <completed> <failed> <cpu ns>".
-func runChild(kind, kubeconfig, leases, id, user string, lease, retry, renewDeadline time.Duration) error {
+func runChild(kind, heartbeat, kubeconfig, leases, id, user string, lease, retry, renewDeadline time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -109,11 +110,25 @@ func runChild(kind, kubeconfig, leases, id, user string, lease, retry, renewDead
 		if err != nil {
 			return err
 		}
+		var session *fence.Session // one per namespace
 		elector = func(i int, ns, name string, lead func()) (func(), error) {
-			el, err := fence.New(fence.Config{
+			c := fence.Config{
 				Client: cl, Namespace: ns, Name: name, Identity: fmt.Sprintf("%s-%d", id, i), User: user,
 				Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, _ int64) { lead(); <-ctx.Done() }},
-			})
+			}
+			switch heartbeat {
+			case "":
+			case "lease":
+				c.Heartbeat = &fence.Heartbeat{}
+			case "session":
+				if session == nil || session.Namespace != ns {
+					session = fence.NewSession(cl, ns, id+"-session", id)
+				}
+				c.Identity, c.Heartbeat = id, &fence.Heartbeat{Session: session}
+			default:
+				return nil, fmt.Errorf("unknown -heartbeat %q: want lease, session or empty", heartbeat)
+			}
+			el, err := fence.New(c)
 			return func() { _ = el.Run(ctx) }, err
 		}
 	case "cg":

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,15 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 		}
 		return fmt.Sprintf("%.2f", float64(apiCPU(x).Milliseconds())/float64(x.holderRenewals))
 	})
+	// base: client-go at kubefence's renewal interval, the first client-go window.
+	base := slices.IndexFunc(r.windows, func(x window) bool { return strings.HasPrefix(x.name, "client-go") })
+	add("kube-apiserver + etcd CPU per renewal / client-go's at the same interval", func(x window) string {
+		if base < 0 || x.holderRenewals == 0 || r.windows[base].holderRenewals == 0 {
+			return "-"
+		}
+		per := func(x window) float64 { return apiCPU(x).Seconds() / float64(x.holderRenewals) }
+		return fmt.Sprintf("%.2fx", per(x)/per(r.windows[base]))
+	})
 	add("operator CPU cores per 1,000 held", func(x window) string {
 		return fmt.Sprintf("%.3f", x.usage[partOperator].cpu.Seconds()/secs(x)/float64(x.held)*1000)
 	})
@@ -78,12 +88,11 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 		add(k+" peak RSS", func(x window) string { return mib(x.usage[k].rss) })
 	}
 	table(w, rows)
-	if len(r.windows) >= 2 && r.windows[0].holderRenewals > 0 && r.windows[1].holderRenewals > 0 {
-		per := func(x window) float64 { return apiCPU(x).Seconds() / float64(x.holderRenewals) }
-		fmt.Fprintf(w, "\nkube-apiserver + etcd CPU per renewal, kubefence / client-go at the same count and interval: %.2fx\n", per(r.windows[0])/per(r.windows[1]))
-	}
-	if len(r.windows) > 0 {
-		fmt.Fprintf(w, "controller writes by kind in the kubefence window: %s\n", byKind(r.windows[0].controllerByCat))
+	fmt.Fprintln(w)
+	for _, x := range r.windows {
+		if !strings.HasPrefix(x.name, "client-go") {
+			fmt.Fprintf(w, "controller writes by kind, %s: %s\n", x.name, byKind(x.controllerByCat))
+		}
 	}
 
 	fmt.Fprintln(w)

@@ -8,15 +8,12 @@ package heartbeat_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefence/kubefence/hack/devenv"
@@ -42,7 +39,7 @@ func TestMain(m *testing.M) {
 
 func setup(ctx context.Context, c *testenv.Cluster) error {
 	cluster, suiteCtx = c, ctx
-	if err := applyPolicy(ctx, c.Admin); err != nil {
+	if err := devenv.ApplyHeartbeatPolicy(ctx, c.Admin, filepath.Join("..", "..")); err != nil {
 		return err
 	}
 	rules := append([]rbacv1.PolicyRule{
@@ -57,26 +54,4 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 	// controller.
 	_, err = c.ServeOperator(ctx, c.Operator(), nil)
 	return err
-}
-
-// applyPolicy creates the policy and binding of config/heartbeat as shipped.
-func applyPolicy(ctx context.Context, c client.Client) error {
-	f, err := os.Open(filepath.Join("..", "..", "config", "heartbeat", "heartbeat_policy.yaml"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	d := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	var policy admissionv1.ValidatingAdmissionPolicy
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	if err := d.Decode(&policy); err != nil {
-		return fmt.Errorf("reading the heartbeat policy: %w", err)
-	}
-	if err := d.Decode(&binding); err != nil {
-		return fmt.Errorf("reading the heartbeat policy's binding: %w", err)
-	}
-	if err := c.Create(ctx, &policy); err != nil {
-		return err
-	}
-	return c.Create(ctx, &binding)
 }

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -195,7 +194,7 @@ func (c *cluster) setUp(ctx context.Context) error {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	if err := installHeartbeatPolicy(ctx, c.admin); err != nil {
+	if err := devenv.ApplyHeartbeatPolicy(ctx, c.admin, filepath.Join("..", "..")); err != nil {
 		return err
 	}
 	rules := append([]rbacv1.PolicyRule{heartbeatRule}, devenv.ClientRules...)
@@ -205,29 +204,6 @@ func (c *cluster) setUp(ctx context.Context) error {
 // heartbeatRule lets a worker create and renew its heartbeat Leases (the
 // candidate role's rule).
 var heartbeatRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}
-
-// installHeartbeatPolicy creates the policy kubefence-heartbeats and its
-// binding as shipped (config/heartbeat), as config/default installs them.
-func installHeartbeatPolicy(ctx context.Context, c client.Client) error {
-	f, err := os.Open(filepath.Join("..", "..", "config", "heartbeat", "heartbeat_policy.yaml"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	d := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	var policy admissionv1.ValidatingAdmissionPolicy
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	if err := d.Decode(&policy); err != nil {
-		return fmt.Errorf("reading the heartbeat policy: %w", err)
-	}
-	if err := d.Decode(&binding); err != nil {
-		return fmt.Errorf("reading the heartbeat policy's binding: %w", err)
-	}
-	if err := c.Create(ctx, &policy); err != nil {
-		return err
-	}
-	return c.Create(ctx, &binding)
-}
 
 // startOperator runs bin/manager as the admin, serving the webhooks on
 // envtest's port and certificate, and waits until the webhook port answers TLS.

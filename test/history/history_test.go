@@ -16,7 +16,8 @@
 // the short profile in policy mode when it is unset.
 // HISTORY_HEARTBEAT=lease (or session) makes the workers renew by a
 // heartbeat Lease per lease (or one per worker for all its leases) after
-// acknowledging each grant (docs/design.md, "Heartbeats").
+// acknowledging each grant (docs/design.md, "Heartbeats"); =mixed gives the
+// workers none, per lease and session by turns.
 // HISTORY_COMMIT_DELAY=beyond makes the commit-delay fault hold commits past
 // the commit lag: the run then passes only if the commit-order checker
 // reports violations (default: within the leases' commit-lag budget, and no
@@ -116,10 +117,10 @@ func loadProfile(t *testing.T) profile {
 		t.Fatalf("HISTORY_ENFORCEMENT=%q: expected %q or %q", e, operator.EnforcementWebhook, operator.EnforcementPolicy)
 	}
 	switch h := os.Getenv("HISTORY_HEARTBEAT"); h {
-	case "", "lease", "session":
+	case "", "lease", "session", "mixed":
 		p.heartbeat = h
 	default:
-		t.Fatalf("HISTORY_HEARTBEAT=%q: expected lease or session", h)
+		t.Fatalf("HISTORY_HEARTBEAT=%q: expected lease, session or mixed", h)
 	}
 	switch d := os.Getenv("HISTORY_COMMIT_DELAY"); d {
 	case "":
@@ -225,7 +226,6 @@ func runHistory(t *testing.T, prof profile) {
 		"--objects-per-lease=" + strconv.Itoa(prof.objectsPerLease),
 		"--segment-cap=" + strconv.Itoa(prof.segCap),
 		"--start=" + strconv.FormatInt(start.UnixNano(), 10),
-		"--heartbeat=" + prof.heartbeat,
 	}}
 	if cl.two != nil {
 		// A stale holder writes for longer (up to 15 writes 0-150 ms apart,
@@ -247,6 +247,7 @@ func runHistory(t *testing.T, prof profile) {
 		if w.proxy, err = newFaultProxy(apiAddrs[i%len(apiAddrs)]); err != nil {
 			t.Fatal(err)
 		}
+		w.args = []string{"--heartbeat=" + workerHeartbeat(prof.heartbeat, i)}
 		w.kubeconfig = filepath.Join(dir, w.name+".kubeconfig")
 		if err := cl.workerKubeconfig(w.name, w.proxy.Addr(), w.kubeconfig); err != nil {
 			t.Fatal(err)
@@ -490,6 +491,9 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 		describeCommitDelay(prof.commitDelay), prof.seed)
 	fmt.Fprintf(&b, "  run: %v with %d workers, %d leases (%ds), %d objects\n", runTime.Round(time.Second), prof.workers, prof.leases,
 		prof.leaseSeconds, res.Objects)
+	if prof.heartbeat != "" {
+		fmt.Fprintf(&b, "  renewals: by heartbeat (%s)\n", prof.heartbeat)
+	}
 	fmt.Fprintf(&b, "  guarded writes attempted: %d\n", countAppends(ops))
 	fmt.Fprintf(&b, "    accepted (ok):           %d\n", outcomes[checker.OK])
 	fmt.Fprintf(&b, "    refused as stale:        %d\n", outcomes[checker.Stale])
@@ -515,6 +519,17 @@ func summarize(prof profile, ops []checker.Op, records []checker.Record, finals 
 	fmt.Fprintf(&b, "  commits after their tenure's end, before the next grant (allowed): %d, at most %d revisions late\n", c.LateCommits, c.MaxLateBy)
 	fmt.Fprintf(&b, "  replay: HISTORY_SEED=%d\n", prof.seed)
 	return b.String()
+}
+
+// workerHeartbeat is how worker i renews: HISTORY_HEARTBEAT, or with
+// "mixed" by turns none, per lease and session, so that holders of all
+// three kinds hand the same leases over to one another (the mix a fleet
+// runs while it moves to heartbeats).
+func workerHeartbeat(heartbeat string, i int) string {
+	if heartbeat != "mixed" {
+		return heartbeat
+	}
+	return [...]string{"", "lease", "session"}[i%3]
 }
 
 // checkHeartbeats makes sure the run renewed by heartbeat (HISTORY_HEARTBEAT):

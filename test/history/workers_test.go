@@ -20,8 +20,9 @@ type worker struct {
 	name       string
 	proxy      *faultProxy
 	kubeconfig string
-	logPath    string // JSON lines (stdout)
-	errPath    string // the elector's logs (stderr)
+	logPath    string   // JSON lines (stdout)
+	errPath    string   // the elector's logs (stderr)
+	args       []string // this worker's own flags, after the shared ones
 
 	mu          sync.Mutex
 	p           *proc
@@ -58,6 +59,7 @@ func (s *workerSet) start(w *worker) error {
 		"--seq-start=" + strconv.FormatInt(int64(w.incarnation)*1_000_000_000, 10),
 		"--seed=" + strconv.FormatInt(s.seed*1_000_003+int64(len(w.name))*7919+int64(w.incarnation)+int64(w.name[len(w.name)-1]), 10),
 	}, s.args...)
+	args = append(args, w.args...)
 	p, err := startProc(w.name, s.bin, args, nil, stdout, stderr)
 	if err != nil {
 		return err

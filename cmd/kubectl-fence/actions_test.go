@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // readLease reads a lease as the admin.
@@ -80,7 +81,7 @@ func TestRaiseFloor(t *testing.T) {
 	guardedConfigMap(t, ns, "settings", "jobs", "9")
 
 	out := mustFence(t, "raise-floor", "jobs", "--margin", "100", "-n", ns)
-	wantContains(t, "raise-floor output", out,
+	testenv.WantContains(t, "raise-floor output", out,
 		"fencedlease "+ns+"/jobs: spec.minFencingToken raised from 0 to 112 (highest token seen: 12, on Widget.example.kubefence.io w-ahead; margin 100)",
 		"The current tenure (a, token 7) keeps its token until it ends; end it with: kubectl fence release jobs -n "+ns+" --holder a",
 	)
@@ -142,7 +143,7 @@ func TestCheckWithoutWebhook(t *testing.T) {
 	if err == nil {
 		t.Fatal("check passed without any webhook")
 	}
-	wantContains(t, "check error", err.Error(),
+	testenv.WantContains(t, "check error", err.Error(),
 		"kubefence is not ready: FencedLease webhook: missing: a dry-run create of a FencedLease with another user's request was accepted unchecked",
 		"no ValidatingWebhookConfiguration has a webhook whose rules cover it",
 	)
@@ -176,7 +177,7 @@ func TestVersion(t *testing.T) {
 	}
 
 	out = mustFence(t, "version")
-	wantContains(t, "version without an operator", out, "Client Version: ", "Kubernetes Version: "+serverVersion(t)+"\n", "Operator Version: unknown (no manager Deployment labelled app.kubernetes.io/name=kubefence found)")
+	testenv.WantContains(t, "version without an operator", out, "Client Version: ", "Kubernetes Version: "+serverVersion(t)+"\n", "Operator Version: unknown (no manager Deployment labelled app.kubernetes.io/name=kubefence found)")
 
 	// The operator's version is its manager image.
 	ns := newNamespace(t)

@@ -63,7 +63,7 @@ func TestCheckWithWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check --wait with the webhooks served: %v", err)
 	}
-	wantContains(t, "check output", out.String(),
+	testenv.WantContains(t, "check output", out.String(),
 		"API: fencedleases.coordination.kubefence.io/v1alpha1 is served",
 		"FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)",
 		"fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)",
@@ -98,11 +98,11 @@ func TestCheckWithWebhook(t *testing.T) {
 	if err := runFence(t.Context(), &out, &errOut, "--kubeconfig", kc, "check", "-n", ns.Name, "--wait=60s"); err != nil {
 		t.Fatalf("check in policy mode: %v\n%s%s", err, out.String(), errOut.String())
 	}
-	wantContains(t, "check output in policy mode", out.String(),
+	testenv.WantContains(t, "check output in policy mode", out.String(),
 		"FencedLease policy: answers (policy mode: kubefence-fencedleases refused a dry-run FencedLease with another user's request)",
 		"fencing policy: answers (policy mode: kubefence-fencing refused a dry-run ConfigMap guarded by a lease that does not exist)",
 	)
-	wantContains(t, "check warnings in policy mode", errOut.String(),
+	testenv.WantContains(t, "check warnings in policy mode", errOut.String(),
 		"Warning: policy mode does not fence group "+aggregatedGroup+": APIService v1."+aggregatedGroup+" has it served by the aggregated API server default/no-such-server",
 		"docs/design.md",
 	)
@@ -146,7 +146,7 @@ func TestCheckWarnsAboutSharedServiceAccounts(t *testing.T) {
 	if err == nil {
 		t.Errorf("check without webhooks succeeded")
 	}
-	wantContains(t, "check's warnings", stderr,
+	testenv.WantContains(t, "check's warnings", stderr,
 		"Warning: lease "+ns+"/shared (identityBinding: None) is requested by service account "+sa+", which 2 pods run as now: pods that run as one service account pass each other's tokenless fencing checks",
 		"set identityBinding: Pod on the lease",
 	)
@@ -174,7 +174,7 @@ func TestCheckTellsMissingAndSkippingWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check with the webhooks served: %v", err)
 	}
-	wantContains(t, "check output", out, `FencedLease webhook: answers (validating-webhook-configuration "vfencedlease-v1alpha1.kb.io" accepted a dry-run create`)
+	testenv.WantContains(t, "check output", out, `FencedLease webhook: answers (validating-webhook-configuration "vfencedlease-v1alpha1.kb.io" accepted a dry-run create`)
 
 	// A matchCondition that skips the probe: the webhook never sees it.
 	var hooks admissionregistrationv1.ValidatingWebhookConfiguration

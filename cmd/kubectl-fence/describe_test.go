@@ -92,7 +92,7 @@ func TestDescribe(t *testing.T) {
 	ns, _ := getFixture(t)
 	out := mustFence(t, "describe", "jobs", "-n", ns)
 
-	wantContains(t, "describe output", out,
+	testenv.WantContains(t, "describe output", out,
 		"Name:",
 		"Holder:             a (user user-a)",
 		"Fencing token:      7 (token base 0)",
@@ -205,7 +205,7 @@ func TestDescribeEmptySections(t *testing.T) {
 	ns := newNamespace(t)
 	createLease(t, ns, "fresh", coordv1alpha1.FencedLeaseSpec{LockDelaySeconds: 30}, coordv1alpha1.FencedLeaseStatus{})
 	out := mustFence(t, "describe", "fresh", "-n", ns)
-	wantContains(t, "describe output", out,
+	testenv.WantContains(t, "describe output", out,
 		"Holder:             <none>",
 		"Status:             not yet reconciled by the controller",
 		"Lock delay:         30s, not active",

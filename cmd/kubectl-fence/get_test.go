@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // listFixture creates three leases in a fresh namespace: one held with two
@@ -146,5 +147,5 @@ func TestListEmptyAndErrors(t *testing.T) {
 
 func TestRootPrintsHelp(t *testing.T) {
 	out := mustFence(t)
-	wantContains(t, "help", out, "kubectl fence [command]", "get", "describe", "release", "handover", "raise-floor", "check", "version")
+	testenv.WantContains(t, "help", out, "kubectl fence [command]", "get", "describe", "release", "handover", "raise-floor", "check", "version")
 }

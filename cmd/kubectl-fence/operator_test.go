@@ -18,6 +18,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence/protocol"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // queue reads a lease's spec.requests identities.
@@ -219,7 +220,7 @@ func TestRefusalIsExplained(t *testing.T) {
 		t.Fatal("release was not refused")
 	}
 	t.Logf("refusal:\n%v", err)
-	wantContains(t, "refusal", err.Error(),
+	testenv.WantContains(t, "refusal", err.Error(),
 		"releasing a from fencedlease "+ns+"/jobs was refused",
 		msg,
 		"--lease-admin-group",

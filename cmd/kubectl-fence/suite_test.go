@@ -94,16 +94,6 @@ func mustFence(t *testing.T, args ...string) string {
 	return out
 }
 
-// wantContains checks that got, what names it, has each of wants.
-func wantContains(t *testing.T, what, got string, wants ...string) {
-	t.Helper()
-	for _, want := range wants {
-		if !strings.Contains(got, want) {
-			t.Errorf("%s lacks %q:\n%s", what, want, got)
-		}
-	}
-}
-
 // newNamespace creates a fresh namespace for one test. envtest runs no
 // namespace controller, so namespaces stay until the suite's etcd goes away.
 func newNamespace(t *testing.T) string {

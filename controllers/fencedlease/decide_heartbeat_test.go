@@ -56,6 +56,17 @@ func (s *hbSim) beat(at time.Time) {
 // deliver: the informer hands the API server's heartbeat to the tracker now.
 func (s *hbSim) deliver() { s.tracker.Observe(s.api.DeepCopy(), s.clock.Now()) }
 
+// beats: n heartbeat renewals 3 s apart, each stamped when made, delivered
+// to the tracker and reconciled.
+func (s *hbSim) beats(n int) {
+	for range n {
+		s.clock.Step(3 * time.Second)
+		s.beat(s.clock.Now())
+		s.deliver()
+		s.reconcile()
+	}
+}
+
 func (s *hbSim) step() (Step, bool) {
 	s.t.Helper()
 	mem := Memory{obs: s.obs}
@@ -127,12 +138,7 @@ func TestHeartbeatRenewalsKeepTheTenureWithoutWrites(t *testing.T) {
 	s := newHBSim(t, 10)
 	grantedAndAcknowledged(s)
 	writes, gen := s.statusWrites, s.lease.Generation
-	for range 20 { // 60 s of heartbeats every 3 s
-		s.clock.Step(3 * time.Second)
-		s.beat(s.clock.Now())
-		s.deliver()
-		s.reconcile()
-	}
+	s.beats(20) // 60 s of heartbeats
 	if h, _ := s.holder(); h != "a" {
 		t.Fatalf("holder %q after 60 s of heartbeats, want a", h)
 	}
@@ -243,12 +249,7 @@ func TestHeartbeatDoesNotRenewAnUnacknowledgedGrant(t *testing.T) {
 	s.joinWithHeartbeat("a")
 	s.join("b")
 	s.reconcile()
-	for range 4 {
-		s.clock.Step(3 * time.Second)
-		s.beat(s.clock.Now())
-		s.deliver()
-		s.reconcile()
-	}
+	s.beats(4)
 	if h, _ := s.holder(); h != "b" {
 		t.Fatalf("holder %q 12 s after a grant never acknowledged, want b", h)
 	}
@@ -260,12 +261,7 @@ func TestHeartbeatOfAnotherUserDoesNotRenew(t *testing.T) {
 	s := newHBSim(t, 10)
 	s.api.Annotations[coordv1alpha1.HeartbeatUserAnnotation] = "mallory"
 	grantedAndAcknowledged(s)
-	for range 4 {
-		s.clock.Step(3 * time.Second)
-		s.beat(s.clock.Now())
-		s.deliver()
-		s.reconcile()
-	}
+	s.beats(4)
 	if h, _ := s.holder(); h != "b" {
 		t.Fatalf("holder %q: renewed by a heartbeat mallory made; want b", h)
 	}

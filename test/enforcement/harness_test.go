@@ -22,7 +22,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -34,6 +33,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/controllers/webhooks/fencing"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/ruletable"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -41,10 +41,6 @@ const (
 	root              = "../.."
 	operatorNamespace = "kubefence-system"
 )
-
-// requiredKinds are the kinds of mandatory fencing: the example kind the
-// fencing webhook configuration lists, and the same for the policy.
-var requiredKinds = []schema.GroupResource{{Group: "example.kubefence.io", Resource: "widgets"}}
 
 // harness is one control plane with the operator in one enforcement mode.
 type harness struct {
@@ -112,7 +108,7 @@ func (h *harness) options() operator.Options {
 	o := h.cluster.Operator()
 	o.Enforcement = h.mode
 	if h.mode == operator.EnforcementPolicy {
-		o.RequiredKinds = requiredKinds
+		o.RequiredKinds = ruletable.RequiredKinds // the example kind, as the fencing webhook configuration lists it
 	}
 	return o
 }

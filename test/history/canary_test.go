@@ -44,67 +44,76 @@ const canaryLeaseSeconds = 30
 func (c *cluster) commitOrderCanary(ctx context.Context) (held time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel() // the Electors release
-	if err := c.createLeaseOf(ctx, canaryLease, canaryLeaseSeconds); err != nil {
+	cl, _, token, err := c.leadAndQueue(ctx, canaryLease, "canary-a", "canary-b")
+	if err != nil {
 		return 0, err
 	}
-	clients := map[string]client.WithWatch{}
-	tokens := map[string]chan int64{}
-	for _, name := range []string{"canary-a", "canary-b"} {
+	return c.canaryWrite(ctx, cl, token)
+}
+
+// leadAndQueue creates lease (of canaryLeaseSeconds) and runs an Elector for
+// each of the users a and b of the workers' group until ctx ends: a is
+// granted first, then b queues behind it. It returns a's client, Elector and
+// fencing token once b's request is on the lease.
+func (c *cluster) leadAndQueue(ctx context.Context, lease, a, b string) (client.WithWatch, *fence.Elector, int64, error) {
+	if err := c.createLeaseOf(ctx, lease, canaryLeaseSeconds); err != nil {
+		return nil, nil, 0, err
+	}
+	var (
+		aClient  client.WithWatch
+		aElector *fence.Elector
+	)
+	aToken := make(chan int64, 1)
+	for _, name := range []string{a, b} {
 		u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{workersGroup}}, nil)
 		if err != nil {
-			return 0, fmt.Errorf("adding user %s: %w", name, err)
+			return nil, nil, 0, fmt.Errorf("adding user %s: %w", name, err)
 		}
 		cl, err := client.NewWithWatch(u.Config(), client.Options{Scheme: c.scheme})
 		if err != nil {
-			return 0, err
+			return nil, nil, 0, err
 		}
-		ch := make(chan int64, 1)
-		clients[name], tokens[name] = cl, ch
-		e, err := fence.New(fence.Config{Client: cl, Namespace: historyNamespace, Name: canaryLease, Identity: name, User: name,
+		e, err := fence.New(fence.Config{Client: cl, Namespace: historyNamespace, Name: lease, Identity: name, User: name,
 			Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
-				select {
-				case ch <- token:
-				default:
+				if name == a {
+					select {
+					case aToken <- token:
+					default:
+					}
 				}
 				<-ctx.Done()
 			}}})
 		if err != nil {
-			return 0, err
+			return nil, nil, 0, err
 		}
 		go func() { _ = e.Run(ctx) }()
-		if name == "canary-a" { // granted before canary-b asks
-			if err := c.waitLease(ctx, canaryLease, func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == name }); err != nil {
-				return 0, fmt.Errorf("%s's grant: %w", name, err)
+		if name == a { // granted before b asks
+			aClient, aElector = cl, e
+			if err := c.waitLease(ctx, lease, func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == name }); err != nil {
+				return nil, nil, 0, fmt.Errorf("%s's grant: %w", name, err)
 			}
 		}
 	}
 	var token int64
 	select {
-	case token = <-tokens["canary-a"]:
+	case token = <-aToken:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("canary-a does not lead lease %s: %w", canaryLease, ctx.Err())
+		return nil, nil, 0, fmt.Errorf("%s does not lead lease %s: %w", a, lease, ctx.Err())
 	}
-	if err := c.waitLease(ctx, canaryLease, func(l *coordv1alpha1.FencedLease) bool {
-		return coordv1alpha1.RequestIndex(l.Spec.Requests, "canary-b") >= 0
+	if err := c.waitLease(ctx, lease, func(l *coordv1alpha1.FencedLease) bool {
+		return coordv1alpha1.RequestIndex(l.Spec.Requests, b) >= 0
 	}); err != nil {
-		return 0, fmt.Errorf("canary-b's request: %w", err)
+		return nil, nil, 0, fmt.Errorf("%s's request: %w", b, err)
 	}
-	return c.canaryWrite(ctx, clients["canary-a"], token)
+	return aClient, aElector, token, nil
 }
 
 // canaryWrite is steps 2 to 4 of commitOrderCanary: canary-a's write with
 // client cl and token, held until canary-b's grant; it returns how long.
 func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64) (time.Duration, error) {
-	before := 0
-	for _, p := range c.etcdProxies {
-		before += p.DelayedWrites()
-		p.SetWriteDelay(time.Hour)
-	}
-	defer func() {
-		for _, p := range c.etcdProxies {
-			p.SetWriteDelay(0)
-		}
-	}()
+	before := c.delayedWrites()
+	c.setWriteDelay(time.Hour)
+	defer c.setWriteDelay(0)
 	// The client's write histogram must see the held write (what
 	// KubefenceClientWritesSlow alerts on).
 	reg := prometheus.NewRegistry()
@@ -121,14 +130,7 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 	}
 	go func() { done <- fc.Create(ctx, w) }()
 	// The write is admitted once it waits in a proxy.
-	for {
-		n := 0
-		for _, p := range c.etcdProxies {
-			n += p.DelayedWrites()
-		}
-		if n > before {
-			break
-		}
+	for c.delayedWrites() <= before {
 		select {
 		case err := <-done:
 			return 0, fmt.Errorf("canary-a's write returned before it reached etcd: %v", err)
@@ -145,9 +147,7 @@ func (c *cluster) canaryWrite(ctx context.Context, cl client.Client, token int64
 	}); err != nil {
 		return 0, fmt.Errorf("canary-b's grant: %w", err)
 	}
-	for _, p := range c.etcdProxies {
-		p.SetWriteDelay(0)
-	}
+	c.setWriteDelay(0)
 	held := time.Since(start)
 	select {
 	case err := <-done:

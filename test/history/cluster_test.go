@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -32,6 +33,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/hack/devenv"
+	"github.com/kubefence/kubefence/test/history/checker"
 	"github.com/kubefence/kubefence/test/testenv"
 )
 
@@ -97,6 +99,52 @@ func buildBinaries(ctx context.Context, root, dir string) (manager, worker strin
 		}
 	}
 	return manager, worker, nil
+}
+
+// startRecorded builds the manager and the worker into dir and starts the
+// control plane of startCluster, the commit recorder and the operator. The
+// commit log, every version of the Widgets and FencedLeases from before the
+// first is written, placed by its etcd revision, goes to dir/commits.jsonl.
+// When the test ends the recorder (if rec.Stop was not called yet), the log
+// file and the control plane are stopped, in that order. It returns the
+// worker binary too, and start: the time the recording started, once the
+// control plane is up.
+func startRecorded(ctx context.Context, t *testing.T, dir string, leaseSeconds int32, enforcement string) (cl *cluster, workerBin string, rec *checker.CommitRecorder, start time.Time) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	managerBin, workerBin, err := buildBinaries(ctx, root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err = startCluster(ctx, root, dir, managerBin, leaseSeconds, enforcement)
+	if cl != nil {
+		t.Cleanup(func() {
+			if err := cl.stop(); err != nil {
+				t.Errorf("stopping the control plane: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitsOut, err := os.Create(filepath.Join(dir, "commits.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = commitsOut.Close() })
+	start = time.Now()
+	rec, err = checker.StartCommitRecorder(ctx, cl.admin, historyNamespace, start, commitsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = rec.Stop() }) // Stop again returns at once
+	if err := cl.startOperator(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cl, workerBin, rec, start
 }
 
 // startCluster starts etcd and kube-apiserver with the CRDs of config/ and
@@ -300,6 +348,23 @@ func (c *cluster) stop() error {
 		_ = c.operatorLog.Close()
 	}
 	return c.tc.Stop()
+}
+
+// delayedWrites is the number of Widget writes the etcd proxies delayed so
+// far.
+func (c *cluster) delayedWrites() (n int) {
+	for _, p := range c.etcdProxies {
+		n += p.DelayedWrites()
+	}
+	return n
+}
+
+// setWriteDelay delays every kube-apiserver's Widget writes to etcd by d (0:
+// no longer).
+func (c *cluster) setWriteDelay(d time.Duration) {
+	for _, p := range c.etcdProxies {
+		p.SetWriteDelay(d)
+	}
 }
 
 // createLease creates a FencedLease of the run's duration.

@@ -397,18 +397,11 @@ func (in *injector) plan(kind string) func() {
 			for _, r := range revs {
 				defer in.release("lease/" + r.lease)
 			}
-			delayed := func() (n int) {
-				for _, p := range in.cluster.etcdProxies {
-					n += p.DelayedWrites()
-				}
-				return n
-			}
+			delayed := in.cluster.delayedWrites
 			before, start := delayed(), time.Now()
 			in.logf("%s: delay the kube-apiservers' Widget writes to etcd by %v (%s), revoking the holders of %d leases meanwhile",
 				kind, delay.Round(time.Millisecond), describeCommitDelay(in.commitDelay), len(revs))
-			for _, p := range in.cluster.etcdProxies {
-				p.SetWriteDelay(delay)
-			}
+			in.cluster.setWriteDelay(delay)
 			// The revocations begin once writes are delayed: not while nobody
 			// writes (after an operator-kill, until the new leader has waited
 			// out the killed one's Lease, nothing is granted).
@@ -431,9 +424,7 @@ func (in *injector) plan(kind string) func() {
 				}
 			}
 			time.Sleep(rest)
-			for _, p := range in.cluster.etcdProxies {
-				p.SetWriteDelay(0)
-			}
+			in.cluster.setWriteDelay(0)
 			in.logf("%s: lifted after %v, %d Widget writes delayed", kind, time.Since(start).Round(time.Millisecond), delayed()-before)
 		}
 	case faultAPIServerStop:

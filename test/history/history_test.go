@@ -169,48 +169,8 @@ func runHistory(t *testing.T, prof profile) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	managerBin, workerBin, err := buildBinaries(ctx, root, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cl, err := startCluster(ctx, root, dir, managerBin, prof.leaseSeconds, prof.enforcement)
-	if cl != nil {
-		defer func() {
-			if err := cl.stop(); err != nil {
-				t.Errorf("stopping the control plane: %v", err)
-			}
-		}()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The commit log: every version of the Widgets and FencedLeases, from
-	// before the first is written, placed by its etcd revision.
-	commitsOut, err := os.Create(filepath.Join(dir, "commits.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer commitsOut.Close()
-	start := time.Now()
-	rec, err := checker.StartCommitRecorder(ctx, cl.admin, historyNamespace, start, commitsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recording := true
-	defer func() {
-		if recording {
-			_, _ = rec.Stop()
-		}
-	}()
-	if err := cl.startOperator(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cl, workerBin, rec, start := startRecorded(ctx, t, dir, prof.leaseSeconds, prof.enforcement)
 	var leases []string
 	for i := 0; i < prof.leases; i++ {
 		name := fmt.Sprintf("job-%c", 'a'+i)
@@ -350,7 +310,6 @@ func runHistory(t *testing.T, prof profile) {
 		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
 	}
 	recorded, err := rec.Stop()
-	recording = false
 	if err != nil {
 		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
 	}

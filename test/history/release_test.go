@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
@@ -53,46 +51,9 @@ func TestPolicyStaleWriteAfterReleaseCommitsBeforeTheNextGrant(t *testing.T) {
 		t.Fatal("KUBEBUILDER_ASSETS is unset: run the tests with `make test`, which supplies kube-apiserver and etcd")
 	}
 	logf.SetLogger(logr.Discard())
-	dir := t.TempDir()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	managerBin, _, err := buildBinaries(ctx, root, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := startCluster(ctx, root, dir, managerBin, 30, operator.EnforcementPolicy)
-	if cl != nil {
-		defer func() {
-			if err := cl.stop(); err != nil {
-				t.Errorf("stopping the control plane: %v", err)
-			}
-		}()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	commitsOut, err := os.Create(filepath.Join(dir, "commits.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer commitsOut.Close()
-	rec, err := checker.StartCommitRecorder(ctx, cl.admin, historyNamespace, time.Now(), commitsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recording := true
-	defer func() {
-		if recording {
-			_, _ = rec.Stop()
-		}
-	}()
-	if err := cl.startOperator(ctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(cancel) // registered first, so run last: after the control plane stopped
+	cl, _, rec, _ := startRecorded(ctx, t, t.TempDir(), 30, operator.EnforcementPolicy)
 
 	hold := timing.DefaultCommitLag * 3 / 4 // the operator runs with the default --max-commit-lag
 	value, err := cl.staleWriteAfterRelease(ctx, hold, t.Logf)
@@ -103,7 +64,6 @@ func TestPolicyStaleWriteAfterReleaseCommitsBeforeTheNextGrant(t *testing.T) {
 		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
 	}
 	log, err := rec.Stop()
-	recording = false
 	if err != nil {
 		t.Fatalf("the harness failed (not a finding about kubefence): %v", err)
 	}
@@ -139,74 +99,23 @@ func TestPolicyStaleWriteAfterReleaseCommitsBeforeTheNextGrant(t *testing.T) {
 func (c *cluster) staleWriteAfterRelease(ctx context.Context, maxHold time.Duration, logf func(string, ...any)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel() // the Electors stop
-	if err := c.createLeaseOf(ctx, releaseLease, canaryLeaseSeconds); err != nil {
+	relA, elector, token, err := c.leadAndQueue(ctx, releaseLease, "rel-a", "rel-b")
+	if err != nil {
 		return "", err
 	}
-	clients := map[string]client.WithWatch{}
-	electors := map[string]*fence.Elector{}
-	tokens := map[string]chan int64{}
-	for _, name := range []string{"rel-a", "rel-b"} {
-		u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{workersGroup}}, nil)
-		if err != nil {
-			return "", fmt.Errorf("adding user %s: %w", name, err)
-		}
-		cl, err := client.NewWithWatch(u.Config(), client.Options{Scheme: c.scheme})
-		if err != nil {
-			return "", err
-		}
-		ch := make(chan int64, 1)
-		clients[name], tokens[name] = cl, ch
-		e, err := fence.New(fence.Config{Client: cl, Namespace: historyNamespace, Name: releaseLease, Identity: name, User: name,
-			Callbacks: fence.Callbacks{OnStartedLeading: func(ctx context.Context, token int64) {
-				select {
-				case ch <- token:
-				default:
-				}
-				<-ctx.Done()
-			}}})
-		if err != nil {
-			return "", err
-		}
-		electors[name] = e
-		go func() { _ = e.Run(ctx) }()
-		if name == "rel-a" { // granted before rel-b asks
-			if err := c.waitLease(ctx, releaseLease, func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == name }); err != nil {
-				return "", fmt.Errorf("%s's grant: %w", name, err)
-			}
-		}
-	}
-	var token int64
-	select {
-	case token = <-tokens["rel-a"]:
-	case <-ctx.Done():
-		return "", fmt.Errorf("rel-a does not lead lease %s: %w", releaseLease, ctx.Err())
-	}
-	if err := c.waitLease(ctx, releaseLease, func(l *coordv1alpha1.FencedLease) bool {
-		return coordv1alpha1.RequestIndex(l.Spec.Requests, "rel-b") >= 0
-	}); err != nil {
-		return "", fmt.Errorf("rel-b's request: %w", err)
-	}
 
-	before := 0
-	for _, p := range c.etcdProxies {
-		before += p.DelayedWrites()
-		p.SetWriteDelay(time.Hour)
-	}
-	lift := func() {
-		for _, p := range c.etcdProxies {
-			p.SetWriteDelay(0)
-		}
-	}
-	defer lift()
+	before := c.delayedWrites()
+	c.setWriteDelay(time.Hour)
+	defer c.setWriteDelay(0)
 	value := checker.Value("rel-a", token, 1)
 	w := testenv.Widget(historyNamespace, releaseLease+"-0")
 	if err := unstructured.SetNestedStringSlice(w.Object, []string{value}, "spec", "entries"); err != nil {
 		return "", err
 	}
-	if err := electors["rel-a"].Release(ctx); err != nil {
+	if err := elector.Release(ctx); err != nil {
 		return "", fmt.Errorf("rel-a's release: %w", err)
 	}
-	stale := fence.NewFencedClient(clients["rel-a"], releaseLease, devenv.FixedToken(token))
+	stale := fence.NewFencedClient(relA, releaseLease, devenv.FixedToken(token))
 	sent := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- stale.Create(ctx, w) }()
@@ -215,11 +124,7 @@ func (c *cluster) staleWriteAfterRelease(ctx context.Context, maxHold time.Durat
 	admitted, granted := false, false
 	for !granted && time.Since(sent) < maxHold {
 		if !admitted {
-			n := 0
-			for _, p := range c.etcdProxies {
-				n += p.DelayedWrites()
-			}
-			admitted = n > before
+			admitted = c.delayedWrites() > before
 		}
 		var l coordv1alpha1.FencedLease
 		if err := c.admin.Get(ctx, client.ObjectKey{Namespace: historyNamespace, Name: releaseLease}, &l); err == nil {
@@ -233,7 +138,7 @@ func (c *cluster) staleWriteAfterRelease(ctx context.Context, maxHold time.Durat
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	lift()
+	c.setWriteDelay(0)
 	held := time.Since(sent)
 	if !admitted {
 		return "", fmt.Errorf("rel-a's write with token %d right after its release did not reach etcd within %v: the test shows nothing", token, held)

@@ -67,7 +67,7 @@ func TestChartHelmTest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
-	wantLines(t, "helm install's NOTES", out, "kubefence v0.1.0 is installed in namespace kubefence-system (release kubefence)",
+	testenv.WantContains(t, "helm install's NOTES", out, "kubefence v0.1.0 is installed in namespace kubefence-system (release kubefence)",
 		"enforcement: webhook", "helm test kubefence -n kubefence-system", "kubectl fence check --wait=2m -n default")
 
 	// The operator's webhooks, served in process; the chart's configurations
@@ -103,9 +103,9 @@ func TestChartHelmTest(t *testing.T) {
 	if out, err := helm("test", "kubefence", "--namespace", releaseNamespace, "--timeout", "2m"); err != nil {
 		t.Fatalf("helm test with the webhooks answering: %v", err)
 	} else {
-		wantLines(t, "helm test", out, "TEST SUITE:     kubefence-test-check", "Phase:          Succeeded")
+		testenv.WantContains(t, "helm test", out, "TEST SUITE:     kubefence-test-check", "Phase:          Succeeded")
 	}
-	wantLines(t, "kubectl fence check in the test Pod", kubelet.output(),
+	testenv.WantContains(t, "kubectl fence check in the test Pod", kubelet.output(),
 		"FencedLease webhook: answers (it refused a dry-run FencedLease with another user's request)",
 		"fencing webhook: answers (it refused a dry-run ConfigMap guarded by a lease that does not exist)",
 		"The kubefence API and webhooks are ready")
@@ -118,8 +118,8 @@ func TestChartHelmTest(t *testing.T) {
 	if err == nil {
 		t.Fatal("helm test passed after the FencedLease webhook configuration was deleted")
 	}
-	wantLines(t, "helm test", out, "Phase:          Failed")
-	wantLines(t, "kubectl fence check in the test Pod", kubelet.output(), "FencedLease webhook: missing:")
+	testenv.WantContains(t, "helm test", out, "Phase:          Failed")
+	testenv.WantContains(t, "kubectl fence check in the test Pod", kubelet.output(), "FencedLease webhook: missing:")
 }
 
 // chartWithoutKubeVersion copies dist/chart into dir without its
@@ -150,15 +150,6 @@ func chartWithoutKubeVersion(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return dst
-}
-
-func wantLines(t *testing.T, what, got string, wants ...string) {
-	t.Helper()
-	for _, w := range wants {
-		if !strings.Contains(got, w) {
-			t.Errorf("%s lacks %q:\n%s", what, w, got)
-		}
-	}
 }
 
 // testPodRunner is the kubelet's stand-in for the chart's test Pod.

@@ -110,38 +110,40 @@ func webhookReason(code int32, causes map[string]string, msg string) fencing.Rea
 	if code == http.StatusForbidden && strings.Contains(msg, uncheckableMarker) {
 		return coordv1alpha1.RefusalUncheckable
 	}
-	switch code {
-	case http.StatusBadRequest:
-		return coordv1alpha1.RefusalMalformed
-	case http.StatusNotFound:
-		return coordv1alpha1.RefusalNoLease
-	case http.StatusForbidden:
-		return coordv1alpha1.RefusalUnguarded
-	case http.StatusConflict:
-		return coordv1alpha1.RefusalNotIssued
-	case http.StatusInternalServerError:
-		return coordv1alpha1.RefusalLeaseError
-	case http.StatusServiceUnavailable:
-		return coordv1alpha1.RefusalSlow
+	for _, c := range webhookCodes {
+		if c.code == code {
+			return c.reason
+		}
 	}
 	return ReasonOther
 }
 
+// webhookCodes pair the fencing webhook's HTTP codes with the class of its
+// refusals that come with that code and no typed cause (webhookReason), and
+// are the code of each class listed (WebhookCode).
+var webhookCodes = []struct {
+	reason fencing.Reason
+	code   int32
+}{
+	{coordv1alpha1.RefusalMalformed, http.StatusBadRequest},
+	{coordv1alpha1.RefusalNoLease, http.StatusNotFound},
+	{coordv1alpha1.RefusalUnguarded, http.StatusForbidden},
+	{coordv1alpha1.RefusalNotIssued, http.StatusConflict},
+	{coordv1alpha1.RefusalLeaseError, http.StatusInternalServerError},
+	{coordv1alpha1.RefusalSlow, http.StatusServiceUnavailable},
+}
+
 // WebhookCode is the HTTP code of the fencing webhook's refusals of class r.
 func WebhookCode(r fencing.Reason) int32 {
-	switch r {
-	case coordv1alpha1.RefusalMalformed:
-		return http.StatusBadRequest
-	case coordv1alpha1.RefusalNoLease:
-		return http.StatusNotFound
-	case coordv1alpha1.RefusalNotHolder, coordv1alpha1.RefusalUnguarded, coordv1alpha1.RefusalUncheckable:
+	if r == coordv1alpha1.RefusalNotHolder || r == coordv1alpha1.RefusalUncheckable {
 		return http.StatusForbidden
-	case coordv1alpha1.RefusalLeaseError:
-		return http.StatusInternalServerError
-	case coordv1alpha1.RefusalSlow:
-		return http.StatusServiceUnavailable
 	}
-	return http.StatusConflict
+	for _, c := range webhookCodes {
+		if c.reason == r {
+			return c.code
+		}
+	}
+	return http.StatusConflict // stale, expired, no holder: with typed causes
 }
 
 // policyCode is the HTTP code of the fencing policy's refusals of class

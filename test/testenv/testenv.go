@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,17 @@ func SkipIfShort(t testing.TB) {
 	t.Helper()
 	if short() {
 		t.Skip("needs kube-apiserver and etcd; skipped by -short (make test-unit)")
+	}
+}
+
+// WantContains fails t for each of wants that got, the output what names,
+// lacks.
+func WantContains(t testing.TB, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
+		}
 	}
 }
 

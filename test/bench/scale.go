@@ -5,7 +5,7 @@ package main
 // (scale_child.go), with the operator's webhooks installed and the controller
 // in this process; a steady window, then the holders killed (the samples one
 // by one, then the mass group at once); then H client-go Leases at the same
-// renewal interval and at client-go's defaults. scale_report.go prints it.
+// renewal interval. scale_report.go prints it.
 // See docs/benchmarks.md.
 
 import (
@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,11 +57,6 @@ type scaleOptions struct {
 	// by one process renewing on heartbeat Leases, one per lease, then on
 	// one session Lease.
 	heartbeats bool
-	// profile, if set, is the path prefix of the bench process's CPU
-	// profiles (the operator runs in it): <profile>-steady.pprof over the
-	// kubefence window, <profile>-failover.pprof from the mass kill until
-	// every lease is granted again.
-	profile string
 }
 
 var scaleOpts scaleOptions
@@ -76,10 +70,9 @@ func init() {
 	flag.IntVar(&scaleOpts.samples, "scale-samples", 20, "scale: holders killed one lease each for takeover and expiry lateness")
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of the kubefence steady-state window")
-	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
-	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go windows (for the fail-over and controller rows alone)")
+	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go window (default: -scale-steady)")
+	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go window (for the fail-over and controller rows alone)")
 	flag.BoolVar(&scaleOpts.heartbeats, "scale-heartbeats", false, "scale: after the fail-over, hold the -scale-mass leases in one process renewing on heartbeat Leases (one per lease, then one session Lease) for a window each")
-	flag.StringVar(&scaleOpts.profile, "scale-profile", "", "scale: write the operator's (this process's) CPU profiles to <prefix>-steady.pprof (kubefence window) and <prefix>-failover.pprof (mass kill until all granted)")
 }
 
 // configureAPIServer sets kube-apiserver's concurrency limits.
@@ -131,7 +124,6 @@ type failover struct {
 	massCtrl                            writeCounts
 	massWaiterWrites, massWaiterFailed  int64
 	massDuration                        time.Duration
-	massAPF                             map[string]apfLevel
 	// massLate is the controller's own expiry lateness over the mass
 	// fail-over (kubefence_expiry_lateness_seconds).
 	massLate    lateHistogram
@@ -206,14 +198,8 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 			return err
 		}
 	}
-	for _, phase := range []struct {
-		ns, what string
-		retry    time.Duration
-	}{{"cg-same-interval", "kubefence's renewal interval", b.lease / 3}, {"cg-defaults", "client-go defaults", 2 * time.Second}} {
-		if o.skipBaseline {
-			break
-		}
-		if err := b.scaleClientGo(ctx, s, phase.ns, phase.what, held, phase.retry); err != nil {
+	if !o.skipBaseline {
+		if err := b.scaleClientGo(ctx, s, held); err != nil {
 			return err
 		}
 	}
@@ -329,13 +315,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleSettle); err != nil {
 		return err
 	}
-	stopProfile, err := startProfile("steady")
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	w, err := b.measure(ctx, "kubefence", "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
-	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -404,16 +384,10 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
 	massCtrl0 := b.ctrlRT.counted(scaleMassNS)
 	late0 := controllerLateness()
-	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc]procCounts{}
 	for _, p := range h.massW {
 		massW0[p] = p.snapshot()
 	}
-	stopProfile, err := startProfile("failover")
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	kill := time.Now()
 	for _, p := range h.massH {
 		p.kill()
@@ -428,7 +402,6 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return leadCount(h.massW) == len(h.massKeys), nil
 	})
 	f.massDuration = time.Since(kill)
-	stopProfile()
 	// Each lease's fail-over in steps: its expiry falls due (last stamped
 	// renewal + L + allowance), the controller sends the grant, the grant
 	// returns, the new holder leads (after its acknowledging renewal).
@@ -459,9 +432,6 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return err
 	}
 	f.massCtrl = b.ctrlRT.counted(scaleMassNS).sub(massCtrl0)
-	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
-		f.massAPF = apfSub(apf1, apf0)
-	}
 	f.massLate = controllerLateness().sub(late0)
 	for _, p := range h.massW {
 		c := p.snapshot()
@@ -506,7 +476,11 @@ func (b *bench) scaleHeartbeats(ctx context.Context, s *scaleRun, mode string, k
 	return sleep(ctx, b.lease)
 }
 
-func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string, held int, retry time.Duration) error {
+// scaleClientGo holds held client-go Leases at kubefence's renewal interval
+// (RetryPeriod L/3) and measures a steady window.
+func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int) error {
+	const ns = "cg-same-interval"
+	retry := b.lease / 3
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -528,7 +502,7 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 		return err
 	}
 	length := cmp.Or(scaleOpts.baseline, scaleOpts.steady)
-	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
+	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (kubefence's renewal interval)", retry), length, held, ps, nil)
 	if err != nil {
 		return err
 	}
@@ -691,31 +665,6 @@ func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int
 		}
 	}
 	return out, nil
-}
-
-// startProfile starts a CPU profile of this process (the operator's) to
-// <-scale-profile>-<phase>.pprof; stop ends it (once, however often it is
-// called). Without -scale-profile both
-// do nothing.
-func startProfile(phase string) (stop func(), err error) {
-	if scaleOpts.profile == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(scaleOpts.profile + "-" + phase + ".pprof")
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("profiling the operator: %w", err)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		})
-	}, nil
 }
 
 // heapInUse is this process's live heap after a GC, and its goroutines.

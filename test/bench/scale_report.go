@@ -110,9 +110,6 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
 		r.massDuration.Round(time.Second), o.mass, byKind(r.massCtrl), r.massWaiterWrites, r.massWaiterFailed)
 	fmt.Fprintf(w, "mass fail-over, the controller's own expiry lateness (kubefence_expiry_lateness_seconds: expiry on its clock -> decision, by bucket): %s\n", r.massLate)
-	if r.massAPF != nil {
-		fmt.Fprintf(w, "mass fail-over, APF (requests executed, mean queue wait, rejected): leases %s; workload-low %s\n", r.massAPF["leases"], r.massAPF["workload-low"])
-	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)
 	}

@@ -105,13 +105,12 @@ func (c *candidate) stop() {
 // holder A and waiter B (start), wait until B waits (queued), then freeze
 // A's client at a random point within period and wait for B to lead. It
 // records the start beyond the lease after A's last successful renewal, and
-// the gap after A's tenure ended; then after (may be nil) takes the
-// iteration apart, and settle (may be nil) runs once both are stopped.
+// the gap after A's tenure ended; then after (may be nil) runs while both
+// still run, and settle (may be nil) once both are stopped.
 func (b *bench) takeovers(ctx context.Context, what string, period time.Duration, start func(id string) (*candidate, error),
-	queued func(w *candidate) error, after func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error, settle func()) (takeoverResult, error) {
-	res := takeoverResult{ctrl: writeCounts{}, stages: stages{}}
+	queued func(w *candidate) error, after func(res *takeoverResult) error, settle func()) (takeoverResult, error) {
+	res := takeoverResult{ctrl: writeCounts{}}
 	once := func(i int) error {
-		began := time.Now()
 		var started []*candidate
 		defer func() {
 			for _, c := range started {
@@ -156,7 +155,7 @@ func (b *bench) takeovers(ctx context.Context, what string, period time.Duration
 		if after == nil {
 			return nil
 		}
-		return after(&res, i, began, st, t0, w)
+		return after(&res)
 	}
 	for i := range b.opts.takeovers {
 		if err := once(i); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -108,26 +107,11 @@ type takeoverResult struct {
 	// settled (kubefence only).
 	ctrl     writeCounts
 	failures int
-	stages   stages // kubefence's takeovers taken apart
 }
 
-// stages collects durations by stage (the stage constants).
-type stages map[string][]time.Duration
-
-func (s stages) add(name string, d time.Duration) { s[name] = append(s[name], d) }
-
-// Stages of a kubefence takeover (they add up to the time beyond the lease) and of a hand-over (they add up to its latency).
-const (
-	stageExpiry  = "old holder's last renewal sent + L -> expiry write sent (delivery, allowance, reconcile)"
-	stageExpire  = "expiry-and-grant write sent -> written"
-	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
-	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
-	stageGrant   = "grant write sent -> written"
-)
-
 // kfTakeover: A holds, B waits, A's client freezes at a random point of its
-// renewal cycle; measure when B starts leading and take each takeover apart
-// with the controller's writes.
+// renewal cycle; measure when B starts leading and count the controller's
+// writes.
 func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "kf-takeover", "takeover"
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
@@ -148,8 +132,16 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 			before = b.ctrlRT.counted(ns)
 			return err
 		},
-		func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error {
-			return b.kfTakeoverStages(ctx, ns, i, began, start, t0, w, before, res)
+		func(res *takeoverResult) error {
+			// Let the controller record the new holder's first renewal and
+			// its events; the next periodic renewal is L/3 away.
+			if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
+				return err
+			}
+			for k, v := range b.ctrlRT.counted(ns).sub(before) {
+				res.ctrl[k] += v
+			}
+			return nil
 		},
 		func() {
 			// The next iteration starts from a free lease with nobody queued.
@@ -157,45 +149,6 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 				return l.Status.HolderIdentity == "" && len(l.Spec.Requests) == 0
 			})
 		})
-}
-
-// kfTakeoverStages counts the controller's writes of one takeover and
-// takes it apart.
-func (b *bench) kfTakeoverStages(ctx context.Context, ns string, i int, began, start, t0 time.Time, w *candidate, before writeCounts, res *takeoverResult) error {
-	// Let the controller record the new holder's first renewal and its events;
-	// the new holder's next periodic renewal is a third of a lease away.
-	if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
-		return err
-	}
-	for k, v := range b.ctrlRT.counted(ns).sub(before) {
-		res.ctrl[k] += v
-	}
-	// The controller expires and grants in one status write; only a holder
-	// that never renewed needs a spec write (removing its request) first. It
-	// counts the lease from when it observed the last renewal (in memory
-	// only), so the first stage holds the renewal's delivery and the
-	// allowance too.
-	var expiry, grant *ctrlWrite
-	writes := b.ctrlRT.trace(ns, began)
-	for i := range writes {
-		cw := &writes[i]
-		if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
-			grant = cw
-			break
-		}
-		if cw.ok && cw.category == catSpecExpiry && expiry == nil {
-			expiry = cw
-		}
-	}
-	if grant == nil {
-		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: no grant write to the waiter\n", i)
-		return nil
-	}
-	expiry = cmp.Or(expiry, grant)
-	res.stages.add(stageExpiry, expiry.sent.Sub(t0.Add(b.lease)))
-	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))
-	res.stages.add(stageAck, start.Sub(grant.done))
-	return nil
 }
 
 // handoverResult is phase 2 for one system.
@@ -206,14 +159,13 @@ type handoverResult struct {
 	ctrl     writeCounts
 	n        int
 	failures int
-	stages   stages
 }
 
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	const ns, name = "kf-handover", "handover"
-	res := handoverResult{stages: stages{}}
+	var res handoverResult
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return res, err
 	}
@@ -272,14 +224,6 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 			continue
 		}
 		res.latency = append(res.latency, start.Sub(asked))
-		for _, cw := range b.ctrlRT.trace(ns, asked) {
-			if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
-				res.stages.add(stageRelease, cw.sent.Sub(asked))
-				res.stages.add(stageGrant, cw.done.Sub(cw.sent))
-				res.stages.add(stageAck, start.Sub(cw.done))
-				break
-			}
-		}
 		holder = 1 - holder
 	}
 	// The last hand-over's queueing and events.

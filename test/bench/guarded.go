@@ -160,26 +160,24 @@ func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 
 	guardedPatch := func(ctx context.Context, i int) error {
 		return fc.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"writer":"g-%06d"}}`, i)))
+			fmt.Appendf(nil, `{"spec":{"writer":"%06d"}}`, i)))
 	}
-	// The unguarded patch carries the same metadata the fenced client adds
-	// to the guarded one.
-	unguardedPatch := func(ctx context.Context, i int) error {
-		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
-				unguardedAnnotation, tok, unguardedLabel, name, i)))
+	// The other patches carry the same metadata the fenced client adds to
+	// the guarded one, under keys the fencing webhook does not read.
+	plainPatch := func(obj string) func(context.Context, int) error {
+		return func(ctx context.Context, i int) error {
+			return cl.Patch(ctx, widget(ns, obj), client.RawPatch(types.MergePatchType,
+				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"%06d"}}`,
+					unguardedAnnotation, tok, unguardedLabel, name, i)))
+		}
 	}
+	unguardedPatch := plainPatch("unguarded")
 	if n := b.opts.baselineWrites; n > 0 {
 		if err := b.installAllowAll(ctx, ns, name, tok); err != nil {
 			return res, err
 		}
-		allowAllPatch := func(ctx context.Context, i int) error {
-			return cl.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType,
-				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"a-%06d"}}`,
-					unguardedAnnotation, tok, unguardedLabel, name, i)))
-		}
 		p := guardedPass{name: "webhook mode", kinds: []string{"unguarded", "allow-all webhook", "fencing webhook as shipped"},
-			writes: []func(context.Context, int) error{unguardedPatch, allowAllPatch, guardedPatch}, maxRatio: 1.40}
+			writes: []func(context.Context, int) error{unguardedPatch, plainPatch("allow-all"), guardedPatch}, maxRatio: 1.40}
 		if err := b.guardedPass(ctx, n, &p, nil); err != nil {
 			return res, err
 		}

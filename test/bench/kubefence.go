@@ -102,23 +102,18 @@ type takeoverResult struct {
 	beyond []time.Duration
 	// gap is, per iteration, the new holder's start minus the moment the old
 	// holder's context was cancelled; negative means both believed they led.
-	gap []time.Duration
-	// ctrl counts the controller's writes from the freeze until the new holder
-	// settled (kubefence only).
-	ctrl     writeCounts
+	gap      []time.Duration
 	failures int
 }
 
 // kfTakeover: A holds, B waits, A's client freezes at a random point of its
-// renewal cycle; measure when B starts leading and count the controller's
-// writes.
+// renewal cycle; measure when B starts leading.
 func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "kf-takeover", "takeover"
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return takeoverResult{}, err
 	}
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
-	var before writeCounts    // the controller's writes when the waiter queued
 	return b.takeovers(ctx, "kubefence takeover", renewEvery,
 		func(id string) (*candidate, error) {
 			c, err := b.startKF(ctx, ns, name, id)
@@ -128,20 +123,7 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 			return c.candidate, nil
 		},
 		func(w *candidate) error {
-			err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
-			before = b.ctrlRT.counted(ns)
-			return err
-		},
-		func(res *takeoverResult) error {
-			// Let the controller record the new holder's first renewal and
-			// its events; the next periodic renewal is L/3 away.
-			if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
-				return err
-			}
-			for k, v := range b.ctrlRT.counted(ns).sub(before) {
-				res.ctrl[k] += v
-			}
-			return nil
+			return b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
 		},
 		func() {
 			// The next iteration starts from a free lease with nobody queued.
@@ -156,8 +138,6 @@ type handoverResult struct {
 	// latency is, per iteration, the next holder's start minus the moment the
 	// release was asked for.
 	latency  []time.Duration
-	ctrl     writeCounts
-	n        int
 	failures int
 }
 
@@ -199,7 +179,6 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	if err := ready(x, y); err != nil {
 		return res, err
 	}
-	ctrlBefore := b.ctrlRT.counted(ns)
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
 		if err := ready(h, w); err != nil {
@@ -233,7 +212,5 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	if err := sleep(ctx, 200*time.Millisecond); err != nil {
 		return res, err
 	}
-	res.n = len(res.latency)
-	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
 	return res, nil
 }

@@ -55,13 +55,6 @@ func ratio(n, d int) string {
 	return fmt.Sprintf("%.2f (%d/%d)", float64(n)/float64(d), n, d)
 }
 
-func perN(n, d int) string {
-	if d == 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f", float64(n)/float64(d))
-}
-
 func yesNo(ok bool) string {
 	if ok {
 		return "yes"
@@ -162,7 +155,6 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 		{"hand-over latency, p50", q(kh.latency, 0.5), q(ch.latency, 0.5), "", ""},
 		{"hand-over latency, p99", q(kh.latency, 0.99), q(ch.latency, 0.99), "<= 100 ms", yesNo(hoOK && hoP99 <= 100*time.Millisecond)},
 		{"hand-over: samples (failed)", fmt.Sprintf("%d (%d)", len(kh.latency), kh.failures), fmt.Sprintf("%d (%d)", len(ch.latency), ch.failures), "", ""},
-		{"controller API writes per hand-over / per takeover", perN(kh.ctrl.total(), kh.n) + " / " + perN(kt.ctrl.total(), len(kt.beyond)), "none", "", ""},
 	})
 	fmt.Fprintln(w)
 

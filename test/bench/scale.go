@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,17 +97,13 @@ type window struct {
 	holderWrites, holderRenewals int64
 	controllerByCat              writeCounts
 	usage                        map[string]usage // CPU over the window, peak RSS
-	goroutines                   int
 }
 
 type scaleReport struct {
-	env                          environment
-	n, held                      int
-	createTime                   time.Duration
-	heapBefore, heapAfter        uint64
-	goroutinesBefore, goroutines int
-	grant                        []time.Duration
-	windows                      []window
+	env        environment
+	n, held    int
+	createTime time.Duration
+	windows    []window
 	failover
 	queueTime   time.Duration
 	elapsed     time.Duration
@@ -178,14 +173,12 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		sampleKeys = append(sampleKeys, fmt.Sprintf("scale-k%03d/sample", i))
 	}
 	all = append(append(all, massKeys...), sampleKeys...)
-	s.rep.heapBefore, s.rep.goroutinesBefore = heapInUse()
 	fmt.Fprintf(os.Stderr, "bench: scale: creating %d FencedLeases\n", len(all))
 	t0 := time.Now()
 	if err := b.createLeases(ctx, all, 10*time.Minute); err != nil {
 		return err
 	}
 	s.rep.createTime = time.Since(t0)
-	s.rep.heapAfter, s.rep.goroutines = heapInUse()
 
 	if err := b.scaleKubefence(ctx, s, massKeys, sampleKeys); err != nil {
 		return err
@@ -290,11 +283,6 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	}); err != nil {
 		return err
 	}
-	for _, p := range holders {
-		for _, evs := range p.leading() {
-			s.rep.grant = append(s.rep.grant, evs[0].leading.Sub(evs[0].started))
-		}
-	}
 	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
 	if h.massW, err = b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys, scalePerProc); err != nil {
 		return err
@@ -356,7 +344,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return leadCount(h.sampleW) == len(h.sampleKeys), nil
 	})
 	allowance := fencedlease.DefaultTiming().Allowance(b.lease)
-	leads := map[string][]leadEvent{}
+	leads := map[string][]time.Time{}
 	for _, p := range h.sampleW {
 		for k, v := range p.leading() {
 			leads[k] = v
@@ -372,7 +360,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		if lastRenew.IsZero() {
 			continue
 		}
-		f.takeoverBeyond = append(f.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
+		f.takeoverBeyond = append(f.takeoverBeyond, ev[0].Sub(lastRenew)-b.lease)
 		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
 			if cw.ok && cw.category == catStatusGrant && cw.holder != "" && cw.holder != sampleID(i) {
 				f.lateness = append(f.lateness, cw.sent.Sub(lastRenew.Add(b.lease+allowance)))
@@ -413,7 +401,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	}
 	for _, p := range h.massW {
 		for k, evs := range p.leading() {
-			f.massFailover = append(f.massFailover, evs[0].leading.Sub(kill))
+			f.massFailover = append(f.massFailover, evs[0].Sub(kill))
 			_, name, _ := strings.Cut(k, "/")
 			g, ok := grants[name]
 			if !ok || massStamps[k].IsZero() {
@@ -423,7 +411,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 			f.massDue = append(f.massDue, due.Sub(kill))
 			f.massLateness = append(f.massLateness, g.sent.Sub(due))
 			f.massGrantWrite = append(f.massGrantWrite, g.done.Sub(g.sent))
-			f.massAck = append(f.massAck, evs[0].leading.Sub(g.done))
+			f.massAck = append(f.massAck, evs[0].Sub(g.done))
 		}
 	}
 	f.massMissing = len(h.massKeys) - len(f.massFailover)
@@ -447,33 +435,16 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 // leases × the window / the renewal interval (L/3), what the electors would
 // have written without the session.
 func (b *bench) scaleHeartbeats(ctx context.Context, s *scaleRun, mode string, keys []string) error {
-	fmt.Fprintf(os.Stderr, "bench: scale: heartbeats (%s): %d holders acquiring\n", mode, len(keys))
-	ps, err := b.startHolders(ctx, s, "hb-"+mode, "kf", keys, len(keys), "-heartbeat", mode)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(ctx, 5*time.Minute, time.Second, "every heartbeat holder to lead", func(context.Context) (bool, error) {
-		return leadCount(ps) == len(keys), nil
-	}); err != nil {
-		return err
-	}
-	if err := sleep(ctx, scaleSettle); err != nil {
-		return err
-	}
 	name := "kubefence, heartbeat Lease per lease (one process)"
 	if mode == "session" {
 		name = "kubefence, one session heartbeat Lease (one process; renewals = tenures × window / (L/3))"
 	}
-	w, err := b.measure(ctx, "hb-"+mode, name, scaleOpts.steady, len(keys), ps, nil)
-	if err != nil {
-		return err
-	}
-	if mode == "session" {
+	w, err := b.holdAndMeasure(ctx, s, "hb-"+mode, name, "kf", keys, len(keys), scaleOpts.steady, "-heartbeat", mode)
+	if err == nil && mode == "session" {
 		w.holderRenewals = int64(float64(len(keys)) * w.length.Seconds() / (b.lease / 3).Seconds())
 	}
 	s.rep.windows = append(s.rep.windows, w)
-	s.stopAll()
-	return sleep(ctx, b.lease)
+	return err
 }
 
 // scaleClientGo holds held client-go Leases at kubefence's renewal interval
@@ -488,27 +459,35 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int) error 
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/lease-%05d", ns, i)
 	}
-	fmt.Fprintf(os.Stderr, "bench: scale: client-go, RetryPeriod %v: %d holders acquiring\n", retry, held)
-	ps, err := b.startHolders(ctx, s, ns, "cg", keys, scalePerProc, "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	w, err := b.holdAndMeasure(ctx, s, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (kubefence's renewal interval)", retry), "cg", keys, scalePerProc,
+		cmp.Or(scaleOpts.baseline, scaleOpts.steady), "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	s.rep.windows = append(s.rep.windows, w)
+	return err
+}
+
+// holdAndMeasure starts holder processes of kind over keys (per electors
+// each, with the extra arguments), waits until all lead and settle, measures
+// a window of length, then stops them and lets their releases finish.
+func (b *bench) holdAndMeasure(ctx context.Context, s *scaleRun, tag, name, kind string, keys []string, per int, length time.Duration, extra ...string) (window, error) {
+	fmt.Fprintf(os.Stderr, "bench: scale: %s: %d holders acquiring\n", name, len(keys))
+	ps, err := b.startHolders(ctx, s, tag, kind, keys, per, extra...)
 	if err != nil {
-		return err
+		return window{}, err
 	}
-	if err := waitFor(ctx, 5*time.Minute, time.Second, "every client-go holder to lead", func(context.Context) (bool, error) {
-		return leadCount(ps) == held, nil
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "every holder to lead ("+name+")", func(context.Context) (bool, error) {
+		return leadCount(ps) == len(keys), nil
 	}); err != nil {
-		return err
+		return window{}, err
 	}
 	if err := sleep(ctx, scaleSettle); err != nil {
-		return err
+		return window{}, err
 	}
-	length := cmp.Or(scaleOpts.baseline, scaleOpts.steady)
-	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (kubefence's renewal interval)", retry), length, held, ps, nil)
+	w, err := b.measure(ctx, tag, name, length, len(keys), ps, nil)
 	if err != nil {
-		return err
+		return w, err
 	}
-	s.rep.windows = append(s.rep.windows, w)
 	s.stopAll()
-	return sleep(ctx, 5*time.Second)
+	return w, sleep(ctx, b.lease)
 }
 
 // measure runs one steady-state window: the writes and renewals of the
@@ -554,7 +533,6 @@ func (b *bench) measure(ctx context.Context, tag, name string, length time.Durat
 		}
 	}
 	w.controllerByCat = b.ctrlRT.counted("").sub(ctrl0)
-	_, w.goroutines = heapInUse()
 	return w, nil
 }
 
@@ -665,14 +643,6 @@ func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int
 		}
 	}
 	return out, nil
-}
-
-// heapInUse is this process's live heap after a GC, and its goroutines.
-func heapInUse() (uint64, int) {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse, runtime.NumGoroutine()
 }
 
 // serveOperator serves both webhooks and runs the controller; stop ends both.

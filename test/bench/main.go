@@ -58,9 +58,6 @@ type options struct {
 	apiserverProfile string
 }
 
-func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
-func (o options) runGuarded() bool { return o.only == "" || o.only == "guarded" }
-
 func main() {
 	var o options
 	flag.IntVar(&o.takeovers, "takeovers", 20, "takeover iterations per system")
@@ -93,9 +90,6 @@ type bench struct {
 	testEnv        *envtest.Environment
 	ctrlRT         *controllerTransport
 	stopController func() // set by runController
-	// reconcilers is the controller's MaxConcurrentReconciles (set by
-	// runController).
-	reconcilers int
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
 	// leases is the fencing handlers' lease source; allowed counts the
@@ -167,12 +161,12 @@ func run(o options) error {
 
 	rep := report{env: env}
 	started := time.Now()
-	if o.runLeases() {
+	if o.only == "" || o.only == "leases" {
 		if err := b.leasePhases(ctx, &rep); err != nil {
 			return err
 		}
 	}
-	if o.runGuarded() {
+	if o.only == "" || o.only == "guarded" {
 		fmt.Fprintln(os.Stderr, "bench: guarded writes: installing and serving the webhooks")
 		if stopWebhooks, err = b.startWebhooks(ctx); err != nil {
 			return err
@@ -253,9 +247,7 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 // runController runs the kubefence controller manager (webhook mode), as the
 // admin, with a transport that counts its writes; stopController stops it.
 func (b *bench) runController(ctx context.Context) error {
-	o := b.cluster.Operator()
-	b.reconcilers = o.MaxConcurrentReconciles
-	m, err := b.cluster.StartController(ctx, o, func(cfg *rest.Config, _ *ctrl.Options) {
+	m, err := b.cluster.StartController(ctx, b.cluster.Operator(), func(cfg *rest.Config, _ *ctrl.Options) {
 		cfg.WrapTransport = b.ctrlRT.wrap
 	})
 	if err != nil {

@@ -141,7 +141,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	}
 	defer func() {
 		for _, p := range s.procs {
-			p.kill()
+			p.Kill()
 		}
 		_ = os.RemoveAll(s.dir)
 	}()
@@ -151,7 +151,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		return err
 	}
 	defer stopOperator()
-	if s.kubeconfig, err = b.serviceAccountUser(ctx, s.dir, scaleHolderUser, "bench-holder", holderRules); err != nil {
+	if s.kubeconfig, err = b.holderKubeconfig(ctx, s.dir); err != nil {
 		return err
 	}
 	// The FlowSchemas and priority level ship with the operator.
@@ -197,23 +197,19 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		}
 	}
 	s.rep.elapsed = time.Since(started)
-	s.rep.reconcilers = b.reconcilers
+	s.rep.reconcilers = b.cluster.Operator().MaxConcurrentReconciles
 	s.rep.print(os.Stdout, o)
 	return nil
 }
 
-// holderRules are the holder processes' permissions: FencedLeases for
-// kubefence, Leases for the client-go baseline.
-var holderRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-}
-
-// serviceAccountUser creates a user in the service accounts' group (neither
-// trusted nor exempt from flow control), bound to rules, and writes its
-// kubeconfig to dir; it returns the file.
-func (b *bench) serviceAccountUser(ctx context.Context, dir, user, name string, rules []rbacv1.PolicyRule) (string, error) {
-	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, rest.CopyConfig(b.cfg))
+// holderKubeconfig creates the holder processes' user, scaleHolderUser, in
+// the service accounts' group (neither trusted nor exempt from flow control),
+// grants that group FencedLeases as config/rbac's editor role does and Leases
+// for client-go, and writes the user's kubeconfig into dir; it returns the
+// file.
+func (b *bench) holderKubeconfig(ctx context.Context, dir string) (string, error) {
+	const group = "system:serviceaccounts"
+	u, err := b.testEnv.AddUser(envtest.User{Name: scaleHolderUser, Groups: []string{group, "system:authenticated"}}, rest.CopyConfig(b.cfg))
 	if err != nil {
 		return "", err
 	}
@@ -221,19 +217,12 @@ func (b *bench) serviceAccountUser(ctx context.Context, dir, user, name string, 
 	if err != nil {
 		return "", err
 	}
-	file := filepath.Join(dir, name+".kubeconfig")
+	file := filepath.Join(dir, "holder.kubeconfig")
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
 		return "", err
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
-	if err := b.admin.Create(ctx, role); err != nil {
-		return "", err
-	}
-	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
-	})
+	return file, devenv.GrantClusterRole(ctx, b.admin, "bench-holder", group, devenv.LeaseClientRule,
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}})
 }
 
 // startHolders starts processes of at most per electors over keys.
@@ -319,7 +308,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 // stopAll ends every holder process gracefully (SIGTERM: electors release).
 func (s *scaleRun) stopAll() {
 	for _, p := range s.procs {
-		p.stop()
+		p.Stop(30 * time.Second)
 	}
 	s.procs = nil
 }
@@ -331,7 +320,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	killed := map[string]time.Time{}
 	for i, p := range h.sampleH {
 		killed[h.sampleKeys[i]] = time.Now()
-		p.kill()
+		p.Kill() // SIGKILL: its electors renew no more and release nothing
 	}
 	sampleID := func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) }
 	// The killed holders' last renewals, as they stamped them (a renewal's
@@ -378,7 +367,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	}
 	kill := time.Now()
 	for _, p := range h.massH {
-		p.kill()
+		p.Kill()
 	}
 	massStamps, err := b.lastStamps(ctx, h.massKeys, func(i int) string {
 		return fmt.Sprintf("kf-mass-h-%d-%d", i/scalePerProc, i%scalePerProc)
@@ -544,8 +533,8 @@ func (b *bench) installFlowControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"flowcontrol/priority_level.yaml", "flowcontrol/flow_schemas.yaml", "heartbeat/heartbeat_policy.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(root, "config", f))
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
 		if err != nil {
 			return err
 		}
@@ -559,7 +548,7 @@ func (b *bench) installFlowControl(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return devenv.ApplyHeartbeatPolicy(ctx, b.admin, root)
 }
 
 // createLeases creates the namespaces and FencedLeases of keys and waits, up

@@ -174,11 +174,11 @@ func runChild(kind, heartbeat, kubeconfig, leases, id, user string, lease, retry
 
 // scaleProc is one holder process as the benchmark sees it.
 type scaleProc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	last  procCounts             // as last reported
-	leads map[string][]time.Time // per lease, when each tenure started
-	done  chan struct{}
+	*devenv.Proc // SIGKILL if the bench dies
+	mu           sync.Mutex
+	last         procCounts             // as last reported
+	leads        map[string][]time.Time // per lease, when each tenure started
+	done         chan struct{}
 }
 
 // procCounts is what a holder process reports: its API writes (sent,
@@ -204,13 +204,12 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 	if err != nil {
 		return nil, err
 	}
-	p := &scaleProc{cmd: cmd, leads: map[string][]time.Time{}, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
+	p := &scaleProc{leads: map[string][]time.Time{}}
+	if p.Proc, err = devenv.StartProc(name, cmd); err != nil {
 		return nil, err
 	}
 	s.procs = append(s.procs, p)
 	go func() {
-		defer close(p.done)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
@@ -234,7 +233,6 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 			}
 			p.mu.Unlock()
 		}
-		_ = cmd.Wait()
 	}()
 	return p, nil
 }
@@ -255,21 +253,4 @@ func (p *scaleProc) leading() map[string][]time.Time {
 		out[k] = slices.Clone(v)
 	}
 	return out
-}
-
-// kill ends the process at once (SIGKILL): its electors renew no more and
-// release nothing.
-func (p *scaleProc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// stop ends the process gracefully (SIGTERM: electors release) and waits.
-func (p *scaleProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.kill()
-	}
 }

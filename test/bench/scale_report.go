@@ -52,8 +52,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	add("held leases", func(x window) string { return strconv.Itoa(x.held) })
 	add("window", func(x window) string { return x.length.String() })
 	add("renewals (holders' successful writes)", func(x window) string { return strconv.FormatInt(x.holderRenewals, 10) })
-	add("holder writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.holderWrites)/secs(x)) })
-	add("controller writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.controllerByCat.total())/secs(x)) })
+	add("holder writes; controller writes", func(x window) string { return fmt.Sprintf("%d; %d", x.holderWrites, x.controllerByCat.total()) })
 	add("writes per renewal, system-wide", func(x window) string {
 		return ratio(int(x.holderWrites)+x.controllerByCat.total(), int(x.holderRenewals))
 	})

@@ -178,7 +178,6 @@ type scaleProc struct {
 	mu           sync.Mutex
 	last         procCounts             // as last reported
 	leads        map[string][]time.Time // per lease, when each tenure started
-	done         chan struct{}
 }
 
 // procCounts is what a holder process reports: its API writes (sent,

@@ -53,7 +53,7 @@ type options struct {
 	// second policy pass's tenure table.
 	baselineWrites, policyWrites, policyTableLeases int
 	// apiserverProfile, if set, is the path prefix of the kube-apiserver's
-	// CPU profiles taken during each policy-mode pass's measured pairs and
+	// CPU profiles taken during each policy-mode pass's measured rounds and
 	// each scale window.
 	apiserverProfile string
 }
@@ -65,11 +65,11 @@ func main() {
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
+	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
 	flag.IntVar(&o.baselineWrites, "baseline-writes", 1000, "measured rounds of the webhook-mode pass: an unguarded write, one through an allow-all webhook, and one through the fencing webhook (0: skip)")
 	flag.IntVar(&o.policyWrites, "policy-writes", 1000, "measured rounds (an unguarded and a guarded write) of each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
-	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile (5 s) of each policy-mode pass's measured pairs, or of each scale window's start, to <prefix>-<pass or window>.pprof")
+	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile (5 s) of each policy-mode pass's measured rounds, or of each scale window's start, to <prefix>-<pass or window>.pprof")
 	flag.Parse()
 
 	if err := run(o); err != nil {

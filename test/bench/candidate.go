@@ -105,13 +105,12 @@ func (c *candidate) stop() {
 // holder A and waiter B (start), wait until B waits (queued), then freeze
 // A's client at a random point within period and wait for B to lead. It
 // records the start beyond the lease after A's last successful renewal, and
-// the gap after A's tenure ended; then after (may be nil) takes the
-// iteration apart, and settle (may be nil) runs once both are stopped.
+// the gap after A's tenure ended; settle (may be nil) runs once both are
+// stopped.
 func (b *bench) takeovers(ctx context.Context, what string, period time.Duration, start func(id string) (*candidate, error),
-	queued func(w *candidate) error, after func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error, settle func()) (takeoverResult, error) {
-	res := takeoverResult{ctrl: writeCounts{}, stages: stages{}}
+	queued func(w *candidate) error, settle func()) (takeoverResult, error) {
+	var res takeoverResult
 	once := func(i int) error {
-		began := time.Now()
 		var started []*candidate
 		defer func() {
 			for _, c := range started {
@@ -153,10 +152,7 @@ func (b *bench) takeovers(ctx context.Context, what string, period time.Duration
 		} else {
 			res.gap = append(res.gap, time.Until(st)) // the old holder still leads
 		}
-		if after == nil {
-			return nil
-		}
-		return after(&res, i, began, st, t0, w)
+		return nil
 	}
 	for i := range b.opts.takeovers {
 		if err := once(i); err != nil {

@@ -13,12 +13,9 @@ import (
 )
 
 // clientGoTiming is client-go's configuration for a lease of duration l:
-// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4. For l = 2 s that is 2 s / 1.5 s / 0.5 s. For comparison,
-// controller-runtime's defaults (15 s / 10 s / 2 s) scaled to l are 2/3 l and
-// 2/15 l (267 ms: faster waiters, 3.75 holder writes a second), and
-// kubefence's holder renews every l/3 and gives up 9/10 l after its last
-// renewal. Any choice must satisfy client-go's
-// LeaseDuration > RenewDeadline > JitterFactor (1.2) * RetryPeriod.
+// LeaseDuration l, RenewDeadline 3/4 l, RetryPeriod l/4 (2 s / 1.5 s / 0.5 s
+// for l = 2 s; client-go needs LeaseDuration > RenewDeadline > 1.2 ×
+// RetryPeriod). kubefence's holder renews every l/3.
 func clientGoTiming(l time.Duration) (lease, renewDeadline, retry time.Duration) {
 	return l, l * 3 / 4, l / 4
 }
@@ -71,7 +68,7 @@ func (b *bench) cgTakeover(ctx context.Context) (takeoverResult, error) {
 	_, _, retry := clientGoTiming(b.lease)
 	return b.takeovers(ctx, "client-go takeover", retry,
 		func(id string) (*candidate, error) { return b.startCG(ctx, ns, name, id) },
-		func(w *candidate) error { return waitTried(ctx, w) }, nil, nil)
+		func(w *candidate) error { return waitTried(ctx, w) }, nil)
 }
 
 // cgHandover: the holder's context is cancelled (ReleaseOnCancel), the waiter
@@ -131,6 +128,5 @@ func (b *bench) cgHandover(ctx context.Context) (handoverResult, error) {
 		h.stop()
 		h = w
 	}
-	res.n = len(res.latency)
 	return res, nil
 }

@@ -33,10 +33,12 @@ import (
 //
 // A Widget guarded by a FencedLease (label kubefence.io/lease, annotation
 // kubefence.io/fencing-token) and an unguarded Widget in the same namespace are
-// patched alternately by one client. The guarded patches pass through the
-// fencing webhook (served by this process, reading the lease live as shipped);
-// the unguarded ones match no webhook. Then the same in policy mode (the
-// fencing ValidatingAdmissionPolicy, no webhook), with one lease in the
+// patched by one client, one write of each kind per round in a rotating
+// order, so that all kinds meet the same load. In webhook mode the guarded
+// patches pass through the fencing webhook (served by this process, reading
+// the lease live as shipped), and a third Widget's through an allow-all
+// webhook (allowall.go); the unguarded ones match no webhook. Then policy mode
+// (the fencing ValidatingAdmissionPolicy, no webhook), with one lease in the
 // namespace's tenure table and with many.
 
 const (
@@ -50,18 +52,22 @@ const (
 	unguardedAnnotation = "example.kubefence.io/fencing-token"
 )
 
+// guardedPass is one pass of phase 4: its kinds of write (the unguarded one
+// first, the guarded one last), the durations of each, and the target for
+// the guarded write's p50 as a ratio of the unguarded one's.
 type guardedPass struct {
-	guarded, unguarded []time.Duration
-	failures           int
+	name     string
+	kinds    []string
+	writes   []func(context.Context, int) error
+	d        [][]time.Duration
+	failures int
+	maxRatio float64
 }
 
 // guardedResult is phase 4.
 type guardedResult struct {
 	token      int64
-	webhook    guardedPass // the fencing webhook as shipped
-	policy     guardedPass // policy mode, one lease in the tenure table
-	policyFull guardedPass // policy mode, policyTableLeases leases in the table
-	sideBySide sideBySide  // -baseline-writes
+	passes     []guardedPass
 	tokenAfter int64
 	leading    bool
 }
@@ -154,57 +160,47 @@ func (b *bench) guarded(ctx context.Context) (guardedResult, error) {
 
 	guardedPatch := func(ctx context.Context, i int) error {
 		return fc.Patch(ctx, widget(ns, "guarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"writer":"g-%06d"}}`, i)))
+			fmt.Appendf(nil, `{"spec":{"writer":"%06d"}}`, i)))
 	}
-	// The unguarded patch carries the same metadata the fenced client adds
-	// to the guarded one.
-	unguardedPatch := func(ctx context.Context, i int) error {
-		return cl.Patch(ctx, widget(ns, "unguarded"), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"u-%06d"}}`,
-				unguardedAnnotation, tok, unguardedLabel, name, i)))
+	// The other patches carry the same metadata the fenced client adds to
+	// the guarded one, under keys the fencing webhook does not read.
+	plainPatch := func(obj string) func(context.Context, int) error {
+		return func(ctx context.Context, i int) error {
+			return cl.Patch(ctx, widget(ns, obj), client.RawPatch(types.MergePatchType,
+				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"%06d"}}`,
+					unguardedAnnotation, tok, unguardedLabel, name, i)))
+		}
 	}
+	unguardedPatch := plainPatch("unguarded")
 	if n := b.opts.baselineWrites; n > 0 {
 		if err := b.installAllowAll(ctx, ns, name, tok); err != nil {
 			return res, err
 		}
-		allowAllPatch := func(ctx context.Context, i int) error {
-			return cl.Patch(ctx, widget(ns, "allow-all"), client.RawPatch(types.MergePatchType,
-				fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"},"labels":{%q:%q}},"spec":{"writer":"a-%06d"}}`,
-					unguardedAnnotation, tok, unguardedLabel, name, i)))
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes side by side (unguarded, allow-all, lease reader before and after): %d + %d warm-up rounds\n", n, guardedWarmup)
-		if res.sideBySide, err = b.sideBySidePass(ctx, n, guardedPatch, unguardedPatch, allowAllPatch); err != nil {
+		p := guardedPass{name: "webhook mode", kinds: []string{"unguarded", "allow-all webhook", "fencing webhook as shipped"},
+			writes: []func(context.Context, int) error{unguardedPatch, plainPatch("allow-all"), guardedPatch}, maxRatio: 1.40}
+		if err := b.guardedPass(ctx, n, &p, nil); err != nil {
 			return res, err
 		}
+		res.passes = append(res.passes, p)
 	}
-	passes := []struct {
-		says    string
-		n       int
-		into    *guardedPass
-		prep    func() error
-		profile string
-	}{
-		{"through the fencing webhook", b.opts.guardedWrites, &res.webhook, nil, ""},
-		{"in policy mode, 1 lease in the table", b.opts.policyWrites, &res.policy, func() error { return b.switchToPolicy(ctx, cl, ns, name) }, "policy-1"},
-		{fmt.Sprintf("in policy mode, %d leases in the table", b.opts.policyTableLeases), b.opts.policyWrites, &res.policyFull, func() error { return b.fillTable(ctx, ns) }, fmt.Sprintf("policy-%d", b.opts.policyTableLeases)},
-	}
-	for _, p := range passes {
-		if p.n == 0 {
+	for i, prep := range []func() error{func() error { return b.switchToPolicy(ctx, cl, ns, name) }, func() error { return b.fillTable(ctx, ns) }} {
+		if b.opts.policyWrites == 0 {
 			break
 		}
-		if p.prep != nil {
-			if err := p.prep(); err != nil {
-				return res, err
-			}
-		}
-		fmt.Fprintf(os.Stderr, "bench: guarded writes %s: %d + %d warm-up pairs\n", p.says, p.n, guardedWarmup)
-		var profiled func()
-		if p.profile != "" && b.opts.apiserverProfile != "" {
-			profiled = func() { b.profileAPIServer(ctx, b.opts.apiserverProfile+"-"+p.profile+".pprof") }
-		}
-		if *p.into, err = b.guardedPass(ctx, p.n, guardedPatch, unguardedPatch, profiled); err != nil {
+		if err := prep(); err != nil {
 			return res, err
 		}
+		leases := []int{1, b.opts.policyTableLeases}[i]
+		p := guardedPass{name: fmt.Sprintf("policy mode, %d lease(s) in the table", leases), kinds: []string{"unguarded", "guarded"},
+			writes: []func(context.Context, int) error{unguardedPatch, guardedPatch}, maxRatio: 1.05}
+		var profiled func()
+		if b.opts.apiserverProfile != "" {
+			profiled = func() { b.profileAPIServer(ctx, fmt.Sprintf("%s-policy-%d.pprof", b.opts.apiserverProfile, leases)) }
+		}
+		if err := b.guardedPass(ctx, b.opts.policyWrites, &p, profiled); err != nil {
+			return res, err
+		}
+		res.passes = append(res.passes, p)
 	}
 	res.tokenAfter, res.leading = holder.el.Token()
 	return res, nil
@@ -313,68 +309,41 @@ func (b *bench) profileAPIServer(ctx context.Context, path string) {
 	}()
 }
 
-// guardedPass sends warm-up pairs, then n measured pairs (guarded first);
-// profile, if set, is called when the measured pairs start.
-func (b *bench) guardedPass(ctx context.Context, n int, guardedPatch, unguardedPatch func(context.Context, int) error, profile func()) (guardedPass, error) {
-	var p guardedPass
-	for i := range guardedWarmup {
-		if err := guardedPatch(ctx, i); err != nil {
-			return p, fmt.Errorf("warm-up guarded patch: %w", err)
+// guardedPass runs p: warm-up rounds, then n measured rounds, each one write
+// of every kind in a rotating order; profile, if set, is called when the
+// measured rounds start.
+func (b *bench) guardedPass(ctx context.Context, n int, p *guardedPass, profile func()) error {
+	fmt.Fprintf(os.Stderr, "bench: guarded writes, %s (%s): %d + %d warm-up rounds\n", p.name, strings.Join(p.kinds, ", "), n, guardedWarmup)
+	p.d = make([][]time.Duration, len(p.kinds))
+	for i := range guardedWarmup + n {
+		if i == guardedWarmup && profile != nil {
+			profile()
 		}
-		if err := unguardedPatch(ctx, i); err != nil {
-			return p, fmt.Errorf("warm-up unguarded patch: %w", err)
-		}
-	}
-	timed := func(f func(context.Context, int) error, i int, into *[]time.Duration) error {
-		start := time.Now()
-		err := f(ctx, i)
-		d := time.Since(start)
-		if err != nil {
-			return tolerate(ctx, &p.failures, n, "write", i, err)
-		}
-		*into = append(*into, d)
-		return nil
-	}
-	if profile != nil {
-		profile()
-	}
-	for i := range n {
-		if err := timed(guardedPatch, guardedWarmup+i, &p.guarded); err != nil {
-			return p, err
-		}
-		if err := timed(unguardedPatch, guardedWarmup+i, &p.unguarded); err != nil {
-			return p, err
+		for k := range p.kinds {
+			kind := (i + k) % len(p.kinds)
+			start := time.Now()
+			err := p.writes[kind](ctx, i)
+			d := time.Since(start)
+			switch {
+			case err != nil && i < guardedWarmup:
+				return fmt.Errorf("warm-up %s write: %w", p.kinds[kind], err)
+			case err != nil:
+				if err := tolerate(ctx, &p.failures, n, "write", i, err); err != nil {
+					return err
+				}
+			case i >= guardedWarmup:
+				p.d[kind] = append(p.d[kind], d)
+			}
 		}
 	}
-	return p, nil
-}
-
-// pairDiffs is guarded[i] - unguarded[i] for the pairs where both succeeded
-// (the series are aligned when no write failed).
-func pairDiffs(p guardedPass) []time.Duration {
-	if p.failures > 0 {
-		return nil
-	}
-	n := min(len(p.guarded), len(p.unguarded))
-	out := make([]time.Duration, n)
-	for i := range n {
-		out[i] = p.guarded[i] - p.unguarded[i]
-	}
-	return out
-}
-
-func signedMS(d time.Duration) string {
-	if d >= 0 {
-		return "+" + ms(d)
-	}
-	return ms(d)
+	return nil
 }
 
 // guardedConfigRows describe phase 4 in the configuration table.
 func guardedConfigRows(o options) [][]string {
 	return [][]string{
-		{"guarded writes", fmt.Sprintf("per pass, %d warm-up then the measured pairs of merge patches (spec.writer): a guarded Widget, then an unguarded one in the same namespace, one client, sequential; lease %s/%s (%d s) held by one fence.Elector, guarded writes through its fenced client", guardedWarmup, guardedNamespace, guardedLease, guardedLeaseSecs)},
-		{"guarded writes: passes", fmt.Sprintf("fencing webhook as shipped (%d pairs); side by side: unguarded, allow-all webhook, lease reader of 73a2e0a and today's (%d rounds; 0: skipped); policy mode with 1, then %d leases in the tenure table (%d pairs each; 0: skipped)", o.guardedWrites, o.baselineWrites, o.policyTableLeases, o.policyWrites)},
+		{"guarded writes", fmt.Sprintf("per pass, %d warm-up then the measured rounds of merge patches (spec.writer), one write of each kind per round in a rotating order, one client: an unguarded Widget, a guarded one in the same namespace; lease %s/%s (%d s) held by one fence.Elector, guarded writes through its fenced client", guardedWarmup, guardedNamespace, guardedLease, guardedLeaseSecs)},
+		{"guarded writes: passes", fmt.Sprintf("webhook mode: unguarded, allow-all webhook, fencing webhook as shipped (%d rounds; 0: skipped); policy mode with 1, then %d leases in the tenure table (%d rounds each; 0: skipped)", o.baselineWrites, o.policyTableLeases, o.policyWrites)},
 	}
 }
 
@@ -382,41 +351,32 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	g := r.guarded
 	fmt.Fprintln(w, "## Guarded writes")
 	fmt.Fprintln(w)
-
-	// One row per pass; the targets: a webhook within 1.25x at p50 and +5 ms
-	// at p99, policy mode within 1.05x and +1 ms.
-	row := func(name string, p guardedPass, maxRatio float64, maxP99 time.Duration) []string {
-		gp50, ok1 := quantile(p.guarded, 0.5)
-		up50, ok2 := quantile(p.unguarded, 0.5)
-		gp99, ok3 := quantile(p.guarded, 0.99)
-		up99, ok4 := quantile(p.unguarded, 0.99)
-		p50, p99, met := "n/a", "n/a", "n/a"
-		if ok1 && ok2 && ok3 && ok4 && up50 > 0 {
-			ratio := float64(gp50) / float64(up50)
-			p50 = fmt.Sprintf("%s (%.2f)", signedMS(gp50-up50), ratio)
-			p99 = signedMS(gp99 - up99)
-			met = fmt.Sprintf("%s / %s", yesNo(ratio <= maxRatio), yesNo(gp99-up99 < maxP99))
+	rows := [][]string{{"pass", "write", "p50", "p99", "p50 overhead (ratio)", "p99 ratio", "samples", "target p50 ratio", "met"}}
+	for _, p := range g.passes {
+		up50, ok1 := quantile(p.d[0], 0.5)
+		up99, ok2 := quantile(p.d[0], 0.99)
+		for k, kind := range p.kinds {
+			p50, okA := quantile(p.d[k], 0.5)
+			p99, okB := quantile(p.d[k], 0.99)
+			over, r99, target, met := "", "", "", ""
+			if k > 0 && ok1 && ok2 && okA && okB && up50 > 0 && up99 > 0 {
+				ratio := float64(p50) / float64(up50)
+				over = fmt.Sprintf("%s (%.2f)", signedMS(p50-up50), ratio)
+				r99 = fmt.Sprintf("%.2f", float64(p99)/float64(up99))
+				if k == len(p.kinds)-1 {
+					target, met = fmt.Sprintf("<= %.2f", p.maxRatio), yesNo(ratio <= p.maxRatio)
+				}
+			}
+			rows = append(rows, []string{p.name, kind, q(p.d[k], 0.5), q(p.d[k], 0.99), over, r99, fmt.Sprint(len(p.d[k])), target, met})
 		}
-		pair := "n/a"
-		if diffs := pairDiffs(p); len(diffs) > 0 {
-			pair = q(diffs, 0.5) + " / " + q(diffs, 0.99)
-		}
-		return []string{name, q(p.guarded, 0.5), q(p.unguarded, 0.5), p50, p99, pair,
-			fmt.Sprintf("%d (%d)", len(p.guarded), p.failures), fmt.Sprintf("<= %.2f / < %s", maxRatio, ms(maxP99)), met}
-	}
-	rows := [][]string{{"pass", "guarded p50", "unguarded p50", "p50 overhead (ratio)", "p99 overhead", "per pair p50 / p99", "samples (failed)", "target ratio / p99", "met"}}
-	rows = append(rows, row("fencing webhook (as shipped)", g.webhook, 1.25, 5*time.Millisecond))
-	if b.opts.policyWrites > 0 {
-		rows = append(rows,
-			row("policy mode, 1 lease in the table", g.policy, 1.05, time.Millisecond),
-			row(fmt.Sprintf("policy mode, %d leases in the table", b.opts.policyTableLeases), g.policyFull, 1.05, time.Millisecond))
 	}
 	table(w, rows)
 	fmt.Fprintln(w)
-	if b.opts.baselineWrites > 0 {
-		r.printSideBySide(w, b)
+	for _, p := range g.passes {
+		if p.failures > 0 {
+			fmt.Fprintf(w, "%s: %d failed writes tolerated.\n", p.name, p.failures)
+		}
 	}
-
 	holding := fmt.Sprintf("still leading with token %d at the end", g.tokenAfter)
 	if !g.leading || g.tokenAfter != g.token {
 		holding = fmt.Sprintf("NOT leading with the same token at the end (leading %v, token %d)", g.leading, g.tokenAfter)
@@ -425,5 +385,12 @@ func (r *report) printGuarded(w io.Writer, b *bench) {
 	if b.opts.policyWrites > 0 {
 		fmt.Fprintf(w, "The tenure table %s/%s held %d leases' entries, %d bytes of data (a ConfigMap's data may hold 1 MiB).\n", guardedNamespace, coordv1alpha1.TenureTableName, b.opts.policyTableLeases, b.policyTableBytes)
 	}
-	fmt.Fprintln(w, "Overhead = guarded - unguarded at the same quantile; ratio = guarded p50 / unguarded p50; quantiles are nearest-rank.")
+	fmt.Fprintln(w, "Overhead and ratios are of the unguarded write's quantile in the same pass; quantiles are nearest-rank.")
+}
+
+func signedMS(d time.Duration) string {
+	if d >= 0 {
+		return "+" + ms(d)
+	}
+	return ms(d)
 }

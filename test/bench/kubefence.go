@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -103,38 +102,18 @@ type takeoverResult struct {
 	beyond []time.Duration
 	// gap is, per iteration, the new holder's start minus the moment the old
 	// holder's context was cancelled; negative means both believed they led.
-	gap []time.Duration
-	// ctrl counts the controller's writes from the freeze until the new holder
-	// settled (kubefence only).
-	ctrl     writeCounts
+	gap      []time.Duration
 	failures int
-	stages   stages // kubefence's takeovers taken apart
 }
 
-// stages collects durations by stage (the stage constants).
-type stages map[string][]time.Duration
-
-func (s stages) add(name string, d time.Duration) { s[name] = append(s[name], d) }
-
-// Stages of a kubefence takeover (they add up to the time beyond the lease) and of a hand-over (they add up to its latency).
-const (
-	stageExpiry  = "old holder's last renewal sent + L -> expiry write sent (delivery, allowance, reconcile)"
-	stageExpire  = "expiry-and-grant write sent -> written"
-	stageAck     = "grant written -> new holder's OnStartedLeading (watch + ack renewal)"
-	stageRelease = "Release() called -> grant write sent (withdraw write + watch + reconcile)"
-	stageGrant   = "grant write sent -> written"
-)
-
 // kfTakeover: A holds, B waits, A's client freezes at a random point of its
-// renewal cycle; measure when B starts leading and take each takeover apart
-// with the controller's writes.
+// renewal cycle; measure when B starts leading.
 func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 	const ns, name = "kf-takeover", "takeover"
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return takeoverResult{}, err
 	}
 	renewEvery := b.lease / 3 // fence.Config's default RenewInterval
-	var before writeCounts    // the controller's writes when the waiter queued
 	return b.takeovers(ctx, "kubefence takeover", renewEvery,
 		func(id string) (*candidate, error) {
 			c, err := b.startKF(ctx, ns, name, id)
@@ -144,12 +123,7 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 			return c.candidate, nil
 		},
 		func(w *candidate) error {
-			err := b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
-			before = b.ctrlRT.counted(ns)
-			return err
-		},
-		func(res *takeoverResult, i int, began, start, t0 time.Time, w *candidate) error {
-			return b.kfTakeoverStages(ctx, ns, i, began, start, t0, w, before, res)
+			return b.waitLease(ctx, ns, name, "the controller to list the waiter", func(l *coordv1alpha1.FencedLease) bool { return isWaiting(l, w.id) })
 		},
 		func() {
 			// The next iteration starts from a free lease with nobody queued.
@@ -159,61 +133,19 @@ func (b *bench) kfTakeover(ctx context.Context) (takeoverResult, error) {
 		})
 }
 
-// kfTakeoverStages counts the controller's writes of one takeover and
-// takes it apart.
-func (b *bench) kfTakeoverStages(ctx context.Context, ns string, i int, began, start, t0 time.Time, w *candidate, before writeCounts, res *takeoverResult) error {
-	// Let the controller record the new holder's first renewal and its events;
-	// the new holder's next periodic renewal is a third of a lease away.
-	if err := sleep(ctx, min(300*time.Millisecond, b.lease/6)); err != nil {
-		return err
-	}
-	for k, v := range b.ctrlRT.counted(ns).sub(before) {
-		res.ctrl[k] += v
-	}
-	// The controller expires and grants in one status write; only a holder
-	// that never renewed needs a spec write (removing its request) first. It
-	// counts the lease from when it observed the last renewal (in memory
-	// only), so the first stage holds the renewal's delivery and the
-	// allowance too.
-	var expiry, grant *ctrlWrite
-	writes := b.ctrlRT.trace(ns, began)
-	for i := range writes {
-		cw := &writes[i]
-		if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
-			grant = cw
-			break
-		}
-		if cw.ok && cw.category == catSpecExpiry && expiry == nil {
-			expiry = cw
-		}
-	}
-	if grant == nil {
-		fmt.Fprintf(os.Stderr, "bench: kubefence takeover %d: no grant write to the waiter\n", i)
-		return nil
-	}
-	expiry = cmp.Or(expiry, grant)
-	res.stages.add(stageExpiry, expiry.sent.Sub(t0.Add(b.lease)))
-	res.stages.add(stageExpire, grant.done.Sub(expiry.sent))
-	res.stages.add(stageAck, start.Sub(grant.done))
-	return nil
-}
-
 // handoverResult is phase 2 for one system.
 type handoverResult struct {
 	// latency is, per iteration, the next holder's start minus the moment the
 	// release was asked for.
 	latency  []time.Duration
-	ctrl     writeCounts
-	n        int
 	failures int
-	stages   stages
 }
 
 // kfHandover: two electors pass the lease back and forth with Release; the
 // one releasing queues again by itself.
 func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	const ns, name = "kf-handover", "handover"
-	res := handoverResult{stages: stages{}}
+	var res handoverResult
 	if err := b.createFencedLease(ctx, ns, name, b.opts.leaseSeconds); err != nil {
 		return res, err
 	}
@@ -247,7 +179,6 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	if err := ready(x, y); err != nil {
 		return res, err
 	}
-	ctrlBefore := b.ctrlRT.counted(ns)
 	for i := range b.opts.handovers {
 		h, w := cands[holder], cands[1-holder]
 		if err := ready(h, w); err != nil {
@@ -272,14 +203,6 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 			continue
 		}
 		res.latency = append(res.latency, start.Sub(asked))
-		for _, cw := range b.ctrlRT.trace(ns, asked) {
-			if cw.ok && cw.category == catStatusGrant && cw.holder == w.id {
-				res.stages.add(stageRelease, cw.sent.Sub(asked))
-				res.stages.add(stageGrant, cw.done.Sub(cw.sent))
-				res.stages.add(stageAck, start.Sub(cw.done))
-				break
-			}
-		}
 		holder = 1 - holder
 	}
 	// The last hand-over's queueing and events.
@@ -289,7 +212,5 @@ func (b *bench) kfHandover(ctx context.Context) (handoverResult, error) {
 	if err := sleep(ctx, 200*time.Millisecond); err != nil {
 		return res, err
 	}
-	res.n = len(res.latency)
-	res.ctrl = b.ctrlRT.counted(ns).sub(ctrlBefore)
 	return res, nil
 }

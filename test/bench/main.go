@@ -48,24 +48,15 @@ type options struct {
 	// only selects the phases: "" (1 to 4), "leases" (1 to 3), "guarded" (4)
 	// or "scale".
 	only string
-	// The guarded-write passes: measured pairs through the fencing webhook
-	// and in each policy-mode pass, and the leases in the second policy
-	// pass's tenure table.
-	guardedWrites, policyWrites, policyTableLeases int
-	// reconcilers is the controller's MaxConcurrentReconciles (0: the
-	// operator's default).
-	reconcilers int
-	// baselineWrites is the number of rounds of the side-by-side pass
-	// (unguarded, allow-all, the lease reader before and after; 0: skip).
-	baselineWrites int
+	// The guarded-write passes: measured rounds in webhook mode (unguarded,
+	// allow-all, guarded) and in each policy-mode pass, and the leases in the
+	// second policy pass's tenure table.
+	baselineWrites, policyWrites, policyTableLeases int
 	// apiserverProfile, if set, is the path prefix of the kube-apiserver's
-	// CPU profiles taken during each policy-mode pass's measured pairs and
+	// CPU profiles taken during each policy-mode pass's measured rounds and
 	// each scale window.
 	apiserverProfile string
 }
-
-func (o options) runLeases() bool  { return o.only == "" || o.only == "leases" }
-func (o options) runGuarded() bool { return o.only == "" || o.only == "guarded" }
 
 func main() {
 	var o options
@@ -74,13 +65,11 @@ func main() {
 	flag.IntVar(&o.leaseSeconds, "lease", 2, "lease duration in seconds (both systems)")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller, the electors and client-go")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over, writes per renewal), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
-	flag.IntVar(&o.guardedWrites, "guarded-writes", 2000, "measured writes to the guarded Widget through the fencing webhook (and as many to the unguarded one)")
-	flag.IntVar(&o.policyWrites, "policy-writes", 2000, "measured writes per Widget in each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
+	flag.StringVar(&o.only, "only", "", `run only these phases: "leases" (takeover, hand-over), "guarded" (guarded writes) or "scale" (make bench-scale); default: leases and guarded`)
+	flag.IntVar(&o.baselineWrites, "baseline-writes", 1000, "measured rounds of the webhook-mode pass: an unguarded write, one through an allow-all webhook, and one through the fencing webhook (0: skip)")
+	flag.IntVar(&o.policyWrites, "policy-writes", 1000, "measured rounds (an unguarded and a guarded write) of each policy-mode pass: the fencing ValidatingAdmissionPolicy instead of the webhook (0: skip)")
 	flag.IntVar(&o.policyTableLeases, "policy-table-leases", 1000, "leases in the tenure table of the second policy pass")
-	flag.IntVar(&o.reconcilers, "reconcilers", 0, "the controller's concurrent reconciles (--max-concurrent-reconciles; 0: the operator's default)")
-	flag.IntVar(&o.baselineWrites, "baseline-writes", 0, "measured rounds of the side-by-side pass: an unguarded write, one through an allow-all webhook, and a guarded one (0: skip)")
-	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile (5 s) of each policy-mode pass's measured pairs, or of each scale window's start, to <prefix>-<pass or window>.pprof")
+	flag.StringVar(&o.apiserverProfile, "apiserver-profile", "", "write the kube-apiserver's CPU profile (5 s) of each policy-mode pass's measured rounds, or of each scale window's start, to <prefix>-<pass or window>.pprof")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -101,9 +90,6 @@ type bench struct {
 	testEnv        *envtest.Environment
 	ctrlRT         *controllerTransport
 	stopController func() // set by runController
-	// reconcilers is the controller's MaxConcurrentReconciles (set by
-	// runController).
-	reconcilers int
 	// policyTableBytes is the size of the tenure table's data in the policy pass.
 	policyTableBytes int
 	// leases is the fencing handlers' lease source; allowed counts the
@@ -117,8 +103,8 @@ func run(o options) error {
 		return errors.New("-takeovers, -handovers and -lease must be at least 1")
 	case o.only != "" && o.only != "leases" && o.only != "guarded" && o.only != "scale":
 		return fmt.Errorf(`-only is %q: expected "leases", "guarded" or "scale"`, o.only)
-	case o.guardedWrites < 1 || o.policyWrites < 0 || o.policyTableLeases < 1 || o.baselineWrites < 0:
-		return errors.New("-guarded-writes and -policy-table-leases must be at least 1, -policy-writes and -baseline-writes at least 0")
+	case o.policyWrites < 0 || o.policyTableLeases < 1 || o.baselineWrites < 0:
+		return errors.New("-policy-table-leases must be at least 1, -policy-writes and -baseline-writes at least 0")
 	case os.Getenv("KUBEBUILDER_ASSETS") == "":
 		return errors.New("KUBEBUILDER_ASSETS is unset: run `make bench`, which supplies kube-apiserver and etcd")
 	}
@@ -175,12 +161,12 @@ func run(o options) error {
 
 	rep := report{env: env}
 	started := time.Now()
-	if o.runLeases() {
+	if o.only == "" || o.only == "leases" {
 		if err := b.leasePhases(ctx, &rep); err != nil {
 			return err
 		}
 	}
-	if o.runGuarded() {
+	if o.only == "" || o.only == "guarded" {
 		fmt.Fprintln(os.Stderr, "bench: guarded writes: installing and serving the webhooks")
 		if stopWebhooks, err = b.startWebhooks(ctx); err != nil {
 			return err
@@ -261,12 +247,7 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 // runController runs the kubefence controller manager (webhook mode), as the
 // admin, with a transport that counts its writes; stopController stops it.
 func (b *bench) runController(ctx context.Context) error {
-	o := b.cluster.Operator()
-	if b.opts.reconcilers > 0 {
-		o.MaxConcurrentReconciles = b.opts.reconcilers
-	}
-	b.reconcilers = o.MaxConcurrentReconciles
-	m, err := b.cluster.StartController(ctx, o, func(cfg *rest.Config, _ *ctrl.Options) {
+	m, err := b.cluster.StartController(ctx, b.cluster.Operator(), func(cfg *rest.Config, _ *ctrl.Options) {
 		cfg.WrapTransport = b.ctrlRT.wrap
 	})
 	if err != nil {

@@ -148,65 +148,6 @@ func (b *bench) usages(ctx context.Context, procs []*scaleProc) (map[string]usag
 	return out, nil
 }
 
-// apfLevel is what API Priority and Fairness did for one priority level:
-// requests executed, their summed queue wait (seconds), requests rejected.
-type apfLevel struct{ executed, wait, rejected float64 }
-
-// apfMetrics reads kube-apiserver's flow-control metrics, per priority level.
-func (b *bench) apfMetrics(ctx context.Context) (map[string]apfLevel, error) {
-	f, err := b.scrape(ctx, false, "apiserver_flowcontrol_request_wait_duration_seconds", "apiserver_flowcontrol_rejected_requests_total")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]apfLevel{}
-	for _, m := range f["apiserver_flowcontrol_request_wait_duration_seconds"].GetMetric() {
-		if labelOf(m, "execute") == "true" {
-			l := out[labelOf(m, "priority_level")]
-			l.executed += float64(m.GetHistogram().GetSampleCount())
-			l.wait += m.GetHistogram().GetSampleSum()
-			out[labelOf(m, "priority_level")] = l
-		}
-	}
-	for _, m := range f["apiserver_flowcontrol_rejected_requests_total"].GetMetric() {
-		// (cancelled: the client went away, e.g. a killed holder)
-		if labelOf(m, "reason") != "cancelled" {
-			l := out[labelOf(m, "priority_level")]
-			l.rejected += m.GetCounter().GetValue()
-			out[labelOf(m, "priority_level")] = l
-		}
-	}
-	return out, nil
-}
-
-func labelOf(m *dto.Metric, name string) string {
-	for _, lp := range m.GetLabel() {
-		if lp.GetName() == name {
-			return lp.GetValue()
-		}
-	}
-	return ""
-}
-
-func apfSub(a, b map[string]apfLevel) map[string]apfLevel {
-	out := map[string]apfLevel{}
-	for k, x := range a {
-		y := b[k]
-		out[k] = apfLevel{executed: x.executed - y.executed, wait: x.wait - y.wait, rejected: x.rejected - y.rejected}
-	}
-	return out
-}
-
-func (l apfLevel) String() string {
-	if l.executed == 0 && l.rejected == 0 {
-		return "-"
-	}
-	mean := "-"
-	if l.executed > 0 {
-		mean = ms(time.Duration(l.wait / l.executed * float64(time.Second)))
-	}
-	return fmt.Sprintf("%.0f, wait %s, %.0f rejected", l.executed, mean, l.rejected)
-}
-
 // lateHistogram is the controller's kubefence_expiry_lateness_seconds:
 // cumulative counts by upper bound (seconds), and the total.
 type lateHistogram struct {

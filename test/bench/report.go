@@ -55,13 +55,6 @@ func ratio(n, d int) string {
 	return fmt.Sprintf("%.2f (%d/%d)", float64(n)/float64(d), n, d)
 }
 
-func perN(n, d int) string {
-	if d == 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f", float64(n)/float64(d))
-}
-
 func yesNo(ok bool) string {
 	if ok {
 		return "yes"
@@ -162,35 +155,9 @@ func (r *report) printLeases(w io.Writer, b *bench) {
 		{"hand-over latency, p50", q(kh.latency, 0.5), q(ch.latency, 0.5), "", ""},
 		{"hand-over latency, p99", q(kh.latency, 0.99), q(ch.latency, 0.99), "<= 100 ms", yesNo(hoOK && hoP99 <= 100*time.Millisecond)},
 		{"hand-over: samples (failed)", fmt.Sprintf("%d (%d)", len(kh.latency), kh.failures), fmt.Sprintf("%d (%d)", len(ch.latency), ch.failures), "", ""},
-		{"controller API writes per hand-over / per takeover", perN(kh.ctrl.total(), kh.n) + " / " + perN(kt.ctrl.total(), len(kt.beyond)), "none", "", ""},
 	})
 	fmt.Fprintln(w)
 
-	fmt.Fprintln(w, "## Where kubefence's time goes")
-	fmt.Fprintln(w)
-	for _, st := range []struct {
-		what   string
-		stages stages
-		order  []string
-	}{{"takeover stage", kt.stages, []string{stageExpiry, stageExpire, stageAck}}, {"hand-over stage", kh.stages, []string{stageRelease, stageGrant, stageAck}}} {
-		rows := [][]string{{st.what, "p50", "p99", "max"}}
-		for _, n := range st.order {
-			rows = append(rows, []string{n, q(st.stages[n], 0.5), q(st.stages[n], 0.99), q(st.stages[n], 1)})
-		}
-		table(w, rows)
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "The takeover's first stage holds the controller's drift allowance, %s.\n\n", ms(fencedlease.DefaultTiming().Allowance(b.lease)))
-	fmt.Fprintln(w, "## kubefence controller writes by kind")
-	fmt.Fprintln(w)
-	rows := [][]string{{"write", "per takeover", "per hand-over"}}
-	for _, c := range categoryOrder {
-		if kt.ctrl[c]+kh.ctrl[c] != 0 {
-			rows = append(rows, []string{c, perN(kt.ctrl[c], len(kt.beyond)), perN(kh.ctrl[c], kh.n)})
-		}
-	}
-	table(w, rows)
-	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Time beyond lease = new holder's OnStartedLeading - send time of the old holder's last successful renewal - lease duration. Quantiles are nearest-rank: with 20 samples p99 is the largest.")
 }
 

@@ -5,7 +5,7 @@ package main
 // (scale_child.go), with the operator's webhooks installed and the controller
 // in this process; a steady window, then the holders killed (the samples one
 // by one, then the mass group at once); then H client-go Leases at the same
-// renewal interval and at client-go's defaults. scale_report.go prints it.
+// renewal interval. scale_report.go prints it.
 // See docs/benchmarks.md.
 
 import (
@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,11 +56,6 @@ type scaleOptions struct {
 	// by one process renewing on heartbeat Leases, one per lease, then on
 	// one session Lease.
 	heartbeats bool
-	// profile, if set, is the path prefix of the bench process's CPU
-	// profiles (the operator runs in it): <profile>-steady.pprof over the
-	// kubefence window, <profile>-failover.pprof from the mass kill until
-	// every lease is granted again.
-	profile string
 }
 
 var scaleOpts scaleOptions
@@ -76,10 +69,9 @@ func init() {
 	flag.IntVar(&scaleOpts.samples, "scale-samples", 20, "scale: holders killed one lease each for takeover and expiry lateness")
 	flag.IntVar(&scaleOpts.lease, "scale-lease", 15, "scale: lease duration in seconds (L)")
 	flag.DurationVar(&scaleOpts.steady, "scale-steady", 5*time.Minute, "scale: length of the kubefence steady-state window")
-	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go windows (default: -scale-steady)")
-	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go windows (for the fail-over and controller rows alone)")
+	flag.DurationVar(&scaleOpts.baseline, "scale-baseline-steady", 0, "scale: length of the client-go window (default: -scale-steady)")
+	flag.BoolVar(&scaleOpts.skipBaseline, "scale-skip-baseline", false, "scale: leave out the client-go window (for the fail-over and controller rows alone)")
 	flag.BoolVar(&scaleOpts.heartbeats, "scale-heartbeats", false, "scale: after the fail-over, hold the -scale-mass leases in one process renewing on heartbeat Leases (one per lease, then one session Lease) for a window each")
-	flag.StringVar(&scaleOpts.profile, "scale-profile", "", "scale: write the operator's (this process's) CPU profiles to <prefix>-steady.pprof (kubefence window) and <prefix>-failover.pprof (mass kill until all granted)")
 }
 
 // configureAPIServer sets kube-apiserver's concurrency limits.
@@ -105,17 +97,13 @@ type window struct {
 	holderWrites, holderRenewals int64
 	controllerByCat              writeCounts
 	usage                        map[string]usage // CPU over the window, peak RSS
-	goroutines                   int
 }
 
 type scaleReport struct {
-	env                          environment
-	n, held                      int
-	createTime                   time.Duration
-	heapBefore, heapAfter        uint64
-	goroutinesBefore, goroutines int
-	grant                        []time.Duration
-	windows                      []window
+	env        environment
+	n, held    int
+	createTime time.Duration
+	windows    []window
 	failover
 	queueTime   time.Duration
 	elapsed     time.Duration
@@ -131,7 +119,6 @@ type failover struct {
 	massCtrl                            writeCounts
 	massWaiterWrites, massWaiterFailed  int64
 	massDuration                        time.Duration
-	massAPF                             map[string]apfLevel
 	// massLate is the controller's own expiry lateness over the mass
 	// fail-over (kubefence_expiry_lateness_seconds).
 	massLate    lateHistogram
@@ -154,7 +141,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 	}
 	defer func() {
 		for _, p := range s.procs {
-			p.kill()
+			p.Kill()
 		}
 		_ = os.RemoveAll(s.dir)
 	}()
@@ -164,7 +151,7 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		return err
 	}
 	defer stopOperator()
-	if s.kubeconfig, err = b.serviceAccountUser(ctx, s.dir, scaleHolderUser, "bench-holder", holderRules); err != nil {
+	if s.kubeconfig, err = b.holderKubeconfig(ctx, s.dir); err != nil {
 		return err
 	}
 	// The FlowSchemas and priority level ship with the operator.
@@ -186,14 +173,12 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 		sampleKeys = append(sampleKeys, fmt.Sprintf("scale-k%03d/sample", i))
 	}
 	all = append(append(all, massKeys...), sampleKeys...)
-	s.rep.heapBefore, s.rep.goroutinesBefore = heapInUse()
 	fmt.Fprintf(os.Stderr, "bench: scale: creating %d FencedLeases\n", len(all))
 	t0 := time.Now()
 	if err := b.createLeases(ctx, all, 10*time.Minute); err != nil {
 		return err
 	}
 	s.rep.createTime = time.Since(t0)
-	s.rep.heapAfter, s.rep.goroutines = heapInUse()
 
 	if err := b.scaleKubefence(ctx, s, massKeys, sampleKeys); err != nil {
 		return err
@@ -206,35 +191,25 @@ func (b *bench) scale(ctx context.Context, env environment) error {
 			return err
 		}
 	}
-	for _, phase := range []struct {
-		ns, what string
-		retry    time.Duration
-	}{{"cg-same-interval", "kubefence's renewal interval", b.lease / 3}, {"cg-defaults", "client-go defaults", 2 * time.Second}} {
-		if o.skipBaseline {
-			break
-		}
-		if err := b.scaleClientGo(ctx, s, phase.ns, phase.what, held, phase.retry); err != nil {
+	if !o.skipBaseline {
+		if err := b.scaleClientGo(ctx, s, held); err != nil {
 			return err
 		}
 	}
 	s.rep.elapsed = time.Since(started)
-	s.rep.reconcilers = b.reconcilers
+	s.rep.reconcilers = b.cluster.Operator().MaxConcurrentReconciles
 	s.rep.print(os.Stdout, o)
 	return nil
 }
 
-// holderRules are the holder processes' permissions: FencedLeases for
-// kubefence, Leases for the client-go baseline.
-var holderRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
-}
-
-// serviceAccountUser creates a user in the service accounts' group (neither
-// trusted nor exempt from flow control), bound to rules, and writes its
-// kubeconfig to dir; it returns the file.
-func (b *bench) serviceAccountUser(ctx context.Context, dir, user, name string, rules []rbacv1.PolicyRule) (string, error) {
-	u, err := b.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, rest.CopyConfig(b.cfg))
+// holderKubeconfig creates the holder processes' user, scaleHolderUser, in
+// the service accounts' group (neither trusted nor exempt from flow control),
+// grants that group FencedLeases as config/rbac's editor role does and Leases
+// for client-go, and writes the user's kubeconfig into dir; it returns the
+// file.
+func (b *bench) holderKubeconfig(ctx context.Context, dir string) (string, error) {
+	const group = "system:serviceaccounts"
+	u, err := b.testEnv.AddUser(envtest.User{Name: scaleHolderUser, Groups: []string{group, "system:authenticated"}}, rest.CopyConfig(b.cfg))
 	if err != nil {
 		return "", err
 	}
@@ -242,19 +217,12 @@ func (b *bench) serviceAccountUser(ctx context.Context, dir, user, name string, 
 	if err != nil {
 		return "", err
 	}
-	file := filepath.Join(dir, name+".kubeconfig")
+	file := filepath.Join(dir, "holder.kubeconfig")
 	if err := os.WriteFile(file, kc, 0o600); err != nil {
 		return "", err
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
-	if err := b.admin.Create(ctx, role); err != nil {
-		return "", err
-	}
-	return file, b.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
-	})
+	return file, devenv.GrantClusterRole(ctx, b.admin, "bench-holder", group, devenv.LeaseClientRule,
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}})
 }
 
 // startHolders starts processes of at most per electors over keys.
@@ -304,11 +272,6 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	}); err != nil {
 		return err
 	}
-	for _, p := range holders {
-		for _, evs := range p.leading() {
-			s.rep.grant = append(s.rep.grant, evs[0].leading.Sub(evs[0].started))
-		}
-	}
 	fmt.Fprintln(os.Stderr, "bench: scale: kubefence: waiters queueing")
 	if h.massW, err = b.startHolders(ctx, s, "kf-mass-w", "kf", massKeys, scalePerProc); err != nil {
 		return err
@@ -329,13 +292,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 	if err := sleep(ctx, scaleSettle); err != nil {
 		return err
 	}
-	stopProfile, err := startProfile("steady")
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	w, err := b.measure(ctx, "kubefence", "kubefence (pkg/fence, FencedLease, webhooks on)", scaleOpts.steady, held, holders, append(slices.Clone(h.massW), h.sampleW...))
-	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -351,7 +308,7 @@ func (b *bench) scaleKubefence(ctx context.Context, s *scaleRun, massKeys, sampl
 // stopAll ends every holder process gracefully (SIGTERM: electors release).
 func (s *scaleRun) stopAll() {
 	for _, p := range s.procs {
-		p.stop()
+		p.Stop(30 * time.Second)
 	}
 	s.procs = nil
 }
@@ -363,7 +320,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	killed := map[string]time.Time{}
 	for i, p := range h.sampleH {
 		killed[h.sampleKeys[i]] = time.Now()
-		p.kill()
+		p.Kill() // SIGKILL: its electors renew no more and release nothing
 	}
 	sampleID := func(i int) string { return fmt.Sprintf("kf-sample-h-%d-0", i) }
 	// The killed holders' last renewals, as they stamped them (a renewal's
@@ -376,7 +333,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return leadCount(h.sampleW) == len(h.sampleKeys), nil
 	})
 	allowance := fencedlease.DefaultTiming().Allowance(b.lease)
-	leads := map[string][]leadEvent{}
+	leads := map[string][]time.Time{}
 	for _, p := range h.sampleW {
 		for k, v := range p.leading() {
 			leads[k] = v
@@ -392,7 +349,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		if lastRenew.IsZero() {
 			continue
 		}
-		f.takeoverBeyond = append(f.takeoverBeyond, ev[0].leading.Sub(lastRenew)-b.lease)
+		f.takeoverBeyond = append(f.takeoverBeyond, ev[0].Sub(lastRenew)-b.lease)
 		for _, cw := range b.ctrlRT.trace(ns, killed[k]) {
 			if cw.ok && cw.category == catStatusGrant && cw.holder != "" && cw.holder != sampleID(i) {
 				f.lateness = append(f.lateness, cw.sent.Sub(lastRenew.Add(b.lease+allowance)))
@@ -404,19 +361,13 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	fmt.Fprintf(os.Stderr, "bench: scale: kubefence: mass fail-over of %d leases\n", len(h.massKeys))
 	massCtrl0 := b.ctrlRT.counted(scaleMassNS)
 	late0 := controllerLateness()
-	apf0, apfErr := b.apfMetrics(ctx)
 	massW0 := map[*scaleProc]procCounts{}
 	for _, p := range h.massW {
 		massW0[p] = p.snapshot()
 	}
-	stopProfile, err := startProfile("failover")
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	kill := time.Now()
 	for _, p := range h.massH {
-		p.kill()
+		p.Kill()
 	}
 	massStamps, err := b.lastStamps(ctx, h.massKeys, func(i int) string {
 		return fmt.Sprintf("kf-mass-h-%d-%d", i/scalePerProc, i%scalePerProc)
@@ -428,7 +379,6 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return leadCount(h.massW) == len(h.massKeys), nil
 	})
 	f.massDuration = time.Since(kill)
-	stopProfile()
 	// Each lease's fail-over in steps: its expiry falls due (last stamped
 	// renewal + L + allowance), the controller sends the grant, the grant
 	// returns, the new holder leads (after its acknowledging renewal).
@@ -440,7 +390,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 	}
 	for _, p := range h.massW {
 		for k, evs := range p.leading() {
-			f.massFailover = append(f.massFailover, evs[0].leading.Sub(kill))
+			f.massFailover = append(f.massFailover, evs[0].Sub(kill))
 			_, name, _ := strings.Cut(k, "/")
 			g, ok := grants[name]
 			if !ok || massStamps[k].IsZero() {
@@ -450,7 +400,7 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 			f.massDue = append(f.massDue, due.Sub(kill))
 			f.massLateness = append(f.massLateness, g.sent.Sub(due))
 			f.massGrantWrite = append(f.massGrantWrite, g.done.Sub(g.sent))
-			f.massAck = append(f.massAck, evs[0].leading.Sub(g.done))
+			f.massAck = append(f.massAck, evs[0].Sub(g.done))
 		}
 	}
 	f.massMissing = len(h.massKeys) - len(f.massFailover)
@@ -459,9 +409,6 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 		return err
 	}
 	f.massCtrl = b.ctrlRT.counted(scaleMassNS).sub(massCtrl0)
-	if apf1, err := b.apfMetrics(ctx); err == nil && apfErr == nil {
-		f.massAPF = apfSub(apf1, apf0)
-	}
 	f.massLate = controllerLateness().sub(late0)
 	for _, p := range h.massW {
 		c := p.snapshot()
@@ -477,36 +424,23 @@ func (b *bench) scaleFailover(ctx context.Context, s *scaleRun, h *heldSet, f *f
 // leases × the window / the renewal interval (L/3), what the electors would
 // have written without the session.
 func (b *bench) scaleHeartbeats(ctx context.Context, s *scaleRun, mode string, keys []string) error {
-	fmt.Fprintf(os.Stderr, "bench: scale: heartbeats (%s): %d holders acquiring\n", mode, len(keys))
-	ps, err := b.startHolders(ctx, s, "hb-"+mode, "kf", keys, len(keys), "-heartbeat", mode)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(ctx, 5*time.Minute, time.Second, "every heartbeat holder to lead", func(context.Context) (bool, error) {
-		return leadCount(ps) == len(keys), nil
-	}); err != nil {
-		return err
-	}
-	if err := sleep(ctx, scaleSettle); err != nil {
-		return err
-	}
 	name := "kubefence, heartbeat Lease per lease (one process)"
 	if mode == "session" {
 		name = "kubefence, one session heartbeat Lease (one process; renewals = tenures × window / (L/3))"
 	}
-	w, err := b.measure(ctx, "hb-"+mode, name, scaleOpts.steady, len(keys), ps, nil)
-	if err != nil {
-		return err
-	}
-	if mode == "session" {
+	w, err := b.holdAndMeasure(ctx, s, "hb-"+mode, name, "kf", keys, len(keys), scaleOpts.steady, "-heartbeat", mode)
+	if err == nil && mode == "session" {
 		w.holderRenewals = int64(float64(len(keys)) * w.length.Seconds() / (b.lease / 3).Seconds())
 	}
 	s.rep.windows = append(s.rep.windows, w)
-	s.stopAll()
-	return sleep(ctx, b.lease)
+	return err
 }
 
-func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string, held int, retry time.Duration) error {
+// scaleClientGo holds held client-go Leases at kubefence's renewal interval
+// (RetryPeriod L/3) and measures a steady window.
+func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, held int) error {
+	const ns = "cg-same-interval"
+	retry := b.lease / 3
 	if err := b.createNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -514,27 +448,35 @@ func (b *bench) scaleClientGo(ctx context.Context, s *scaleRun, ns, what string,
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/lease-%05d", ns, i)
 	}
-	fmt.Fprintf(os.Stderr, "bench: scale: client-go, RetryPeriod %v: %d holders acquiring\n", retry, held)
-	ps, err := b.startHolders(ctx, s, ns, "cg", keys, scalePerProc, "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	w, err := b.holdAndMeasure(ctx, s, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (kubefence's renewal interval)", retry), "cg", keys, scalePerProc,
+		cmp.Or(scaleOpts.baseline, scaleOpts.steady), "-retry", retry.String(), "-renew-deadline", (b.lease * 2 / 3).String())
+	s.rep.windows = append(s.rep.windows, w)
+	return err
+}
+
+// holdAndMeasure starts holder processes of kind over keys (per electors
+// each, with the extra arguments), waits until all lead and settle, measures
+// a window of length, then stops them and lets their releases finish.
+func (b *bench) holdAndMeasure(ctx context.Context, s *scaleRun, tag, name, kind string, keys []string, per int, length time.Duration, extra ...string) (window, error) {
+	fmt.Fprintf(os.Stderr, "bench: scale: %s: %d holders acquiring\n", name, len(keys))
+	ps, err := b.startHolders(ctx, s, tag, kind, keys, per, extra...)
 	if err != nil {
-		return err
+		return window{}, err
 	}
-	if err := waitFor(ctx, 5*time.Minute, time.Second, "every client-go holder to lead", func(context.Context) (bool, error) {
-		return leadCount(ps) == held, nil
+	if err := waitFor(ctx, 5*time.Minute, time.Second, "every holder to lead ("+name+")", func(context.Context) (bool, error) {
+		return leadCount(ps) == len(keys), nil
 	}); err != nil {
-		return err
+		return window{}, err
 	}
 	if err := sleep(ctx, scaleSettle); err != nil {
-		return err
+		return window{}, err
 	}
-	length := cmp.Or(scaleOpts.baseline, scaleOpts.steady)
-	w, err := b.measure(ctx, ns, fmt.Sprintf("client-go Leases, RetryPeriod %v (%s)", retry, what), length, held, ps, nil)
+	w, err := b.measure(ctx, tag, name, length, len(keys), ps, nil)
 	if err != nil {
-		return err
+		return w, err
 	}
-	s.rep.windows = append(s.rep.windows, w)
 	s.stopAll()
-	return sleep(ctx, 5*time.Second)
+	return w, sleep(ctx, b.lease)
 }
 
 // measure runs one steady-state window: the writes and renewals of the
@@ -580,7 +522,6 @@ func (b *bench) measure(ctx context.Context, tag, name string, length time.Durat
 		}
 	}
 	w.controllerByCat = b.ctrlRT.counted("").sub(ctrl0)
-	_, w.goroutines = heapInUse()
 	return w, nil
 }
 
@@ -592,8 +533,8 @@ func (b *bench) installFlowControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"flowcontrol/priority_level.yaml", "flowcontrol/flow_schemas.yaml", "heartbeat/heartbeat_policy.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(root, "config", f))
+	for _, f := range []string{"priority_level.yaml", "flow_schemas.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(root, "config", "flowcontrol", f))
 		if err != nil {
 			return err
 		}
@@ -607,7 +548,7 @@ func (b *bench) installFlowControl(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return devenv.ApplyHeartbeatPolicy(ctx, b.admin, root)
 }
 
 // createLeases creates the namespaces and FencedLeases of keys and waits, up
@@ -691,39 +632,6 @@ func (b *bench) lastStamps(ctx context.Context, keys []string, holder func(i int
 		}
 	}
 	return out, nil
-}
-
-// startProfile starts a CPU profile of this process (the operator's) to
-// <-scale-profile>-<phase>.pprof; stop ends it (once, however often it is
-// called). Without -scale-profile both
-// do nothing.
-func startProfile(phase string) (stop func(), err error) {
-	if scaleOpts.profile == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(scaleOpts.profile + "-" + phase + ".pprof")
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("profiling the operator: %w", err)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		})
-	}, nil
-}
-
-// heapInUse is this process's live heap after a GC, and its goroutines.
-func heapInUse() (uint64, int) {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse, runtime.NumGoroutine()
 }
 
 // serveOperator serves both webhooks and runs the controller; stop ends both.

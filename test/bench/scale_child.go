@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,7 @@ func scaleChild(args []string) int {
 }
 
 // runChild runs one elector per lease until SIGTERM. It reports on stdout
-// "lead <key> <started> <leading>" (Unix ns) when an elector leads, and
+// "lead <key> <leading>" (Unix ns) when an elector leads, and
 // every 500 ms "count <writes> <completed> <failed> <cpu ns>".
 func runChild(kind, heartbeat, kubeconfig, leases, id, user string, lease, retry, renewDeadline time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -146,8 +147,7 @@ func runChild(kind, heartbeat, kubeconfig, leases, id, user string, lease, retry
 	var wg sync.WaitGroup
 	for i, key := range strings.Split(leases, ",") {
 		ns, name, _ := strings.Cut(key, "/")
-		started := time.Now()
-		run, err := elector(i, ns, name, func() { emit("lead %s %d %d", key, started.UnixNano(), time.Now().UnixNano()) })
+		run, err := elector(i, ns, name, func() { emit("lead %s %d", key, time.Now().UnixNano()) })
 		if err != nil {
 			return err
 		}
@@ -174,11 +174,10 @@ func runChild(kind, heartbeat, kubeconfig, leases, id, user string, lease, retry
 
 // scaleProc is one holder process as the benchmark sees it.
 type scaleProc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	last  procCounts // as last reported
-	leads map[string][]leadEvent
-	done  chan struct{}
+	*devenv.Proc // SIGKILL if the bench dies
+	mu           sync.Mutex
+	last         procCounts             // as last reported
+	leads        map[string][]time.Time // per lease, when each tenure started
 }
 
 // procCounts is what a holder process reports: its API writes (sent,
@@ -187,8 +186,6 @@ type procCounts struct {
 	writes, completed, failed int64
 	cpu                       time.Duration
 }
-
-type leadEvent struct{ started, leading time.Time }
 
 // startProc runs a holder process: kind "kf" or "cg", one elector per lease
 // in leases, as the holders' identity.
@@ -206,13 +203,12 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 	if err != nil {
 		return nil, err
 	}
-	p := &scaleProc{cmd: cmd, leads: map[string][]leadEvent{}, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
+	p := &scaleProc{leads: map[string][]time.Time{}}
+	if p.Proc, err = devenv.StartProc(name, cmd); err != nil {
 		return nil, err
 	}
 	s.procs = append(s.procs, p)
 	go func() {
-		defer close(p.done)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
@@ -222,10 +218,10 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 			p.mu.Lock()
 			var err error
 			switch f[0] {
-			case "lead": // lead <key> <started> <leading> (Unix ns)
-				var st, ld int64
-				if _, err = fmt.Sscan(strings.Join(f[2:], " "), &st, &ld); err == nil {
-					p.leads[f[1]] = append(p.leads[f[1]], leadEvent{started: time.Unix(0, st), leading: time.Unix(0, ld)})
+			case "lead": // lead <key> <leading> (Unix ns)
+				var ld int64
+				if _, err = fmt.Sscan(strings.Join(f[2:], " "), &ld); err == nil {
+					p.leads[f[1]] = append(p.leads[f[1]], time.Unix(0, ld))
 				}
 			case "count": // count <writes> <completed> <failed> <cpu ns>
 				c := &p.last
@@ -236,7 +232,6 @@ func (b *bench) startProc(ctx context.Context, s *scaleRun, name, kind string, l
 			}
 			p.mu.Unlock()
 		}
-		_ = cmd.Wait()
 	}()
 	return p, nil
 }
@@ -249,29 +244,12 @@ func (p *scaleProc) snapshot() procCounts {
 }
 
 // leading returns, per lease, its tenures started in this process so far.
-func (p *scaleProc) leading() map[string][]leadEvent {
+func (p *scaleProc) leading() map[string][]time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string][]leadEvent, len(p.leads))
+	out := make(map[string][]time.Time, len(p.leads))
 	for k, v := range p.leads {
-		out[k] = append([]leadEvent(nil), v...)
+		out[k] = slices.Clone(v)
 	}
 	return out
-}
-
-// kill ends the process at once (SIGKILL): its electors renew no more and
-// release nothing.
-func (p *scaleProc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// stop ends the process gracefully (SIGTERM: electors release) and waits.
-func (p *scaleProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.kill()
-	}
 }

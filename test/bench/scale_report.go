@@ -52,11 +52,7 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	add("held leases", func(x window) string { return strconv.Itoa(x.held) })
 	add("window", func(x window) string { return x.length.String() })
 	add("renewals (holders' successful writes)", func(x window) string { return strconv.FormatInt(x.holderRenewals, 10) })
-	add("holder writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.holderWrites)/secs(x)) })
-	add("controller writes/s", func(x window) string { return fmt.Sprintf("%.1f", float64(x.controllerByCat.total())/secs(x)) })
-	add("writes/s per held lease", func(x window) string {
-		return fmt.Sprintf("%.3f", float64(x.holderWrites+int64(x.controllerByCat.total()))/secs(x)/float64(x.held))
-	})
+	add("holder writes; controller writes", func(x window) string { return fmt.Sprintf("%d; %d", x.holderWrites, x.controllerByCat.total()) })
 	add("writes per renewal, system-wide", func(x window) string {
 		return ratio(int(x.holderWrites)+x.controllerByCat.total(), int(x.holderRenewals))
 	})
@@ -98,7 +94,6 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	fmt.Fprintln(w)
 	table(w, [][]string{
 		{"kubefence latency", "n", "p50", "p99", "max"},
-		latRow("grant: elector started -> OnStartedLeading (all H at once)", r.grant),
 		latRow("expiry lateness: expiry write sent - (last renewal's stamp + L + allowance)", r.lateness),
 		latRow("takeover beyond L: new holder leads - (last renewal's stamp + L)", r.takeoverBeyond),
 		latRow(fmt.Sprintf("mass fail-over of %d: kill -> each lease's new holder leads", o.mass), r.massFailover),
@@ -110,18 +105,9 @@ func (r *scaleReport) print(w io.Writer, o scaleOptions) {
 	fmt.Fprintf(w, "mass fail-over, kill to all granted (%v): controller writes in the %d leases' namespace: %s; the new holders' writes %d (refused %d)\n",
 		r.massDuration.Round(time.Second), o.mass, byKind(r.massCtrl), r.massWaiterWrites, r.massWaiterFailed)
 	fmt.Fprintf(w, "mass fail-over, the controller's own expiry lateness (kubefence_expiry_lateness_seconds: expiry on its clock -> decision, by bucket): %s\n", r.massLate)
-	if r.massAPF != nil {
-		fmt.Fprintf(w, "mass fail-over, APF (requests executed, mean queue wait, rejected): leases %s; workload-low %s\n", r.massAPF["leases"], r.massAPF["workload-low"])
-	}
 	if r.massMissing > 0 {
 		fmt.Fprintf(w, "mass fail-over: %d leases were not granted again within L + 60 s\n", r.massMissing)
 	}
 
-	last := 0
-	if len(r.windows) > 0 {
-		last = r.windows[len(r.windows)-1].goroutines
-	}
 	fmt.Fprintf(w, "\ncontroller: %d FencedLeases created (all reconciled) in %v; waiters listed in status.waiting %v after they started\n", r.n, r.createTime.Round(time.Second), r.queueTime.Round(time.Second))
-	fmt.Fprintf(w, "bench process heap in use before / after creating them (after GC): %s / %s (%.1f KiB per lease; two informers: controller and webhook managers); goroutines before / after / end of last window: %d / %d / %d\n",
-		mib(int64(r.heapBefore)), mib(int64(r.heapAfter)), float64(int64(r.heapAfter)-int64(r.heapBefore))/1024/float64(r.n), r.goroutinesBefore, r.goroutines, last)
 }

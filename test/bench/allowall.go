@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"time"
 
@@ -19,12 +18,8 @@ import (
 	"github.com/kubefence/kubefence/hack/devenv"
 )
 
-// The side-by-side pass of phase 4 (-baseline-writes): in every round one
-// write of each kind, in a rotating order, so that all kinds meet the same
-// load: an unguarded write; a write that only an allow-all webhook sees
-// (the floor of any webhook); and a guarded write as shipped (the figures of
-// the lease reader before f9c59ca beside it are in docs/benchmarks.md, from
-// a pass that served that reader too; git show f9c59ca has it).
+// The allow-all webhook of phase 4's webhook-mode pass: a write that only
+// it sees is the floor of any validating webhook on this machine.
 
 const (
 	// The allow-all webhook: served by this process at allowAllPath,
@@ -33,12 +28,6 @@ const (
 	allowAllLabel  = "bench.kubefence.io/allow-all"
 	allowAllConfig = "bench-allow-all"
 )
-
-// sideBySide is the side-by-side pass.
-type sideBySide struct {
-	unguarded, allowAll, shipped []time.Duration
-	failures                     int
-}
 
 // registerAllowAll serves the allow-all webhook on srv, counting its calls.
 func (b *bench) registerAllowAll(srv webhook.Server) {
@@ -102,61 +91,4 @@ func (b *bench) installAllowAll(ctx context.Context, ns, lease string, tok int64
 		}
 		return b.allowed.Load() > before, nil
 	})
-}
-
-// sideBySidePass runs warm-up rounds, then n measured rounds.
-func (b *bench) sideBySidePass(ctx context.Context, n int, guardedPatch, unguardedPatch, allowAllPatch func(context.Context, int) error) (sideBySide, error) {
-	var p sideBySide
-	kinds := []struct {
-		write func(context.Context, int) error
-		into  *[]time.Duration
-	}{
-		{unguardedPatch, &p.unguarded},
-		{allowAllPatch, &p.allowAll},
-		{guardedPatch, &p.shipped},
-	}
-	for i := range guardedWarmup + n {
-		for k := range kinds {
-			kind := kinds[(i+k)%len(kinds)]
-			start := time.Now()
-			err := kind.write(ctx, i)
-			d := time.Since(start)
-			if err != nil {
-				if err := tolerate(ctx, &p.failures, n, "write", i, err); err != nil {
-					return p, err
-				}
-				continue
-			}
-			if i >= guardedWarmup {
-				*kind.into = append(*kind.into, d)
-			}
-		}
-	}
-	return p, nil
-}
-
-// printSideBySide prints the side-by-side pass.
-func (r *report) printSideBySide(w io.Writer, b *bench) {
-	p := r.guarded.sideBySide
-	fmt.Fprintf(w, "Side by side, %d rounds (each round one write of each kind, rotating order; %d warm-up rounds first):\n\n", len(p.unguarded), guardedWarmup)
-	up50, ok1 := quantile(p.unguarded, 0.5)
-	up99, ok2 := quantile(p.unguarded, 0.99)
-	row := func(name string, d []time.Duration) []string {
-		p50, okA := quantile(d, 0.5)
-		p99, okB := quantile(d, 0.99)
-		r50, r99 := "n/a", "n/a"
-		if ok1 && ok2 && okA && okB && up50 > 0 && up99 > 0 {
-			r50 = fmt.Sprintf("%.2f", float64(p50)/float64(up50))
-			r99 = fmt.Sprintf("%.2f", float64(p99)/float64(up99))
-		}
-		return []string{name, q(d, 0.5), q(d, 0.99), r50, r99, fmt.Sprint(len(d))}
-	}
-	table(w, [][]string{
-		{"write", "p50", "p99", "p50 ratio", "p99 ratio", "samples"},
-		row("unguarded", p.unguarded),
-		row("allow-all webhook", p.allowAll),
-		row("fencing webhook as shipped", p.shipped),
-	})
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Failed writes tolerated: %d. Ratios are of the unguarded write's quantile in the same rounds.\n\n", p.failures)
 }

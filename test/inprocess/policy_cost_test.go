@@ -96,8 +96,8 @@ func decide(v validating.Validator, va *admission.VersionedAttributes, table *co
 // the API server converts the parameter whole on every evaluation, so
 // before the table held its entries in one string (one data key per lease)
 // every guarded write paid for every lease's entry (docs/benchmarks.md,
-// "Guarded writes in policy mode": 1.48 with 1,000 leases against 1.14
-// with 1). And the common write (the holder's update with the current
+// "Guarded writes in policy mode": 1.50 to 1.66 with 1,000 leases against
+// 1.11 to 1.13 with 1). And the common write (the holder's update with the current
 // token) costs well under half of one that takes the full verdict (the
 // token the object accepted moves up to the current one): before, the
 // API server evaluated the verdict for every write, twice (validation and

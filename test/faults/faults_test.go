@@ -481,7 +481,9 @@ func checkRestart(t *testing.T, what string, upAt time.Time, downtime time.Durat
 	bound := recoveryBound(lShort, 5*time.Second)
 	jd := journals["dead"]
 	g.Eventually(jd.Len, bound+30*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", 2), "bob was never granted the lease of the dead holder")
-	g.Expect(jd.Len()).To(Equal(2), func() string { return fmt.Sprintf("the dead holder's lease went through more tenures than bob's takeover: %+v", jd.Snapshot()) })
+	g.Expect(jd.Len()).To(Equal(2), func() string {
+		return fmt.Sprintf("the dead holder's lease went through more tenures than bob's takeover: %+v", jd.Snapshot())
+	})
 	gs := jd.Snapshot()
 	g.Expect(gs[1].Identity).To(Equal("bob"))
 	takeover := gs[1].Start.Sub(upAt)

@@ -112,6 +112,13 @@ func startWriter(write func(ctx context.Context) error) *writer {
 	return w
 }
 
+// sentAfter tells whether the writer sent a write after at.
+func (w *writer) sentAfter(at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.attempts) > 0 && w.attempts[len(w.attempts)-1].sent.After(at)
+}
+
 func (w *writer) halt() []writeAttempt {
 	close(w.stop)
 	<-w.done
@@ -162,7 +169,10 @@ func fault2(t *testing.T, r testenv.Renewal) {
 	gs := bobGranted(t, g, j, "the partition", cutAt, recoveryBound(l, 1500*time.Millisecond), "takeover slower than L + allowance + slack")
 	tokB := gs[1].Token
 	g.Expect(writeWidget(suiteCtx, users["bob"], ns, "w", "job", tokB, "bob")).To(Succeed())
-	time.Sleep(500 * time.Millisecond)
+	// Both writers try again after bob's grant (a write in flight then may
+	// take long on a loaded machine: wait for it rather than a fixed time).
+	g.Eventually(func() bool { return honest.sentAfter(gs[0].Stop) && stubborn.sentAfter(gs[1].Start) }, 10*time.Second, 20*time.Millisecond).
+		Should(BeTrue(), "the writers sent nothing after bob's grant")
 	honestAttempts, stubbornAttempts := honest.halt(), stubborn.halt()
 
 	aliceStop := gs[0].Stop

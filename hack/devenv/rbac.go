@@ -25,6 +25,11 @@ var LeaseClientRule = rbacv1.PolicyRule{APIGroups: []string{coordv1alpha1.GroupV
 var WidgetRule = rbacv1.PolicyRule{APIGroups: []string{WidgetGVK.Group},
 	Resources: []string{"widgets", "widgets/status", "widgets/scale"}, Verbs: AllVerbs}
 
+// HeartbeatRule lets a client create and renew its heartbeat Leases (what
+// config/rbac's candidate role gives on coordination.k8s.io leases).
+var HeartbeatRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"},
+	Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}
+
 // ClientRules are what a fenced client of the suites, the demo and the
 // history test gets: LeaseClientRule and WidgetRule.
 var ClientRules = []rbacv1.PolicyRule{LeaseClientRule, WidgetRule}

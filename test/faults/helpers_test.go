@@ -86,27 +86,29 @@ func waitQueued(g Gomega, ns, name, identity string) {
 }
 
 // jobScenario is the opening of a fault test on one lease: a namespace of
-// its own, a controller, lease ns/job of 2 s, and a monitor of the namespace.
+// its own, lease ns/job of 2 s, and a monitor of the namespace. The test
+// starts the controller (one for all its renewal kinds' subtests).
 func jobScenario(t *testing.T) (Gomega, string, *monitor) {
 	t.Helper()
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startController(t, controllerOptions{})
 	newLease(g, ns, "job", 2)
 	return g, ns, startMonitor(t, ns)
 }
 
 // holdWithBobQueued is the opening of a scenario on lease ns/name: alice's
-// elector, on leaseCl, holds it (her tenures go to j); she creates Widget
-// ns/w, guarded by it with her token, through writeCl; bob's elector queues
-// behind her (his tenures go to j too). It returns alice's elector and token.
-func holdWithBobQueued(t *testing.T, g Gomega, ns, name string, leaseCl, writeCl client.WithWatch, j *testenv.Journal) (*runningElector, int64) {
+// elector, on leaseCl, holds it (her tenures go to j), renewing by r (her
+// heartbeat written through leaseCl too); she creates Widget ns/w, guarded
+// by it with her token, through writeCl; bob's elector, renewing by r,
+// queues behind her (his tenures go to j too). It returns alice's elector
+// and token.
+func holdWithBobQueued(t *testing.T, g Gomega, ns, name string, r testenv.Renewal, leaseCl, writeCl client.WithWatch, j *testenv.Journal) (*runningElector, int64) {
 	t.Helper()
-	a := startElector(t, leaseCl, "alice", ns, name, "alice", j)
+	a := startRenewingElector(t, leaseCl, "alice", ns, name, "alice", r.Process(leaseCl, ns, "alice-session", "alice"), j)
 	g.Eventually(j.Len, 10*time.Second, 10*time.Millisecond).Should(Equal(1))
 	tokA := j.Snapshot()[0].Token
 	g.Expect(createWidget(writeCl, ns, "w", name, tokA, "alice")).To(Succeed())
-	startElector(t, users["bob"], "bob", ns, name, "bob", j)
+	startRenewingElector(t, users["bob"], "bob", ns, name, "bob", r.Process(users["bob"], ns, "bob-session", "bob"), j)
 	waitQueued(g, ns, name, "bob")
 	return a, tokA
 }
@@ -160,8 +162,15 @@ type runningElector struct {
 // test's cleanup stops it.
 func startElector(t *testing.T, cl client.WithWatch, user, ns, lease, identity string, j *testenv.Journal) *runningElector {
 	t.Helper()
+	return startRenewingElector(t, cl, user, ns, lease, identity, nil, j)
+}
+
+// startRenewingElector is startElector renewing by heartbeat hb (nil: by
+// renewTime stamps; testenv.Renewal.Process).
+func startRenewingElector(t *testing.T, cl client.WithWatch, user, ns, lease, identity string, hb *fence.Heartbeat, j *testenv.Journal) *runningElector {
+	t.Helper()
 	e, err := fence.New(fence.Config{
-		Client: cl, User: user, Namespace: ns, Name: lease, Identity: identity,
+		Client: cl, User: user, Namespace: ns, Name: lease, Identity: identity, Heartbeat: hb,
 		Callbacks: fence.Callbacks{
 			OnStartedLeading: func(ctx context.Context, token int64) {
 				i := j.Started(identity, token)

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -107,9 +108,14 @@ func setup() error {
 		return err
 	}
 	// Group kubefence:clients gets what config/rbac's editor role gives a lease client:
-	// read and update FencedLeases, nothing on status; and full rights on
-	// Widgets, so that only fencing refuses.
-	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", "kubefence:clients", devenv.ClientRules, "alice", "bob", "carol"); err != nil {
+	// read and update FencedLeases, nothing on status; create and update its
+	// heartbeat Leases (the candidate role); and full rights on Widgets, so
+	// that only fencing refuses. The heartbeat policy is installed as shipped.
+	if err := devenv.ApplyHeartbeatPolicy(suiteCtx, cluster.Admin, filepath.Join("..", "..")); err != nil {
+		return err
+	}
+	rules := append([]rbacv1.PolicyRule{devenv.HeartbeatRule}, devenv.ClientRules...)
+	if users, userConfigs, err = cluster.Clients(suiteCtx, "fencedlease-client", "kubefence:clients", rules, "alice", "bob", "carol"); err != nil {
 		return err
 	}
 	// The webhooks run in a manager of their own for the whole suite, so that

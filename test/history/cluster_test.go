@@ -245,13 +245,9 @@ func (c *cluster) setUp(ctx context.Context) error {
 	if err := devenv.ApplyHeartbeatPolicy(ctx, c.admin, filepath.Join("..", "..")); err != nil {
 		return err
 	}
-	rules := append([]rbacv1.PolicyRule{heartbeatRule}, devenv.ClientRules...)
+	rules := append([]rbacv1.PolicyRule{devenv.HeartbeatRule}, devenv.ClientRules...)
 	return devenv.GrantClusterRole(ctx, c.admin, "kubefence-history-worker", workersGroup, rules...)
 }
-
-// heartbeatRule lets a worker create and renew its heartbeat Leases (the
-// candidate role's rule).
-var heartbeatRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}
 
 // startOperator runs bin/manager as the admin, serving the webhooks on
 // envtest's port and certificate, and waits until the webhook port answers TLS.

@@ -18,6 +18,7 @@ import (
 
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence/resourcelock"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // grantRevision watches lease ns/name and returns, once it comes, the
@@ -134,58 +135,62 @@ var _ = Describe("A write admitted again after its client gave up commits before
 	// former rule) let bob be granted before A's commit; the release now
 	// keeps the request after a write without an answer, and bob is granted
 	// only once alice's tenure expired.
-	It("keeps the request: pkg/fence Elector.Release", func() {
-		ns := newNamespace()
-		newLease(ns, "job", 10)
-		alice := startElector("alice", ns, "job")
-		n := alice.leading()
-		fa := alice.el.Client(users["alice"])
-		Expect(fa.Create(suiteCtx, widget(ns, "x"))).To(Succeed())
-		startElector("bob", ns, "job")
-		Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
-		granted := grantRevision(ns, "job", "bob")
-		// The revision at which A's change shows.
-		w, err := cluster.Admin.Watch(suiteCtx, widget(ns, "x"), client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(w.Stop)
-		aCommitted := make(chan int64, 1)
-		go func() {
-			for ev := range w.ResultChan() {
-				if u, ok := ev.Object.(*unstructured.Unstructured); ok && u.GetName() == "x" && u.GetLabels()["a"] == "yes" {
-					r, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
-					aCommitted <- r
-					return
+	// Renewal-sensitive: the kept request must expire, so the release must
+	// stop the renewals, heartbeats included; one case per renewal kind.
+	for _, r := range testenv.Renewals {
+		It("keeps the request: pkg/fence Elector.Release ("+string(r)+" renewals)", func() {
+			ns := newNamespace()
+			newLease(ns, "job", 10)
+			alice := startElector("alice", ns, "job", renewing(r, "alice-session"))
+			n := alice.leading()
+			fa := alice.el.Client(users["alice"])
+			Expect(fa.Create(suiteCtx, widget(ns, "x"))).To(Succeed())
+			startElector("bob", ns, "job", renewing(r, "bob-session"))
+			Eventually(func() int { return len(getLease(ns, "job").Spec.Requests) }).Should(Equal(2))
+			granted := grantRevision(ns, "job", "bob")
+			// The revision at which A's change shows.
+			w, err := cluster.Admin.Watch(suiteCtx, widget(ns, "x"), client.InNamespace(ns))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(w.Stop)
+			aCommitted := make(chan int64, 1)
+			go func() {
+				for ev := range w.ResultChan() {
+					if u, ok := ev.Object.(*unstructured.Unstructured); ok && u.GetName() == "x" && u.GetLabels()["a"] == "yes" {
+						r, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
+						aCommitted <- r
+						return
+					}
 				}
-			}
-		}()
+			}()
 
-		answerDelay.Store(int64(2 * time.Second))
-		DeferCleanup(answerDelay.Store, int64(0))
-		bDone := make(chan error, 1)
-		go func() { bDone <- fa.Patch(suiteCtx, widget(ns, "x"), mergePatch(`{"spec":{"writer":"alice-b"}}`)) }()
-		time.Sleep(300 * time.Millisecond)
-		_, cfg, err := cluster.User("alice", "kubefence:clients")
-		Expect(err).NotTo(HaveOccurred())
-		cfg = rest.CopyConfig(cfg)
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return detached{rt} })
-		cut, err := client.NewWithWatch(cfg, client.Options{Scheme: cluster.Scheme})
-		Expect(err).NotTo(HaveOccurred())
-		actx, cancel := context.WithTimeout(suiteCtx, 500*time.Millisecond)
-		err = alice.el.Client(cut).Patch(actx, widget(ns, "x"), mergePatch(`{"metadata":{"labels":{"a":"yes"}}}`))
-		cancel()
-		Expect(err).To(HaveOccurred(), "alice's write A returned before its delayed answer")
-		start := time.Now()
-		Expect(alice.el.Release(suiteCtx)).To(Succeed())
-		GinkgoWriter.Printf("release returned after %v\n", time.Since(start))
-		Expect(<-bDone).To(Succeed())
+			answerDelay.Store(int64(2 * time.Second))
+			DeferCleanup(answerDelay.Store, int64(0))
+			bDone := make(chan error, 1)
+			go func() { bDone <- fa.Patch(suiteCtx, widget(ns, "x"), mergePatch(`{"spec":{"writer":"alice-b"}}`)) }()
+			time.Sleep(300 * time.Millisecond)
+			_, cfg, err := cluster.User("alice", "kubefence:clients")
+			Expect(err).NotTo(HaveOccurred())
+			cfg = rest.CopyConfig(cfg)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return detached{rt} })
+			cut, err := client.NewWithWatch(cfg, client.Options{Scheme: cluster.Scheme})
+			Expect(err).NotTo(HaveOccurred())
+			actx, cancel := context.WithTimeout(suiteCtx, 500*time.Millisecond)
+			err = alice.el.Client(cut).Patch(actx, widget(ns, "x"), mergePatch(`{"metadata":{"labels":{"a":"yes"}}}`))
+			cancel()
+			Expect(err).To(HaveOccurred(), "alice's write A returned before its delayed answer")
+			start := time.Now()
+			Expect(alice.el.Release(suiteCtx)).To(Succeed())
+			GinkgoWriter.Printf("release returned after %v\n", time.Since(start))
+			Expect(<-bDone).To(Succeed())
 
-		var a, g int64
-		Eventually(aCommitted, 10*time.Second).Should(Receive(&a), "alice's write A never committed: it was not admitted again, the test shows nothing")
-		Eventually(granted, 30*time.Second).Should(Receive(&g))
-		GinkgoWriter.Printf("alice's token-%d write A committed at revision %d; bob granted at %d\n", n, a, g)
-		Expect(a).To(BeNumerically("<", g), "alice's write A with token %d committed at revision %d, after bob's grant at %d", n, a, g)
-		Expect(getLease(ns, "job").Status.PreviousHolder.Reason).NotTo(Equal(coordv1alpha1.EndReasonReleased), "alice's tenure ended by her withdraw")
-	})
+			var a, g int64
+			Eventually(aCommitted, 10*time.Second).Should(Receive(&a), "alice's write A never committed: it was not admitted again, the test shows nothing")
+			Eventually(granted, 30*time.Second).Should(Receive(&g))
+			GinkgoWriter.Printf("alice's token-%d write A committed at revision %d; bob granted at %d\n", n, a, g)
+			Expect(a).To(BeNumerically("<", g), "alice's write A with token %d committed at revision %d, after bob's grant at %d", n, a, g)
+			Expect(getLease(ns, "job").Status.PreviousHolder.Reason).NotTo(Equal(coordv1alpha1.EndReasonReleased), "alice's tenure ended by her withdraw")
+		})
+	}
 })
 
 // detached sends each request on without its context's cancellation: the

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,16 +64,23 @@ func TestTenure(t *testing.T) {
 }
 
 // setup gives group kubefence:clients what fencedlease-candidate-role gives
-// a lease client, plus full rights on the guarded objects of the tests
+// a lease client (its heartbeat Leases included, the heartbeat policy
+// installed), plus full rights on the guarded objects of the tests
 // (Widgets, Pods, Deployments, evictions), so that only fencing refuses; and
 // runs the operator's webhooks on a manager whose FencedLease watch can be
 // frozen and whose answers can be delayed, and its reconciler.
 func setup(ctx context.Context, c *testenv.Cluster) error {
 	suiteCtx, cluster = ctx, c
+	// Heartbeat renewals (testenv.Renewals) need the heartbeat policy as
+	// shipped and the candidate role's rule on Leases.
+	if err := devenv.ApplyHeartbeatPolicy(ctx, c.Admin, filepath.Join("..", "..")); err != nil {
+		return err
+	}
 	var err error
 	if users, _, err = c.Clients(ctx, "tenure-client", "kubefence:clients", []rbacv1.PolicyRule{
 		{APIGroups: []string{coordv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"},
 			Verbs: []string{"get", "list", "watch", "update", "patch", "create", "delete"}},
+		devenv.HeartbeatRule,
 		devenv.WidgetRule,
 		{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/eviction", "configmaps"}, Verbs: devenv.AllVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/status"}, Verbs: devenv.AllVerbs},

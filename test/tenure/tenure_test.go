@@ -99,6 +99,12 @@ func startElector(user, ns, lease string, configure ...func(*fence.Config)) *run
 	return runElector(el)
 }
 
+// renewing makes an Elector renew by r, as a process of its own: its
+// session heartbeat (testenv.Session) is named session.
+func renewing(r testenv.Renewal, session string) func(*fence.Config) {
+	return func(c *fence.Config) { c.Heartbeat = r.Process(c.Client, c.Namespace, session, c.Identity) }
+}
+
 // runElector runs el until the returned runningElector is stopped (or the
 // spec ends).
 func runElector(el *fence.Elector) *runningElector {

@@ -108,7 +108,7 @@ verify: verify-fmt verify-mod vet lint ## Check formatting, go.mod, vet and lint
 # TEST_FUZZTIME is make test's FUZZTIME (make fuzz alone: 10s); each fuzz
 # target's seed corpus also runs as a test in the package run.
 TEST_P ?= 4
-TEST_FIRST ?= ./test/history/ ./test/enforcement/ ./test/install/ ./test/faults/ ./test/operator/ ./test/upgrade/ ./test/cleanup/ ./controllers/policy/ ./test/explorer/ ./test/tenure/ ./cmd/kubectl-fence/
+TEST_FIRST ?= ./test/history/ ./test/faults/ ./test/enforcement/ ./test/install/ ./test/operator/ ./test/upgrade/ ./test/cleanup/ ./test/tenure/ ./controllers/policy/ ./test/explorer/ ./cmd/kubectl-fence/
 TEST_FUZZTIME ?= 5s
 
 .PHONY: test

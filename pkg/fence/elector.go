@@ -427,7 +427,10 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 		}
 	}()
 
-	next := renewEvery
+	// due is when the next renewal (or retry) is sent: a wake-up for
+	// anything else (a change of the lease) leaves it where it is, or a
+	// lease that changes more often than renewEvery would never be renewed.
+	due := e.clock.Now().Add(renewEvery)
 	for {
 		deadline := e.Deadline()
 		now := e.clock.Now()
@@ -435,7 +438,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 			log.Info("Local deadline passed without a successful renewal", "token", token)
 			return
 		}
-		timer := e.clock.NewTimer(min(next, deadline.Sub(now)))
+		timer := e.clock.NewTimer(max(0, min(due.Sub(now), deadline.Sub(now))))
 		select {
 		case <-leadCtx.Done():
 			// Run's context ended, or the watchdog saw the deadline pass.
@@ -497,7 +500,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 				case renewed <- struct{}{}:
 				default:
 				}
-				next = renewEvery
+				due = e.clock.Now().Add(renewEvery)
 			case errors.Is(err, ErrLost):
 				log.Info("Renewal refused: lease lost", "token", token)
 				return
@@ -507,7 +510,7 @@ func (e *Elector) lead(ctx context.Context, lease *coordv1alpha1.FencedLease) (s
 				e.problems.failed("renew", err)
 				log.V(1).Info("Renewal failed; retrying", "token", token, "error", err.Error())
 				_ = e.view.refresh(ctx)
-				next = retryEvery
+				due = e.clock.Now().Add(retryEvery)
 			}
 		}
 	}

@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/testenv"
 )
@@ -131,5 +134,71 @@ func TestElectorsShareASession(t *testing.T) {
 	}
 	if after := versions(t, ns, names); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("FencedLeases written while a session renewed them: %v -> %v", before, after)
+	}
+}
+
+// An Elector renews on its own interval however often its FencedLease
+// changes under it: here an annotation is patched every half renewal
+// interval for 3 L (any write to the object does the same: a waiter's
+// request, the controller's tidying, an operator's label). Each change wakes
+// the Elector's loop; its renewal must still come due renewEvery after the
+// last one, not renewEvery after the last change, or it never renews and
+// its tenure ends at its local deadline. Both renewal paths: a per-lease
+// heartbeat and FencedLease patches.
+func TestElectorRenewsWhileItsLeaseChanges(t *testing.T) {
+	testenv.SkipIfShort(t)
+	for _, tc := range []struct {
+		name string
+		hb   *fence.Heartbeat
+	}{{"heartbeat", &fence.Heartbeat{}}, {"patch", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, err := cluster.Namespace(suiteCtx, "hb-changes")
+			if err != nil {
+				t.Fatal(err)
+			}
+			createLease(t, ns, "job")
+			e, started, stop := runElector(t, ns, "job", "worker-a", tc.hb)
+			defer stop()
+			token := granted(t, started)
+			key := client.ObjectKey{Namespace: ns, Name: "job"}
+			hbKey := client.ObjectKey{Namespace: ns, Name: fence.HeartbeatName("job", "worker-a")}
+			beats := map[time.Time]bool{}
+			end := time.Now().Add(3 * leaseSeconds * time.Second)
+			for i := 0; time.Now().Before(end); i++ {
+				if tc.hb != nil {
+					var hb coordinationv1.Lease
+					if err := cluster.Admin.Get(suiteCtx, hbKey, &hb); err != nil {
+						t.Fatal(err)
+					}
+					beats[hb.Spec.RenewTime.Time] = true
+				}
+				time.Sleep(interval / 2)
+				l := &coordv1alpha1.FencedLease{}
+				l.Namespace, l.Name = key.Namespace, key.Name
+				p := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/touched":"%d"}}}`, i)
+				if err := cluster.Admin.Patch(suiteCtx, l, client.RawPatch(types.MergePatchType, p)); err != nil {
+					t.Fatal(err)
+				}
+				if got, ok := e.Token(); !ok || got != token {
+					t.Fatalf("the Elector lost token %d after %d changes of its FencedLease in %v (token %d, leading %v)",
+						token, i+1, time.Duration(i+1)*interval/2, got, ok)
+				}
+			}
+			l := waitHolder(t, ns, "job", "worker-a", time.Second)
+			if l.Status.FencingToken != token {
+				t.Fatalf("the lease's token is %d, want %d: the tenure ended", l.Status.FencingToken, token)
+			}
+			// The renewals themselves: about one per interval, 3 L /
+			// interval of them (beats seen on the heartbeat, or patches
+			// after the acknowledgement); held back by the changes, one
+			// came only when the deadline was near (3 of them in 3 L).
+			renewals := int(l.Spec.Requests[0].RenewSequence) - 1
+			if tc.hb != nil {
+				renewals = len(beats)
+			}
+			if want := int(3*leaseSeconds*time.Second/interval) - 3; renewals < want {
+				t.Fatalf("%d renewals in 3 L, want at least %d: the changes of the lease held them back", renewals, want)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefence/kubefence/hack/devenv"
@@ -27,6 +28,8 @@ var (
 	suiteCtx context.Context
 	// users: alice and bob (lease clients), mallory (another client).
 	users map[string]client.WithWatch
+	// userConfigs are their rest configs.
+	userConfigs map[string]*rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -46,7 +49,7 @@ func setup(ctx context.Context, c *testenv.Cluster) error {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}, devenv.ClientRules...)
 	var err error
-	if users, _, err = c.Clients(ctx, "heartbeat-clients", "heartbeat-clients", rules, "alice", "bob", "mallory"); err != nil {
+	if users, userConfigs, err = c.Clients(ctx, "heartbeat-clients", "heartbeat-clients", rules, "alice", "bob", "mallory"); err != nil {
 		return err
 	}
 	// The operator as shipped in webhook mode: the controller, the

@@ -32,13 +32,7 @@ import (
 // lands after the takeover and is refused. One subtest per renewal kind, in
 // parallel, with one controller.
 func TestFault1HolderPausedPastExpiry(t *testing.T) {
-	startController(t, controllerOptions{})
-	for _, r := range testenv.Renewals {
-		t.Run(string(r), func(t *testing.T) {
-			t.Parallel()
-			fault1(t, r)
-		})
-	}
+	eachRenewal(t, fault1)
 }
 
 func fault1(t *testing.T, r testenv.Renewal) {
@@ -134,13 +128,7 @@ func (w *writer) halt() []writeAttempt {
 // subtest per renewal kind (a heartbeat goes with the lease traffic), in
 // parallel, with one controller.
 func TestFault2HolderPartitionedFromLeaseButNotFromResource(t *testing.T) {
-	startController(t, controllerOptions{})
-	for _, r := range testenv.Renewals {
-		t.Run(string(r), func(t *testing.T) {
-			t.Parallel()
-			fault2(t, r)
-		})
-	}
+	eachRenewal(t, fault2)
 }
 
 func fault2(t *testing.T, r testenv.Renewal) {

@@ -85,6 +85,18 @@ func waitQueued(g Gomega, ns, name, identity string) {
 	g.Eventually(func() []string { return queued(ns, name) }, 10*time.Second, 20*time.Millisecond).Should(ContainElement(identity))
 }
 
+// eachRenewal starts one controller and runs scenario once per renewal kind,
+// the kinds' subtests in parallel.
+func eachRenewal(t *testing.T, scenario func(*testing.T, testenv.Renewal)) {
+	startController(t, controllerOptions{})
+	for _, r := range testenv.Renewals {
+		t.Run(string(r), func(t *testing.T) {
+			t.Parallel()
+			scenario(t, r)
+		})
+	}
+}
+
 // jobScenario is the opening of a fault test on one lease: a namespace of
 // its own, lease ns/job of 2 s, and a monitor of the namespace. The test
 // starts the controller (one for all its renewal kinds' subtests).

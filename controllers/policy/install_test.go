@@ -62,21 +62,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 		return p, c.Get(ctx, client.ObjectKey{Name: policy.FencingPolicyName}, p)
 	}
-	within := func(what string, d time.Duration, f func() error) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for {
-			err := f()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v: %v", what, d, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	within("the policies are applied", 20*time.Second, func() error { _, err := guarded(); return err })
+	testenv.Within(t, 20*time.Second, "the policies are applied", func() error { _, err := guarded(); return err })
 	p, err := fencing()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +74,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 	if err := c.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	within("the deleted guarded binding is written again", 10*time.Second, func() error {
+	testenv.Within(t, 10*time.Second, "the deleted guarded binding is written again", func() error {
 		b, err := guarded()
 		if err != nil {
 			return err
@@ -100,7 +86,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 	})
 
 	// Set to warn instead of deny.
-	within("the guarded binding set to Warn", 5*time.Second, func() error {
+	testenv.Within(t, 5*time.Second, "the guarded binding set to Warn", func() error {
 		b, err := guarded()
 		if err != nil {
 			return err
@@ -108,7 +94,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 		b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
 		return c.Update(ctx, b, client.FieldOwner("someone-else"))
 	})
-	within("the guarded binding denies again", 10*time.Second, func() error {
+	testenv.Within(t, 10*time.Second, "the guarded binding denies again", func() error {
 		b, err := guarded()
 		if err != nil {
 			return err
@@ -121,7 +107,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 
 	// An extra match condition (a server-side apply would keep it: another
 	// manager owns it) and the incarnation annotation removed.
-	within("the fencing policy edited", 5*time.Second, func() error {
+	testenv.Within(t, 5*time.Second, "the fencing policy edited", func() error {
 		p, err := fencing()
 		if err != nil {
 			return err
@@ -130,7 +116,7 @@ func TestInstallerRestoresWhatDrifted(t *testing.T) {
 		delete(p.Annotations, policy.IncarnationAnnotation)
 		return c.Update(ctx, p, client.FieldOwner("someone-else"))
 	})
-	within("the fencing policy is as generated again", 10*time.Second, func() error {
+	testenv.Within(t, 10*time.Second, "the fencing policy is as generated again", func() error {
 		p, err := fencing()
 		if err != nil {
 			return err

@@ -96,7 +96,7 @@ func startOn(t *testing.T, mode string, two bool) *harness {
 	}
 	h.runOperator(t, h.options())
 	if mode == operator.EnforcementPolicy {
-		h.eventually(t, 20*time.Second, "the policies are applied", func() error {
+		testenv.Within(t, 20*time.Second, "the policies are applied", func() error {
 			return h.admin.Get(ctx, client.ObjectKey{Name: policy.GuardedBindingName}, &admissionv1.ValidatingAdmissionPolicyBinding{})
 		})
 	}
@@ -175,21 +175,6 @@ func (h *harness) grantRoles(t *testing.T) {
 	}))
 }
 
-func (h *harness) eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // namespace creates a namespace with labels; nil labels mean
 // kubefence.io/fencing=enabled, the label that puts pod evictions in scope
 // and lets pods be guarded there (the pod-scope entry refuses guarded pods
@@ -227,7 +212,7 @@ func (h *harness) lead(t *testing.T, user, ns, lease string) (*elector, int64) {
 func (h *harness) leads(t *testing.T, e *elector, timeout time.Duration, what string) int64 {
 	t.Helper()
 	var token int64
-	h.eventually(t, timeout, what, func() error {
+	testenv.Within(t, timeout, what, func() error {
 		tok, ok := e.el.Token()
 		if !ok {
 			return fmt.Errorf("not leading")

@@ -19,6 +19,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
 	"github.com/kubefence/kubefence/test/ruletable"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // The FencedLease rules (I6) on a real API server, in both modes: the rows
@@ -157,7 +158,7 @@ func runLeaseRows(t *testing.T, h *harness) {
 		l.Spec.Requests = append(l.Spec.Requests, request("alice", "alice"))
 	}))
 	must(t, r.update(t, "bob", "q", func(l *coordv1alpha1.FencedLease) { l.Spec.Requests = append(l.Spec.Requests, request("bob", "bob")) }))
-	h.eventually(t, 10*time.Second, "alice holds q, with the epoch finalizer", func() error {
+	testenv.Within(t, 10*time.Second, "alice holds q, with the epoch finalizer", func() error {
 		l := r.get(t, "q")
 		if l.Status.HolderIdentity != "alice" || len(l.Finalizers) == 0 {
 			return errors.New("not yet")
@@ -165,7 +166,7 @@ func runLeaseRows(t *testing.T, h *harness) {
 		return nil
 	})
 	must(t, r.update(t, "alice", "q", renewing("alice", now)))
-	h.eventually(t, 10*time.Second, "RBAC lets the clients write status", func() error {
+	testenv.Within(t, 10*time.Second, "RBAC lets the clients write status", func() error {
 		err := r.users["bob"].Status().Update(h.ctx, r.get(t, "q"))
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot update resource") {
 			return err
@@ -211,7 +212,7 @@ func (r *leaseRules) write(t *testing.T, i int, row ruletable.LeaseRow) error {
 	}
 	if row.Base != ruletable.Free {
 		want := ruletable.Shape(row.UnitBase())
-		r.h.eventually(t, 20*time.Second, row.Name+": lease "+name+" is "+want, func() error {
+		testenv.Within(t, 20*time.Second, row.Name+": lease "+name+" is "+want, func() error {
 			if got := ruletable.Shape(r.get(t, name)); got != want {
 				return fmt.Errorf("it is %s (an earlier row left it so)", got)
 			}
@@ -285,7 +286,7 @@ func runFutureStamp(t *testing.T, h *harness) {
 		l.Spec.LeaseDurationSeconds = 2
 		l.Spec.Requests = []coordv1alpha1.LeaseRequest{request("alice", "alice")}
 	}))
-	h.eventually(t, 10*time.Second, "alice holds ns/stamp", func() error {
+	testenv.Within(t, 10*time.Second, "alice holds ns/stamp", func() error {
 		if r.get(t, "stamp").Status.HolderIdentity != "alice" {
 			return errors.New("not yet")
 		}
@@ -299,7 +300,7 @@ func runFutureStamp(t *testing.T, h *harness) {
 	}
 	checkLease(t, h, "a renewal stamped an hour ahead (no clock in CEL: accepted)", err, "", false)
 	renewed := time.Now()
-	h.eventually(t, 15*time.Second, "bob is granted ns/stamp after alice's expiry, despite her stamp", func() error {
+	testenv.Within(t, 15*time.Second, "bob is granted ns/stamp after alice's expiry, despite her stamp", func() error {
 		if l := r.get(t, "stamp"); l.Status.HolderIdentity != "bob" {
 			return fmt.Errorf("holder %q", l.Status.HolderIdentity)
 		}
@@ -329,7 +330,7 @@ func runRequeuedHolder(t *testing.T, h *harness) {
 	must(t, fence.NewFencedClient(h.users["alice"], "held", alice.el).Create(h.ctx, widget(ns, "y", "", "", "alice")))
 	bob := h.elect(t, "bob", ns, "held")
 	r := &leaseRules{h: h, ns: ns, users: h.clients()}
-	h.eventually(t, 10*time.Second, "bob is queued behind alice", func() error {
+	testenv.Within(t, 10*time.Second, "bob is queued behind alice", func() error {
 		if l := r.get(t, "held"); coordv1alpha1.RequestIndex(l.Spec.Requests, "bob") < 0 {
 			return errors.New("not yet")
 		}
@@ -341,7 +342,7 @@ func runRequeuedHolder(t *testing.T, h *harness) {
 	webhooksOnly.Reconciler = false
 	h.runOperator(t, webhooksOnly)
 	alice.stop()
-	h.eventually(t, 10*time.Second, "alice's elector withdraws her request", func() error {
+	testenv.Within(t, 10*time.Second, "alice's elector withdraws her request", func() error {
 		if l := r.get(t, "held"); coordv1alpha1.RequestIndex(l.Spec.Requests, "alice") >= 0 || l.Status.HolderIdentity != "alice" {
 			return fmt.Errorf("requests %v, holder %q", l.Spec.Requests, l.Status.HolderIdentity)
 		}

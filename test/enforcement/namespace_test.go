@@ -18,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // namespaceController is the user kube-controller-manager's namespace
@@ -82,7 +83,7 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 	// namespace controller retries with backoff, so a refusal may pass a
 	// moment later, not forever.
 	for _, name := range []string{"w1", "free"} {
-		h.eventually(t, 10*time.Second, "namespace deletion: the namespace controller deletes Widget "+name+" after the table", func() error {
+		testenv.Within(t, 10*time.Second, "namespace deletion: the namespace controller deletes Widget "+name+" after the table", func() error {
 			return client.IgnoreNotFound(nsc.Delete(h.ctx, widget(ns, name, "", "", "")))
 		})
 	}
@@ -124,7 +125,7 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 	// The lease: its epoch finalizer completes without the table.
 	s.bob.stop()
 	must(t, nsc.Delete(h.ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"}}))
-	h.eventually(t, 20*time.Second, "namespace deletion: the lease's epoch finalizer completes without the tenure table", func() error {
+	testenv.Within(t, 20*time.Second, "namespace deletion: the lease's epoch finalizer completes without the tenure table", func() error {
 		var l coordv1alpha1.FencedLease
 		err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &l)
 		if apierrors.IsNotFound(err) {
@@ -135,7 +136,7 @@ func runNamespaceDeletion(t *testing.T, h *harness) {
 		}
 		return errors.New("still there, finalizers " + fmt.Sprint(l.Finalizers))
 	})
-	h.eventually(t, 10*time.Second, "namespace deletion: the namespace controller deletes the last guarded Widget", func() error {
+	testenv.Within(t, 10*time.Second, "namespace deletion: the namespace controller deletes the last guarded Widget", func() error {
 		return client.IgnoreNotFound(nsc.Delete(h.ctx, widget(ns, "w3", "", "", "")))
 	})
 }
@@ -160,7 +161,7 @@ func runMarkedLiveNamespace(t *testing.T, h *harness) {
 		return h.users["bob"].Update(h.ctx, w)
 	}
 	label(`"true"`)
-	h.eventually(t, 10*time.Second, "a live namespace marked terminating by hand: the holder's write refused", func() error {
+	testenv.Within(t, 10*time.Second, "a live namespace marked terminating by hand: the holder's write refused", func() error {
 		err := write("bob-marked")
 		if err == nil {
 			return errors.New("accepted")
@@ -175,5 +176,5 @@ func runMarkedLiveNamespace(t *testing.T, h *harness) {
 		t.Errorf("a live namespace marked terminating by hand: a stale token: %v, want refused by %s", err, policy.TerminatingPolicyName)
 	}
 	label("null")
-	h.eventually(t, 10*time.Second, "the mark removed: the holder's write accepted again", func() error { return write("bob-unmarked") })
+	testenv.Within(t, 10*time.Second, "the mark removed: the holder's write accepted again", func() error { return write("bob-unmarked") })
 }

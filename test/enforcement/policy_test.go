@@ -15,6 +15,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // fixedToken is a writer that believes it holds token n.
@@ -128,7 +129,7 @@ func runExpiry(t *testing.T, h *harness) {
 	ns := h.namespace(t, nil)
 	must(t, h.admin.Create(h.ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"},
 		Spec: coordv1alpha1.FencedLeaseSpec{LeaseDurationSeconds: 2}}))
-	h.eventually(t, 10*time.Second, "alice asks for the lease", func() error {
+	testenv.Within(t, 10*time.Second, "alice asks for the lease", func() error {
 		var l coordv1alpha1.FencedLease
 		if err := h.users["alice"].Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &l); err != nil {
 			return err
@@ -137,7 +138,7 @@ func runExpiry(t *testing.T, h *harness) {
 		return h.users["alice"].Update(h.ctx, &l)
 	})
 	var stale int64
-	h.eventually(t, 10*time.Second, "alice is granted the lease", func() error {
+	testenv.Within(t, 10*time.Second, "alice is granted the lease", func() error {
 		var l coordv1alpha1.FencedLease
 		must(t, h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &l))
 		if l.Status.HolderIdentity != "alice" {

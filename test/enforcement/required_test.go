@@ -14,6 +14,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // TestPolicyModeRequiredConfigMapsStillGrant: with
@@ -38,7 +39,7 @@ func TestPolicyModeRequiredConfigMapsStillGrant(t *testing.T) {
 	unguarded := func(name string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	}
-	h.eventually(t, 20*time.Second, "the required binding covers ConfigMaps", func() error {
+	testenv.Within(t, 20*time.Second, "the required binding covers ConfigMaps", func() error {
 		if err := h.admin.Create(h.ctx, unguarded("free"), client.DryRunAll); err == nil {
 			return errors.New("an unguarded ConfigMap is still accepted")
 		}
@@ -61,7 +62,7 @@ func TestPolicyModeRequiredConfigMapsStillGrant(t *testing.T) {
 
 	alice.stop()
 	must(t, h.admin.Delete(h.ctx, &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"}}))
-	h.eventually(t, 20*time.Second, "the deleted lease goes (its epoch is recorded)", func() error {
+	testenv.Within(t, 20*time.Second, "the deleted lease goes (its epoch is recorded)", func() error {
 		err := h.admin.Get(h.ctx, client.ObjectKey{Namespace: ns, Name: "job"}, &coordv1alpha1.FencedLease{})
 		if apierrors.IsNotFound(err) {
 			return nil

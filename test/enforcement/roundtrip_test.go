@@ -16,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // notForThisPolicy is the fencing policy's refusal while a namespace's
@@ -44,7 +45,7 @@ func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
 	ns := h.namespace(t, nil)
 	h.lease(t, ns, "job", 30)
 	alice, aliceToken := h.lead(t, "alice", ns, "job")
-	h.eventually(t, 10*time.Second, "the table names alice", func() error { return h.tableNames(ns, "job", aliceToken, "alice") })
+	testenv.Within(t, 10*time.Second, "the table names alice", func() error { return h.tableNames(ns, "job", aliceToken, "alice") })
 
 	// To webhook mode: the operator stops, its policies and bindings are
 	// deleted; the table stays. A webhook-mode operator hands the lease to
@@ -53,7 +54,7 @@ func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
 	h.deletePolicies(t)
 	// The API server drops a deleted policy within about a second (it
 	// recompiles its policies at most once a second).
-	h.eventually(t, 20*time.Second, "the fencing policy no longer judges", func() error {
+	testenv.Within(t, 20*time.Second, "the fencing policy no longer judges", func() error {
 		if h.policyJudges(ns) {
 			return errors.New("still judging")
 		}
@@ -68,7 +69,7 @@ func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
 	// Back to policy mode: the policies are applied (the installer's first
 	// step) before any policy-mode controller has rewritten a table.
 	must(t, h.options().PolicySettings().Apply(h.ctx, h.admin))
-	h.eventually(t, 20*time.Second, "the fencing policy judges again", func() error {
+	testenv.Within(t, 20*time.Second, "the fencing policy judges again", func() error {
 		if !h.policyJudges(ns) {
 			return errors.New("not yet")
 		}
@@ -82,7 +83,7 @@ func TestPolicyModeRoundTripDistrustsLeftoverTables(t *testing.T) {
 
 	// The policy-mode controller rewrites the table from the lease.
 	h.runOperator(t, h.options())
-	h.eventually(t, 20*time.Second, "bob's create is accepted", func() error {
+	testenv.Within(t, 20*time.Second, "bob's create is accepted", func() error {
 		return bobWrites.Create(h.ctx, widget(ns, "b", "", "", "bob"))
 	})
 	must(t, h.tableNames(ns, "job", bobToken, "bob"))

@@ -296,7 +296,7 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 		must(t, h.admin.Patch(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}, client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"metadata":{"labels":{%q:"required"}}}`, coordv1alpha1.FencingNamespaceLabel))))
 		// The API server's admission reads namespaces from its cache.
-		h.eventually(t, 10*time.Second, "namespace "+s.ns+" requires fencing", func() error {
+		testenv.Within(t, 10*time.Second, "namespace "+s.ns+" requires fencing", func() error {
 			if err := h.admin.Create(h.ctx, widget(s.ns, "probe", "", "", "admin"), client.DryRunAll); err == nil {
 				return errors.New("an unguarded Widget is still accepted")
 			}
@@ -306,7 +306,7 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 	// The API server's admission reads the tenure tables from its cache:
 	// once a tenure ended, bob's token is refused for that, a moment later.
 	ended := func(why string) {
-		h.eventually(t, 10*time.Second, "bob's token on "+s.ns+"/job is refused: "+why, func() error {
+		testenv.Within(t, 10*time.Second, "bob's token on "+s.ns+"/job is refused: "+why, func() error {
 			probe := ruletable.Widget.Render(ruletable.Guarded(ruletable.Current), s.tk, s.ns, "probe")
 			if err := h.users["bob"].Create(h.ctx, probe, client.DryRunAll); err == nil || !strings.Contains(err.Error(), why) {
 				return fmt.Errorf("answered %v", err)
@@ -317,7 +317,7 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 	switch key.lease {
 	case ruletable.Released:
 		bob.stop()
-		h.eventually(t, 20*time.Second, "bob's release of "+s.ns+"/job ends his tenure", func() error {
+		testenv.Within(t, 20*time.Second, "bob's release of "+s.ns+"/job ends his tenure", func() error {
 			return s.leaseIs(func(l *coordv1alpha1.FencedLease) bool { return l.Status.HolderIdentity == "" }, "")
 		})
 		ended("has no holder")
@@ -325,14 +325,14 @@ func (h *harness) fencingSituation(t *testing.T, key rowKey, rows []ruletable.Fe
 		bob.stop()
 		job := &coordv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "job"}}
 		must(t, h.admin.Delete(h.ctx, job))
-		h.eventually(t, 20*time.Second, "lease "+s.ns+"/job is deleted (its epoch recorded)", func() error {
+		testenv.Within(t, 20*time.Second, "lease "+s.ns+"/job is deleted (its epoch recorded)", func() error {
 			if err := h.admin.Get(h.ctx, client.ObjectKeyFromObject(job), job); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("still there: %v", err)
 			}
 			return nil
 		})
 		h.lease(t, s.ns, "job", 30)
-		h.eventually(t, 20*time.Second, "the new incarnation of "+s.ns+"/job starts above the old one's tokens", func() error {
+		testenv.Within(t, 20*time.Second, "the new incarnation of "+s.ns+"/job starts above the old one's tokens", func() error {
 			return s.leaseIs(func(l *coordv1alpha1.FencedLease) bool { return l.Status.TokenBase >= s.tk.Current }, "0")
 		})
 		if h.mode == operator.EnforcementPolicy {

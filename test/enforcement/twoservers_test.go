@@ -14,6 +14,7 @@ import (
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/controllers/policy"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // pauseHold is how long at least the second API server stays paused during
@@ -107,7 +108,7 @@ func TestBarrierTwoAPIServers(t *testing.T) {
 			// A restarted server syncs its caches before it admits anything:
 			// it refuses bob's token from its first answer.
 			must(t, h.two.Second.Start(h.ctx, h.cfg))
-			h.eventually(t, 30*time.Second, "the restarted server is listed", func() error {
+			testenv.Within(t, 30*time.Second, "the restarted server is listed", func() error {
 				return h.two.WaitListed(h.ctx, h.two.First.Host, h.two.Second.Host)
 			})
 			h.writesOnEach(t, ns, "restarted", "bob", bobToken, "alice", againToken)

@@ -13,6 +13,7 @@ import (
 	coordv1alpha1 "github.com/kubefence/kubefence/api/v1alpha1"
 	"github.com/kubefence/kubefence/controllers/operator"
 	"github.com/kubefence/kubefence/pkg/fence"
+	"github.com/kubefence/kubefence/test/testenv"
 )
 
 // holdingReader reads leases from the API server; once armed, it holds the
@@ -79,7 +80,7 @@ func TestWebhookReadSeesAGrantCommittedJustBefore(t *testing.T) {
 	const stale = 8
 	for i := range stale + 2 {
 		w := widget(ns, "w"+tok(int64(i)), name, "5", "alice")
-		h.eventually(t, 10*time.Second, "alice creates a guarded Widget with token 5", func() error { return h.users["alice"].Create(h.ctx, w) })
+		testenv.Within(t, 10*time.Second, "alice creates a guarded Widget with token 5", func() error { return h.users["alice"].Create(h.ctx, w) })
 	}
 	write := func(user string, i int, token int64) error {
 		w := widget(ns, "w"+tok(int64(i)), name, tok(token), user)

@@ -21,7 +21,7 @@
 // Beside the entry it holds what several suites share: the example guarded
 // kind's objects (Widget, GuardedWidget), a Journal of tenures, Record of
 // watched versions, the Warnings a client was given (Cluster.Warned), the
-// client's LeaseErrors metric, PolicyModeFencingWebhooks and Serve. Faults injected into
+// client's LeaseErrors metric, PolicyModeFencingWebhooks, Serve and Within. Faults injected into
 // a client's traffic (a Gate and its transports) are test/testenv/fault's;
 // what the demo shares with the suites (scheme, RBAC, child processes) is
 // hack/devenv's, which the suites import directly.
@@ -245,6 +245,23 @@ func WantContains(t testing.TB, what, got string, wants ...string) {
 		if !strings.Contains(got, want) {
 			t.Errorf("%s lacks %q:\n%s", what, want, got)
 		}
+	}
+}
+
+// Within calls f every 20 ms until it returns nil, and fails t with f's
+// last error if d passes first (what names the condition in the failure).
+func Within(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

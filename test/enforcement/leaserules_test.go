@@ -102,14 +102,7 @@ func now(*metav1.MicroTime) *metav1.MicroTime { return stamp(time.Now()) }
 // clients' group), with the pod name of a pod-bound token if pod is set.
 func (h *harness) impersonating(t *testing.T, user, pod string) client.Client {
 	t.Helper()
-	c := rest.CopyConfig(h.cfg)
-	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"kubefence:clients", "system:authenticated"}}
-	if pod != "" {
-		c.Impersonate.Extra = map[string][]string{coordv1alpha1.PodNameExtraKey: {pod}}
-	}
-	cl, err := client.New(c, client.Options{Scheme: h.scheme})
-	must(t, err)
-	return cl
+	return h.impersonatingWatch(t, user, pod)
 }
 
 // impersonatingWatch is impersonating with a watch, for an Elector.

@@ -74,21 +74,7 @@ func TestUninstallRemovesRuntimeObjects(t *testing.T) {
 		{"helm uninstall", func(t *testing.T, kubeconfig string) {
 			// The chart without its kubeVersion constraint: the API server
 			// built from source reports v0.0.0-master, which none admits.
-			chart := filepath.Join(t.TempDir(), "chart")
-			run(t, "cp", "-r", filepath.Join(root, "dist", "chart"), chart)
-			meta, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var kept []string
-			for _, l := range strings.Split(string(meta), "\n") {
-				if !strings.HasPrefix(l, "kubeVersion:") {
-					kept = append(kept, l)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(chart, "Chart.yaml"), []byte(strings.Join(kept, "\n")), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			chart := testenv.ChartWithoutKubeVersion(t, root, t.TempDir())
 			run(t, helm, "install", "kubefence", chart, "--kubeconfig", kubeconfig,
 				"--namespace", operatorNamespace, "--create-namespace", "--set", "enforcement=policy", "--set", "image.repository=registry.example.com/kubefence")
 		}, func(t *testing.T, kubeconfig string) {

@@ -62,7 +62,7 @@ func TestChartHelmTest(t *testing.T) {
 		return string(out), err
 	}
 
-	out, err := helm("install", "kubefence", chartWithoutKubeVersion(t, dir), "--namespace", releaseNamespace, "--create-namespace",
+	out, err := helm("install", "kubefence", testenv.ChartWithoutKubeVersion(t, root, dir), "--namespace", releaseNamespace, "--create-namespace",
 		"--set", "tests.timeout=10s", "--set", "image.repository="+testImageRepo)
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
@@ -120,36 +120,6 @@ func TestChartHelmTest(t *testing.T) {
 	}
 	testenv.WantContains(t, "helm test", out, "Phase:          Failed")
 	testenv.WantContains(t, "kubectl fence check in the test Pod", kubelet.output(), "FencedLease webhook: missing:")
-}
-
-// chartWithoutKubeVersion copies dist/chart into dir without its
-// kubeVersion: the test's kube-apiserver, built from source, reports
-// v0.0.0-master, which the chart's kubeVersion (>=1.30) refuses, and helm
-// install, unlike helm template, takes no --kube-version.
-func chartWithoutKubeVersion(t *testing.T, dir string) string {
-	t.Helper()
-	dst := filepath.Join(dir, "chart")
-	if b, err := exec.Command("cp", "-r", filepath.Join(root, "dist", "chart"), dst).CombinedOutput(); err != nil {
-		t.Fatalf("copying the chart: %v\n%s", err, b)
-	}
-	p := filepath.Join(dst, "Chart.yaml")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(l, "kubeVersion:") {
-			kept = append(kept, l)
-		}
-	}
-	if len(kept) == len(strings.Split(string(b), "\n")) {
-		t.Fatal("dist/chart/Chart.yaml has no kubeVersion line to drop")
-	}
-	if err := os.WriteFile(p, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 // testPodRunner is the kubelet's stand-in for the chart's test Pod.

@@ -21,8 +21,9 @@
 // Beside the entry it holds what several suites share: the example guarded
 // kind's objects (Widget, GuardedWidget), a Journal of tenures, Record of
 // watched versions, the Warnings a client was given (Cluster.Warned), the
-// client's LeaseErrors metric, PolicyModeFencingWebhooks, Serve and Within. Faults injected into
-// a client's traffic (a Gate and its transports) are test/testenv/fault's;
+// client's LeaseErrors metric, PolicyModeFencingWebhooks,
+// ChartWithoutKubeVersion, Serve and Within. Faults injected into a client's
+// traffic (a Gate and its transports) are test/testenv/fault's;
 // what the demo shares with the suites (scheme, RBAC, child processes) is
 // hack/devenv's, which the suites import directly.
 //

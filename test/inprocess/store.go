@@ -47,8 +47,19 @@ func (s *store) key(obj client.Object) (key, error) {
 	return key{gvk, obj.GetNamespace(), obj.GetName()}, err
 }
 
-func notFound(k key) error {
-	return apierrors.NewNotFound(schema.GroupResource{Group: k.gvk.Group, Resource: k.gvk.Kind}, k.name)
+// resource is the group and resource an API error names for k's object.
+func (k key) resource() schema.GroupResource {
+	return schema.GroupResource{Group: k.gvk.Group, Resource: k.gvk.Kind}
+}
+
+func notFound(k key) error { return apierrors.NewNotFound(k.resource(), k.name) }
+
+// put stores obj as a new version under k and sets its resourceVersion to
+// that version's; s.mu is held.
+func (s *store) put(k key, obj client.Object) {
+	s.version++
+	obj.SetResourceVersion(strconv.Itoa(s.version))
+	s.objects[k] = obj.DeepCopyObject().(client.Object)
 }
 
 func (s *store) Scheme() *runtime.Scheme { return scheme() }
@@ -78,11 +89,9 @@ func (s *store) Create(_ context.Context, obj client.Object, _ ...client.CreateO
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.objects[k]; ok {
-		return apierrors.NewAlreadyExists(schema.GroupResource{Group: k.gvk.Group, Resource: k.gvk.Kind}, k.name)
+		return apierrors.NewAlreadyExists(k.resource(), k.name)
 	}
-	s.version++
-	obj.SetResourceVersion(strconv.Itoa(s.version))
-	s.objects[k] = obj.DeepCopyObject().(client.Object)
+	s.put(k, obj)
 	return nil
 }
 
@@ -98,12 +107,10 @@ func (s *store) Update(_ context.Context, obj client.Object, _ ...client.UpdateO
 		return notFound(k)
 	}
 	if obj.GetResourceVersion() != cur.GetResourceVersion() {
-		return apierrors.NewConflict(schema.GroupResource{Group: k.gvk.Group, Resource: k.gvk.Kind}, k.name,
+		return apierrors.NewConflict(k.resource(), k.name,
 			fmt.Errorf("resourceVersion %s, stored %s", obj.GetResourceVersion(), cur.GetResourceVersion()))
 	}
-	s.version++
-	obj.SetResourceVersion(strconv.Itoa(s.version))
-	s.objects[k] = obj.DeepCopyObject().(client.Object)
+	s.put(k, obj)
 	return nil
 }
 

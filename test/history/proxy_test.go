@@ -344,15 +344,19 @@ func TestFaultProxy(t *testing.T) {
 			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
 		}
 	}()
+	dial := func(addr string) net.Conn {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
 	p, err := newFaultProxy(echo.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dial(p.Addr())
 	defer c.Close()
 	roundTrip := func(msg string, timeout time.Duration) (time.Duration, error) {
 		start := time.Now()
@@ -406,15 +410,8 @@ func TestFaultProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mp.Close()
-	marked, err := net.Dial("tcp", mp.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	marked, plain := dial(mp.Addr()), dial(mp.Addr())
 	defer marked.Close()
-	plain, err := net.Dial("tcp", mp.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer plain.Close()
 	c = marked
 	for _, part := range []string{"watch /registry/config", "maps/history"} {
@@ -451,14 +448,7 @@ func TestFaultProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ep.Close()
-	dial := func() net.Conn {
-		conn, err := net.Dial("tcp", ep.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
-	resource, other := dial(), dial()
+	resource, other := dial(ep.Addr()), dial(ep.Addr())
 	defer resource.Close()
 	defer other.Close()
 	c = resource

@@ -110,3 +110,13 @@ func holderOf(ns, lease string) (string, int64) {
 	l := getLease(ns, lease)
 	return l.Status.HolderIdentity, l.Status.FencingToken
 }
+
+// holderName reads the lease's current holder, for Eventually.
+func holderName(ns, lease string) func() string {
+	return func() string { h, _ := holderOf(ns, lease); return h }
+}
+
+// heldReason reads the reason of the lease's Held condition, for Eventually.
+func heldReason(ns, lease string) func() string {
+	return func() string { return heldCondition(getLease(ns, lease)).Reason }
+}

@@ -128,11 +128,11 @@ var _ = Describe("FencedLease lifecycle", func() {
 	It("expires a silent holder on the controller's clock, then grants the next (TakenOver, Superseded)", func() {
 		newLease(ns, "expiry", 2, 0)
 		joinRaw("alice", ns, "expiry", "alice")
-		Eventually(func() string { h, _ := holderOf(ns, "expiry"); return h }, 10*time.Second).Should(Equal("alice"))
+		Eventually(holderName(ns, "expiry"), 10*time.Second).Should(Equal("alice"))
 		granted := getLease(ns, "expiry").Status.AcquireTime.Time
 		_, tokA := holderOf(ns, "expiry")
 		joinRaw("bob", ns, "expiry", "bob")
-		Eventually(func() string { h, _ := holderOf(ns, "expiry"); return h }, 10*time.Second).Should(Equal("bob"))
+		Eventually(holderName(ns, "expiry"), 10*time.Second).Should(Equal("bob"))
 		l := getLease(ns, "expiry")
 		Expect(l.Status.FencingToken).To(BeNumerically(">", tokA))
 		Expect(l.Status.AcquireTime.Time.Sub(granted)).To(BeNumerically(">=", 2*time.Second), "not before lease duration")
@@ -176,9 +176,7 @@ var _ = Describe("FencedLease lifecycle", func() {
 	It("says 'expired, nobody waiting' apart from 'superseded'", func() {
 		newLease(ns, "lonely", 1, 0)
 		joinRaw("alice", ns, "lonely", "alice")
-		Eventually(func() string {
-			return heldCondition(getLease(ns, "lonely")).Reason
-		}, 10*time.Second).Should(Equal(coordv1alpha1.ReasonExpired))
+		Eventually(heldReason(ns, "lonely"), 10*time.Second).Should(Equal(coordv1alpha1.ReasonExpired))
 		l := getLease(ns, "lonely")
 		Expect(l.Status.HolderIdentity).To(BeEmpty())
 		Expect(l.Status.PreviousHolder.Reason).To(Equal(coordv1alpha1.EndReasonExpired))
@@ -187,12 +185,11 @@ var _ = Describe("FencedLease lifecycle", func() {
 	It("records one Event per tenure change: an expiry and its takeover are one Warning, a release and its hand-over one Event", func() {
 		newLease(ns, "events", 2, 0)
 		joinRaw("alice", ns, "events", "alice")
-		Eventually(func() string { h, _ := holderOf(ns, "events"); return h }, 10*time.Second).Should(Equal("alice"))
+		Eventually(holderName(ns, "events"), 10*time.Second).Should(Equal("alice"))
 		// alice never renews: she expires and bob takes over in one status
 		// write; bob never renews either and expires with nobody waiting.
 		joinRaw("bob", ns, "events", "bob")
-		Eventually(func() string { return heldCondition(getLease(ns, "events")).Reason }, 15*time.Second).
-			Should(Equal(coordv1alpha1.ReasonExpired))
+		Eventually(heldReason(ns, "events"), 15*time.Second).Should(Equal(coordv1alpha1.ReasonExpired))
 		// A release handed over in one status write.
 		j := &testenv.Journal{}
 		carol := startElector("carol", ns, "events", "carol", j)
@@ -291,12 +288,11 @@ var _ = Describe("FencedLease lifecycle", func() {
 	It("keeps a lease ungranted during the lock-delay after an expiry", func() {
 		newLease(ns, "delay", 1, 3)
 		joinRaw("alice", ns, "delay", "alice")
-		Eventually(func() string { h, _ := holderOf(ns, "delay"); return h }, 10*time.Second).Should(Equal("alice"))
+		Eventually(holderName(ns, "delay"), 10*time.Second).Should(Equal("alice"))
 		joinRaw("bob", ns, "delay", "bob")
-		Eventually(func() string { return heldCondition(getLease(ns, "delay")).Reason }, 10*time.Second).
-			Should(Equal(coordv1alpha1.ReasonLockDelay))
+		Eventually(heldReason(ns, "delay"), 10*time.Second).Should(Equal(coordv1alpha1.ReasonLockDelay))
 		expiredAt := getLease(ns, "delay").Status.PreviousHolder.EndTime.Time
-		Eventually(func() string { h, _ := holderOf(ns, "delay"); return h }, 10*time.Second).Should(Equal("bob"))
+		Eventually(holderName(ns, "delay"), 10*time.Second).Should(Equal("bob"))
 		Expect(getLease(ns, "delay").Status.AcquireTime.Time.Sub(expiredAt)).To(BeNumerically(">=", 3*time.Second))
 	})
 

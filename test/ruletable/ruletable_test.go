@@ -14,14 +14,7 @@ func TestTablesAreWellFormed(t *testing.T) {
 			t.Errorf("two fencing rows are called %q", r.Name)
 		}
 		names[r.Name] = true
-		for m, w := range map[string]*Want{Webhook: r.Webhook, Policy: r.Policy} {
-			if w != nil && *w == r.Want {
-				t.Errorf("%s: the %s mode's verdict is the same as both modes'", r.Name, m)
-			}
-		}
-		if (r.Webhook != nil || r.Policy != nil) != (r.Why != "") {
-			t.Errorf("%s: a row whose modes differ says why, and only such a row", r.Name)
-		}
+		modesWellFormed(t, r.Name, r.Want, r.Webhook, r.Policy, r.Why)
 		w := r.Write
 		// The API server's status strategies: a custom resource's drops
 		// metadata changes, deployments/status keeps annotations only,
@@ -45,19 +38,27 @@ func TestLeaseTableIsWellFormed(t *testing.T) {
 			t.Errorf("two lease rows are called %q", r.Name)
 		}
 		names[r.Name] = true
-		for m, w := range map[string]*LeaseWant{Webhook: r.Webhook, Policy: r.Policy} {
-			if w != nil && *w == r.Want {
-				t.Errorf("%s: the %s mode's verdict is the same as both modes'", r.Name, m)
-			}
-		}
-		if (r.Webhook != nil || r.Policy != nil) != (r.Why != "") {
-			t.Errorf("%s: a row whose modes differ says why, and only such a row", r.Name)
-		}
+		modesWellFormed(t, r.Name, r.Want, r.Webhook, r.Policy, r.Why)
 		if (r.Op == "CREATE") != (r.Base == "") || (r.Op == "CREATE") != (r.Lease != "") || (r.Op == "DELETE") != (r.Change == nil) {
 			t.Errorf("%s: a CREATE names a lease and no base, an UPDATE a base and a change, a DELETE a base only", r.Name)
 		}
 		if r.Stored != nil && r.Base != Free {
 			t.Errorf("%s: only a Free base is stored anew for a row", r.Name)
 		}
+	}
+}
+
+// modesWellFormed checks a row's verdicts per mode: a mode's own verdict
+// (webhook, policy) differs from the one both modes give (want), and the row
+// says why (why) exactly when a mode has its own.
+func modesWellFormed[W comparable](t *testing.T, name string, want W, webhook, policy *W, why string) {
+	t.Helper()
+	for m, w := range map[string]*W{Webhook: webhook, Policy: policy} {
+		if w != nil && *w == want {
+			t.Errorf("%s: the %s mode's verdict is the same as both modes'", name, m)
+		}
+	}
+	if (webhook != nil || policy != nil) != (why != "") {
+		t.Errorf("%s: a row whose modes differ says why, and only such a row", name)
 	}
 }

@@ -135,7 +135,12 @@ func loadProfile(t *testing.T) profile {
 	return p
 }
 
+// TestHistory and TestHistoryPolicy run at the same time, each on a control
+// plane of its own: their run time is the fault schedule's real time (24
+// faults 2 to 5 s apart), not CPU, so together they take about what one
+// takes (make test's longest package: 4 min 27 s one after the other).
 func TestHistory(t *testing.T) {
+	t.Parallel()
 	runHistory(t, loadProfile(t))
 }
 
@@ -147,6 +152,7 @@ func TestHistoryPolicy(t *testing.T) {
 	if os.Getenv("HISTORY_ENFORCEMENT") != "" || os.Getenv("HISTORY_PROFILE") != "" {
 		t.Skip("HISTORY_ENFORCEMENT or HISTORY_PROFILE is set: TestHistory runs that choice")
 	}
+	t.Parallel()
 	prof := loadProfile(t)
 	prof.enforcement = operator.EnforcementPolicy
 	runHistory(t, prof)

@@ -3,6 +3,7 @@ package install
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/pkg/fence"
 )
 
 // docTable returns the rows of the first table under the heading, keyed by
@@ -130,6 +133,48 @@ func TestUserGuideReferenceMatchesCRD(t *testing.T) {
 			if _, ok := fields[n]; !ok {
 				t.Errorf("%s: docs/user-guide.md documents %q, which the CRD does not have", part.heading, n)
 			}
+		}
+	}
+}
+
+// TestUserGuideDocumentsEveryConfigField keeps docs/user-guide.md's
+// fence.Config table in step with the type: every exported field has a row
+// (its first cell names it in backquotes, alone or as `Field.Sub...`), and
+// every row names a field the type has.
+func TestUserGuideDocumentsEveryConfigField(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "user-guide.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "### fence.Config"
+	doc := string(b)
+	i := strings.Index(doc, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("heading %q not found in docs/user-guide.md", heading)
+	}
+	named := map[string]bool{} // every backquoted leading identifier of a first cell
+	inTable := false
+	for _, line := range strings.Split(doc[i+len(heading)+2:], "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		inTable = true
+		for _, m := range regexp.MustCompile("`([A-Z][A-Za-z]*)").FindAllStringSubmatch(strings.Split(line, "|")[1], -1) {
+			named[m[1]] = true
+		}
+	}
+	typ := reflect.TypeOf(fence.Config{})
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.IsExported() && !named[f.Name] {
+			t.Errorf("fence.Config.%s has no row in docs/user-guide.md %q", f.Name, heading)
+		}
+	}
+	for n := range named {
+		if _, ok := typ.FieldByName(n); !ok {
+			t.Errorf("docs/user-guide.md %q documents %q, which fence.Config does not have", heading, n)
 		}
 	}
 }

@@ -261,6 +261,7 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 		var mu sync.Mutex
 		var ok []int64
 		refusedExpired := 0
+		retryUntil := time.Now().Add(30 * time.Second) // the 10 s lease expires well before
 		var wg sync.WaitGroup
 		for i := range writers {
 			wg.Add(1)
@@ -279,6 +280,12 @@ var _ = Describe("A write admitted before the cut-off commits before the next gr
 						refusedExpired++
 						mu.Unlock()
 						return
+					} else if apierrors.IsServiceUnavailable(err) && time.Now().Before(retryUntil) {
+						// The webhook failed closed (its decision took over
+						// C/2 on a loaded machine): a retry, as the 2 s
+						// lease's spec below takes it; nothing was admitted.
+						mu.Unlock()
+						continue
 					} else {
 						mu.Unlock()
 						Fail(fmt.Sprintf("unexpected refusal: %v", err))

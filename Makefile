@@ -103,7 +103,7 @@ verify: verify-fmt verify-mod vet lint ## Check formatting, go.mod, vet and lint
 # is the number of cores). The envtest suites mostly wait on real time (lease
 # expiries, hand-overs, fault gaps, control-plane starts) rather than compute:
 # a whole warm make test uses about 11 CPU-minutes in 6 wall-minutes on 2
-# cores. TEST_FIRST lists every package that takes over 20 s, longest first,
+# cores. TEST_FIRST lists every package that takes over 20 s, about longest first,
 # so that go test (which starts packages in the order given) never starts a
 # long one last: test/heartbeat (1 min 38 s), left out of this list, started
 # last and alone held the run 64 s past the others (2 December 2026). Keep a

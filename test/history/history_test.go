@@ -71,6 +71,10 @@ type profile struct {
 	commitDelay string
 	// heartbeat is how workers renew (the worker's --heartbeat).
 	heartbeat string
+	// artifactsSub is the subdirectory of HISTORY_ARTIFACTS this run keeps
+	// its files in: TestHistoryPolicy's "policy", so that the two runs, at
+	// the same time, never share binaries, logs or kubeconfigs.
+	artifactsSub string
 }
 
 func loadProfile(t *testing.T) profile {
@@ -155,6 +159,7 @@ func TestHistoryPolicy(t *testing.T) {
 	t.Parallel()
 	prof := loadProfile(t)
 	prof.enforcement = operator.EnforcementPolicy
+	prof.artifactsSub = "policy"
 	runHistory(t, prof)
 }
 
@@ -172,8 +177,11 @@ func runHistory(t *testing.T, prof profile) {
 	dir := os.Getenv("HISTORY_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	} else {
+		dir = filepath.Join(dir, prof.artifactsSub)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
 	cl, workerBin, rec, start := startRecorded(ctx, t, dir, prof.leaseSeconds, prof.enforcement)

@@ -139,30 +139,17 @@ func TestUserGuideReferenceMatchesCRD(t *testing.T) {
 
 // TestUserGuideDocumentsEveryConfigField keeps docs/user-guide.md's
 // fence.Config table in step with the type: every exported field has a row
-// (its first cell names it in backquotes, alone or as `Field.Sub...`), and
-// every row names a field the type has.
+// (its first cell names it in backquotes, alone or as `Field.Sub...`, and a
+// row may name several), and every row names a field the type has.
 func TestUserGuideDocumentsEveryConfigField(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "docs", "user-guide.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const heading = "### fence.Config"
-	doc := string(b)
-	i := strings.Index(doc, "\n"+heading+"\n")
-	if i < 0 {
-		t.Fatalf("heading %q not found in docs/user-guide.md", heading)
-	}
 	named := map[string]bool{} // every backquoted leading identifier of a first cell
-	inTable := false
-	for _, line := range strings.Split(doc[i+len(heading)+2:], "\n") {
-		if !strings.HasPrefix(line, "|") {
-			if inTable {
-				break
-			}
-			continue
-		}
-		inTable = true
-		for _, m := range regexp.MustCompile("`([A-Z][A-Za-z]*)").FindAllStringSubmatch(strings.Split(line, "|")[1], -1) {
+	for _, row := range docTable(t, string(b), heading) {
+		for _, m := range regexp.MustCompile("`([A-Z][A-Za-z]*)").FindAllStringSubmatch(strings.Split(row, "|")[1], -1) {
 			named[m[1]] = true
 		}
 	}

@@ -85,7 +85,10 @@ func TestManyPerLeaseHeartbeatsInOneProcess(t *testing.T) {
 	testenv.SkipIfShort(t)
 	n := 60
 	if s := os.Getenv("HEARTBEAT_LOAD_N"); s != "" {
-		n, _ = strconv.Atoi(s)
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("HEARTBEAT_LOAD_N=%q: expected a positive number of Electors", s)
+		}
 	}
 	ns, err := cluster.Namespace(suiteCtx, "hb-load")
 	if err != nil {
@@ -102,7 +105,16 @@ func TestManyPerLeaseHeartbeatsInOneProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	var mu sync.Mutex
-	starts := map[string]int{}
+	starts := map[string]int{} // tenures started, by lease
+	// restarted is how many tenures started again after each lease's first
+	// (mu held).
+	restarted := func() int {
+		again := 0
+		for _, c := range starts {
+			again += c - 1
+		}
+		return again
+	}
 	for i := range n {
 		name := fmt.Sprintf("l%03d", i)
 		createLease(t, ns, name)
@@ -138,29 +150,17 @@ func TestManyPerLeaseHeartbeatsInOneProcess(t *testing.T) {
 	mu.Lock()
 	before := fmt.Sprint(starts)
 	losses.mu.Lock()
-	t.Logf("%d Electors, acquiring and 1 L: Electors' accounts %v; tenures started again %d", n, losses.counts, func() int {
-		lost := 0
-		for _, c := range starts {
-			lost += c - 1
-		}
-		return lost
-	}())
+	t.Logf("%d Electors, acquiring and 1 L: Electors' accounts %v; tenures started again %d", n, losses.counts, restarted())
 	losses.counts = map[string]int{}
 	losses.mu.Unlock()
 	mu.Unlock()
 	time.Sleep(4 * leaseSeconds * time.Second)
 	mu.Lock()
-	after := fmt.Sprint(starts)
-	lost := 0
-	for _, c := range starts {
-		lost += c - 1
-	}
+	after, again := fmt.Sprint(starts), restarted()
 	mu.Unlock()
 	losses.mu.Lock()
-	t.Logf("%d Electors, 4 L: Electors' accounts %v; tenures started again in total (since the start) %d", n, losses.counts, lost)
-	losses.mu.Unlock()
-	losses.mu.Lock()
 	defer losses.mu.Unlock()
+	t.Logf("%d Electors, 4 L: Electors' accounts %v; tenures started again in total (since the start) %d", n, losses.counts, again)
 	if early := losses.counts["no longer ours before the local deadline"]; early > 0 {
 		t.Fatalf("the controller ended %d tenures before their holders' local deadlines", early)
 	}
